@@ -1,0 +1,279 @@
+"""The agent loop's activities: a model step, a tool call, and the final persist.
+
+Thin adapters between the workflow and the providers: they load what the workflow referenced from storage,
+call the model or the tool, write messages and run events, and map failures to retryable or non-retryable
+`ApplicationError`s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pydantic import ValidationError
+from pydantic_core import to_jsonable_python
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from app import Agent, App, ToolContext, UnknownAgent
+from model_providers import ModelError, ModelRequest, ModelRetryableError
+from storage import NewEvent, Storage, StoredMessage
+from workflows.agent_run import FINISH_RUN, MODEL_STEP, TOOL_CALL
+from workflows.contracts import (
+    EventRecord,
+    FinishRunInput,
+    MessageRecord,
+    ModelStepInput,
+    ModelStepResult,
+    PendingWrites,
+    PlannedToolCall,
+    TextPart,
+    ToolCallInput,
+    ToolCallPart,
+    ToolCallResult,
+    ToolResultPart,
+    Usage,
+)
+from workflows.converter import describe_validation_error
+
+DELTA_FLUSH_SECONDS = 0.1
+"""Streamed text deltas are written to the event log at most this often (one transaction per flush)."""
+
+
+class _EventWriter:
+    """Buffers a single activity attempt's events and appends them in batches, tagged with source and attempt."""
+
+    def __init__(self, storage: Storage, run_id: str, source: str) -> None:
+        self._storage = storage
+        self._run_id = run_id
+        self._source = source
+        self._attempt = activity.info().attempt
+        self._buffer: list[NewEvent] = []
+        self._last_flush = time.monotonic()
+
+    def add(self, type: str, payload: dict[str, Any]) -> None:
+        self._buffer.append(NewEvent(type=type, payload=payload))
+
+    def add_records(self, records: list[EventRecord]) -> None:
+        self._buffer.extend(NewEvent(type=r.type, payload=r.payload) for r in records)
+
+    async def delta(self, type: str, payload: dict[str, Any]) -> None:
+        self.add(type, payload)
+        if time.monotonic() - self._last_flush >= DELTA_FLUSH_SECONDS:
+            await self.flush()
+
+    async def flush(self) -> None:
+        self._last_flush = time.monotonic()
+        if not self._buffer:
+            return
+        batch, self._buffer = self._buffer, []
+        await self._storage.append_events(self._run_id, batch, source=self._source, attempt=self._attempt)
+
+
+class AgentActivities:
+    """Activities bound to one app and one storage; the worker registers the bound methods."""
+
+    def __init__(self, app: App, storage: Storage) -> None:
+        self._app = app
+        self._storage = storage
+
+    def _agent(self, agent_id: str) -> Agent:
+        try:
+            return self._app.agent(agent_id)
+        except UnknownAgent as err:
+            raise ApplicationError(str(err), type="UnknownAgent", non_retryable=True) from None
+
+    async def _persist(self, writes: PendingWrites, *, thread_id: str, resource_id: str, run_id: str) -> None:
+        if writes.messages:
+            await self._storage.save_messages(
+                [_stored(m, thread_id=thread_id, resource_id=resource_id, run_id=run_id) for m in writes.messages]
+            )
+
+    @activity.defn(name=MODEL_STEP)
+    async def model_step(self, input: ModelStepInput) -> ModelStepResult:
+        agent = self._agent(input.agent_id)
+        events = _EventWriter(self._storage, input.run_id, f"model:{input.step}")
+        if input.step == 1:
+            await self._storage.create_thread(input.thread_id, input.resource_id)
+            events.add("start", {"id": agent.id, "runId": input.run_id, "messageId": input.message_id})
+        await self._persist(
+            input.writes, thread_id=input.thread_id, resource_id=input.resource_id, run_id=input.run_id
+        )
+        events.add_records(input.writes.events)
+        events.add("step-start", {"messageId": input.message_id, "step": input.step})
+        history, _ = await self._storage.list_messages(input.thread_id)
+        request = ModelRequest(
+            instructions=agent.instructions,
+            messages=[MessageRecord(id=m.id, role=m.role, content=m.content) for m in history],
+            tools=[t.spec() for t in agent.tools],
+        )
+        text_id = f"{input.message_id}-text"
+        started = False
+
+        async def on_delta(text: str) -> None:
+            nonlocal started
+            if not started:
+                started = True
+                events.add("text-start", {"id": text_id})
+            await events.delta("text-delta", {"id": text_id, "text": text})
+
+        try:
+            response = await agent.model.generate(request, on_delta)
+        except ModelRetryableError as err:
+            await events.flush()
+            delay = timedelta(seconds=err.retry_after) if err.retry_after is not None else None
+            raise ApplicationError(str(err), type="ModelRetryableError", next_retry_delay=delay) from err
+        except ModelError as err:
+            await events.flush()
+            raise ApplicationError(str(err), type="ModelRequestError", non_retryable=True) from err
+        if started:
+            events.add("text-end", {"type": "text-end", "id": text_id})
+
+        planned = [await self._plan(agent, c.id, c.name, c.args) for c in response.tool_calls]
+        parts: list[TextPart | ToolCallPart | ToolResultPart] = []
+        if response.text:
+            parts.append(TextPart(text=response.text))
+        parts.extend(ToolCallPart(tool_call_id=p.tool_call_id, tool_name=p.tool_name, args=p.args) for p in planned)
+        await self._storage.save_messages(
+            [
+                StoredMessage(
+                    id=input.message_id,
+                    thread_id=input.thread_id,
+                    resource_id=input.resource_id,
+                    role="assistant",
+                    content=parts,
+                    run_id=input.run_id,
+                    created_at=datetime.now(UTC),
+                )
+            ]
+        )
+        for p in planned:
+            call = {"toolCallId": p.tool_call_id, "toolName": p.tool_name, "args": p.args}
+            events.add("tool-call", call)
+            if p.requires_approval and p.error is None:
+                events.add("tool-call-approval", {**call, "resumeSchema": _APPROVAL_SCHEMA})
+        finish_reason = "tool-calls" if planned else response.finish_reason
+        step_finish = {
+            "messageId": input.message_id,
+            "stepResult": {"reason": finish_reason, "isContinued": bool(planned)},
+            "output": {"text": response.text, "usage": to_jsonable_python(response.usage, by_alias=True)},
+        }
+        events.add("step-finish", step_finish)
+        if not planned:
+            total = (input.usage_before or Usage()).plus(response.usage)
+            events.add("finish", {**step_finish, "usage": to_jsonable_python(total, by_alias=True)})
+        await events.flush()
+        return ModelStepResult(
+            message_id=input.message_id,
+            text=response.text,
+            tool_calls=planned,
+            finish_reason=finish_reason,
+            usage=response.usage,
+            max_steps=agent.max_steps,
+        )
+
+    async def _plan(self, agent: Agent, call_id: str, name: str, args: dict[str, Any]) -> PlannedToolCall:
+        """Resolve a requested call's tool and policy; problems become an `error` the model will see."""
+        planned = PlannedToolCall(tool_call_id=call_id, tool_name=name, args=args)
+        tool = next((t for t in agent.tools if t.id == name), None)
+        if tool is None:
+            planned.error = f"Tool {name!r} not found. Available tools: {', '.join(t.id for t in agent.tools)}"
+            return planned
+        try:
+            tool.parse_args(args)
+        except ValidationError as err:
+            planned.error = f"Invalid arguments for tool {name!r}: {describe_validation_error(err)}"
+            return planned
+        planned.idempotent = tool.idempotent
+        planned.requires_approval = await tool.needs_approval(args)
+        return planned
+
+    @activity.defn(name=TOOL_CALL)
+    async def tool_call(self, input: ToolCallInput) -> ToolCallResult:
+        agent = self._agent(input.agent_id)
+        tool = agent.tool(input.tool_name)
+        info = activity.info()
+        ctx = ToolContext(
+            run_id=input.run_id,
+            tool_call_id=input.tool_call_id,
+            agent_id=input.agent_id,
+            thread_id=input.thread_id,
+            resource_id=input.resource_id,
+            attempt=info.attempt,
+            request_context=input.request_context or {},
+        )
+        heartbeat = asyncio.create_task(_heartbeat_every((info.heartbeat_timeout or timedelta(seconds=20)) / 2))
+        try:
+            result: Any = to_jsonable_python(await tool.execute(tool.parse_args(input.args), ctx), by_alias=True)
+            is_error = False
+        except ApplicationError:
+            raise
+        except Exception as err:  # a tool's own failure is an answer for the model, not a retry
+            result, is_error = {"error": f"{type(err).__name__}: {err}"}, True
+        finally:
+            heartbeat.cancel()
+        payload: dict[str, Any] = {"toolCallId": input.tool_call_id, "toolName": input.tool_name, "args": input.args}
+        payload["error" if is_error else "result"] = result
+        part = ToolResultPart(
+            tool_call_id=input.tool_call_id, tool_name=input.tool_name, result=result, is_error=is_error
+        )
+        await self._storage.save_messages(
+            [
+                StoredMessage(
+                    id=input.result_message_id,
+                    thread_id=input.thread_id,
+                    resource_id=input.resource_id,
+                    role="tool",
+                    content=[part],
+                    run_id=input.run_id,
+                    created_at=datetime.now(UTC),
+                )
+            ]
+        )
+        await self._storage.append_events(
+            input.run_id,
+            [NewEvent(type="tool-error" if is_error else "tool-result", payload=payload)],
+            source=f"tool:{input.tool_call_id}",
+            attempt=info.attempt,
+        )
+        return ToolCallResult(
+            tool_call_id=input.tool_call_id, tool_name=input.tool_name, result=result, is_error=is_error
+        )
+
+    @activity.defn(name=FINISH_RUN)
+    async def finish_run(self, input: FinishRunInput) -> None:
+        await self._persist(input.writes, thread_id=input.thread_id, resource_id=input.resource_id, run_id=input.run_id)
+        events = _EventWriter(self._storage, input.run_id, "finish")
+        events.add_records(input.writes.events)
+        usage = to_jsonable_python(input.usage, by_alias=True)
+        events.add("finish", {"stepResult": {"reason": input.finish_reason, "isContinued": False}, "usage": usage})
+        await events.flush()
+
+    def all(self) -> list[Any]:
+        return [self.model_step, self.tool_call, self.finish_run]
+
+
+_APPROVAL_SCHEMA = (
+    '{"type":"object","properties":{"approved":{"type":"boolean"},"reason":{"type":"string"}},'
+    '"required":["approved"]}'
+)
+
+
+async def _heartbeat_every(interval: timedelta) -> None:
+    while True:
+        activity.heartbeat()
+        await asyncio.sleep(interval.total_seconds())
+
+
+def _stored(m: MessageRecord, *, thread_id: str, resource_id: str, run_id: str) -> StoredMessage:
+    return StoredMessage(
+        id=m.id,
+        thread_id=thread_id,
+        resource_id=resource_id,
+        role=m.role,
+        content=m.content,
+        run_id=run_id,
+        created_at=datetime.now(UTC),
+    )

@@ -1,0 +1,29 @@
+"""The app model: agents, tools and the `App` that the worker, CLI and HTTP API load."""
+
+from app.definitions import (
+    Agent,
+    App,
+    AppError,
+    AppLoadError,
+    Tool,
+    ToolContext,
+    UnknownAgent,
+    UnknownTool,
+    tool,
+)
+from app.loader import DEFAULT_APP, app_reference, load_app
+
+__all__ = [
+    "DEFAULT_APP",
+    "Agent",
+    "App",
+    "AppError",
+    "AppLoadError",
+    "Tool",
+    "ToolContext",
+    "UnknownAgent",
+    "UnknownTool",
+    "app_reference",
+    "load_app",
+    "tool",
+]

@@ -1,0 +1,180 @@
+"""What a user defines: tools, agents and the app that holds them (like `new Mastra({...})`).
+
+Error tree::
+
+    AppError
+     ├── UnknownAgent
+     ├── UnknownTool
+     └── AppLoadError
+"""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from model_providers import ChatModel, ToolSpec
+
+
+class AppError(Exception):
+    """Base of every app definition error."""
+
+
+class UnknownAgent(AppError):
+    def __init__(self, agent_id: str, known: Iterable[str]) -> None:
+        names = ", ".join(sorted(known)) or "none"
+        super().__init__(f"Unknown agent {agent_id!r} (known agents: {names})")
+        self.agent_id = agent_id
+
+
+class UnknownTool(AppError):
+    def __init__(self, tool_name: str, agent_id: str) -> None:
+        super().__init__(f"Agent {agent_id!r} has no tool {tool_name!r}")
+        self.tool_name = tool_name
+
+
+class AppLoadError(AppError):
+    """An app reference (`module:attr`) that does not resolve to an `App`."""
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """What a running tool knows about its call. `attempt` > 1 means a retry after a crash or timeout."""
+
+    run_id: str
+    tool_call_id: str
+    agent_id: str
+    thread_id: str
+    resource_id: str
+    attempt: int = 1
+    request_context: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def idempotency_key(self) -> str:
+        """Stable across retries of this call: use it to make side effects happen once."""
+        return f"{self.run_id}/{self.tool_call_id}"
+
+
+ApprovalPolicy = bool | Callable[[Any], bool | Awaitable[bool]]
+ToolFn = Callable[[Any, ToolContext], Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A function tool: an async function taking a pydantic input model and a `ToolContext`.
+
+    Attributes:
+        id: the name the model calls it by.
+        description: shown to the model.
+        input_schema: pydantic model the arguments are validated against.
+        execute: the async function.
+        require_approval: a bool, or a function of the validated input returning one (may be async).
+        idempotent: True if re-running the tool after a crash is harmless; False makes Keel run it at most once
+            (a lost attempt then fails the call instead of silently re-running it).
+    """
+
+    id: str
+    description: str
+    input_schema: type[BaseModel]
+    execute: ToolFn
+    require_approval: ApprovalPolicy = False
+    idempotent: bool = True
+
+    def spec(self) -> ToolSpec:
+        return ToolSpec(name=self.id, description=self.description, parameters=self.input_schema.model_json_schema())
+
+    def parse_args(self, args: Mapping[str, Any]) -> BaseModel:
+        """Validate arguments; raises `pydantic.ValidationError`."""
+        return self.input_schema.model_validate(dict(args))
+
+    async def needs_approval(self, args: Mapping[str, Any]) -> bool:
+        if isinstance(self.require_approval, bool):
+            return self.require_approval
+        try:
+            parsed = self.parse_args(args)
+        except ValidationError:
+            return False  # the call will fail validation anyway; nothing to approve
+        decision = self.require_approval(parsed)
+        if inspect.isawaitable(decision):
+            decision = await decision
+        return bool(decision)
+
+
+def tool(
+    id: str | None = None,
+    *,
+    description: str | None = None,
+    require_approval: ApprovalPolicy = False,
+    idempotent: bool = True,
+) -> Callable[[ToolFn], Tool]:
+    """Decorator turning `async def f(args: Model, ctx: ToolContext)` into a `Tool`.
+
+    The input schema is the annotation of the first parameter; the description defaults to the docstring.
+    """
+
+    def wrap(fn: ToolFn) -> Tool:
+        hints = typing.get_type_hints(fn)
+        params = list(inspect.signature(fn).parameters)
+        schema = hints.get(params[0]) if params else None
+        if not (isinstance(schema, type) and issubclass(schema, BaseModel)):
+            raise AppError(f"Tool {fn.__name__}: the first parameter must be annotated with a pydantic model")
+        return Tool(
+            id=id or fn.__name__,
+            description=description or inspect.getdoc(fn) or "",
+            input_schema=schema,
+            execute=fn,
+            require_approval=require_approval,
+            idempotent=idempotent,
+        )
+
+    return wrap
+
+
+@dataclass(frozen=True)
+class Agent:
+    """An agent: instructions, a model and tools. `max_steps` bounds model calls per run (Mastra's default 5)."""
+
+    id: str
+    model: ChatModel
+    instructions: str = ""
+    name: str | None = None
+    description: str = ""
+    tools: tuple[Tool, ...] = ()
+    max_steps: int = 5
+
+    def __post_init__(self) -> None:
+        ids = [t.id for t in self.tools]
+        if len(ids) != len(set(ids)):
+            raise AppError(f"Agent {self.id!r} has two tools with the same id")
+
+    @property
+    def display_name(self) -> str:
+        return self.name or self.id
+
+    def tool(self, name: str) -> Tool:
+        for t in self.tools:
+            if t.id == name:
+                return t
+        raise UnknownTool(name, self.id)
+
+
+@dataclass
+class App:
+    """Everything a worker, the CLI and the HTTP API load from one reference (`module:attr`)."""
+
+    agents: dict[str, Agent] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, *agents: Agent) -> App:
+        return cls(agents={a.id: a for a in agents})
+
+    def agent(self, agent_id: str) -> Agent:
+        try:
+            return self.agents[agent_id]
+        except KeyError:
+            raise UnknownAgent(agent_id, self.agents) from None

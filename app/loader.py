@@ -1,0 +1,32 @@
+"""Resolve an app reference (`package.module:attr`) to an `App`."""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+from app.definitions import App, AppLoadError
+
+DEFAULT_APP = "app.demo:app"
+
+
+def app_reference(ref: str | None = None) -> str:
+    """The reference to load: the argument, else `$KEEL_APP`, else the bundled demo app."""
+    return ref or os.environ.get("KEEL_APP") or DEFAULT_APP
+
+
+def load_app(ref: str | None = None) -> App:
+    ref = app_reference(ref)
+    module_name, _, attr = ref.partition(":")
+    if not module_name or not attr:
+        raise AppLoadError(f"App reference {ref!r} must look like 'package.module:attr'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise AppLoadError(f"Cannot import {module_name!r} for app {ref!r}: {err}") from err
+    value = getattr(module, attr, None)
+    if callable(value) and not isinstance(value, App):
+        value = value()
+    if not isinstance(value, App):
+        raise AppLoadError(f"{ref!r} is not a keel App (got {type(value).__name__})")
+    return value

@@ -1,0 +1,23 @@
+"""Everything that talks to Temporal: the Python client, the CLI and the local dev server set-up."""
+
+from client.errors import (
+    InvalidRunInput,
+    KeelClientError,
+    RunClosed,
+    RunFailed,
+    RunNotFound,
+    ToolCallRejected,
+)
+from client.keel_client import KeelClient, RunInfo, RunStatus
+
+__all__ = [
+    "InvalidRunInput",
+    "KeelClient",
+    "KeelClientError",
+    "RunClosed",
+    "RunFailed",
+    "RunInfo",
+    "RunNotFound",
+    "RunStatus",
+    "ToolCallRejected",
+]

@@ -1,0 +1,274 @@
+"""The Python client: start runs, wait for results, approve tool calls, list and count runs.
+
+Everything goes through Temporal: a run is a workflow execution, a suspension is a workflow waiting on a
+signal or update, a count is a visibility query.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import ValidationError
+from temporalio.api.enums.v1 import WorkflowExecutionStatus
+from temporalio.client import (
+    Client,
+    WorkflowExecutionDescription,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
+from temporalio.service import RPCError, RPCStatusCode
+
+from app import App, UnknownAgent
+from client.errors import InvalidRunInput, KeelClientError, RunClosed, RunFailed, RunNotFound, ToolCallRejected
+from workflows import AgentRun, AgentRunInput, AgentRunResult, ApprovalAccepted, PendingToolCall, ToolApproval
+from workflows.contracts import InputMessage
+from workflows.converter import describe_validation_error
+from workflows.search_attributes import (
+    KEEL_AGENT_ID,
+    KEEL_KIND,
+    KEEL_RESOURCE_ID,
+    KEEL_STATUS,
+    KEEL_THREAD_ID,
+    KEEL_WORKFLOW_ID,
+)
+
+RunStatus = Literal["running", "suspended", "completed", "failed", "canceled", "terminated", "timed_out"]
+
+_STATUS_QUERIES: dict[str, str] = {
+    "running": "ExecutionStatus='Running' AND KeelStatus='running'",
+    "suspended": "ExecutionStatus='Running' AND KeelStatus='suspended'",
+    "completed": "ExecutionStatus='Completed'",
+    "failed": "ExecutionStatus='Failed'",
+    "canceled": "ExecutionStatus='Canceled'",
+    "terminated": "ExecutionStatus='Terminated'",
+    "timed_out": "ExecutionStatus='TimedOut'",
+}
+_CLOSED: dict[int, RunStatus] = {
+    WorkflowExecutionStatus.WORKFLOW_EXECUTION_STATUS_COMPLETED: "completed",
+    WorkflowExecutionStatus.WORKFLOW_EXECUTION_STATUS_FAILED: "failed",
+    WorkflowExecutionStatus.WORKFLOW_EXECUTION_STATUS_CANCELED: "canceled",
+    WorkflowExecutionStatus.WORKFLOW_EXECUTION_STATUS_TERMINATED: "terminated",
+    WorkflowExecutionStatus.WORKFLOW_EXECUTION_STATUS_TIMED_OUT: "timed_out",
+    WorkflowExecutionStatus.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW: "running",
+}
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    run_id: str
+    agent_id: str | None
+    status: RunStatus
+    thread_id: str | None
+    resource_id: str | None
+    started_at: datetime | None
+    closed_at: datetime | None
+
+    @classmethod
+    def from_execution(cls, ex: Any) -> RunInfo:
+        sa = ex.typed_search_attributes
+        status = _CLOSED.get(ex.status) if ex.status else None
+        if status is None:
+            status = "suspended" if sa.get(KEEL_STATUS) == "suspended" else "running"
+        return cls(
+            run_id=ex.id,
+            agent_id=sa.get(KEEL_AGENT_ID),
+            status=status,
+            thread_id=sa.get(KEEL_THREAD_ID),
+            resource_id=sa.get(KEEL_RESOURCE_ID),
+            started_at=ex.start_time,
+            closed_at=ex.close_time,
+        )
+
+
+class KeelClient:
+    """Runs, approvals and counts over a connected Temporal client (with Keel's data converter)."""
+
+    def __init__(self, client: Client, *, task_queue: str = "keel", app: App | None = None) -> None:
+        self.temporal = client
+        self.task_queue = task_queue
+        self.app = app
+
+    @classmethod
+    async def connect(
+        cls,
+        address: str | None = None,
+        *,
+        namespace: str | None = None,
+        task_queue: str | None = None,
+        app: App | None = None,
+    ) -> KeelClient:
+        from worker import connect, task_queue as default_queue
+
+        return cls(await connect(address, namespace), task_queue=task_queue or default_queue(), app=app)
+
+    # --- runs ------------------------------------------------------------------------------------------
+
+    async def start_run(
+        self,
+        agent_id: str,
+        messages: str | Sequence[Mapping[str, Any]],
+        *,
+        run_id: str | None = None,
+        thread_id: str | None = None,
+        resource_id: str | None = None,
+        max_steps: int | None = None,
+        request_context: Mapping[str, Any] | None = None,
+    ) -> str:
+        """Start an `AgentRun`; returns its run id (the workflow id).
+
+        Raises:
+            UnknownAgent: the app (when the client has one) defines no such agent.
+            InvalidRunInput: the messages or options do not match the `AgentRun` contract.
+        """
+        if self.app is not None:
+            self.app.agent(agent_id)  # raises UnknownAgent with the known ids
+        try:
+            run_input = AgentRunInput(
+                agent_id=agent_id,
+                messages=messages if isinstance(messages, str) else [InputMessage.model_validate(m) for m in messages],
+                thread_id=thread_id,
+                resource_id=resource_id,
+                max_steps=max_steps,
+                request_context=dict(request_context) if request_context is not None else None,
+            )
+        except ValidationError as err:
+            raise InvalidRunInput(describe_validation_error(err)) from None
+        run_id = run_id or f"run-{uuid.uuid4()}"
+        await self.temporal.start_workflow(
+            AgentRun.run,
+            run_input,
+            id=run_id,
+            task_queue=self.task_queue,
+            search_attributes=_initial_attributes(run_input, run_id),
+        )
+        return run_id
+
+    async def result(self, run_id: str) -> AgentRunResult:
+        """Wait for the run to finish. Raises `RunFailed` with the run's error."""
+        try:
+            handle = self.temporal.get_workflow_handle(run_id, result_type=AgentRunResult)
+            return await handle.result()
+        except WorkflowFailureError as err:
+            cause = err.cause
+            raise RunFailed(run_id, str(getattr(cause, "message", None) or cause or err)) from None
+        except RPCError as err:
+            raise self._rpc_error(run_id, err) from None
+
+    async def describe(self, run_id: str) -> RunInfo:
+        try:
+            desc: WorkflowExecutionDescription = await self._handle(run_id).describe()
+        except RPCError as err:
+            raise self._rpc_error(run_id, err) from None
+        return RunInfo.from_execution(desc)
+
+    async def pending_tool_calls(self, run_id: str) -> list[PendingToolCall]:
+        try:
+            return await self._handle(run_id).query("pending_tool_calls", result_type=list[PendingToolCall])
+        except RPCError as err:
+            raise self._rpc_error(run_id, err) from None
+
+    async def approve(
+        self, run_id: str, tool_call_id: str, *, approved: bool = True, reason: str | None = None
+    ) -> ApprovalAccepted:
+        """Approve (or decline) a pending tool call through the validated `approve_tool_call` update.
+
+        Raises:
+            RunNotFound, RunClosed: no such run, or it already finished.
+            ToolCallRejected: the run has no pending call with this id, or it was already decided.
+        """
+        approval = ToolApproval(tool_call_id=tool_call_id, approved=approved, reason=reason)
+        try:
+            return await self._handle(run_id).execute_update(
+                "approve_tool_call", approval, result_type=ApprovalAccepted
+            )
+        except WorkflowUpdateFailedError as err:
+            cause = err.cause
+            raise ToolCallRejected(run_id, tool_call_id, str(getattr(cause, "message", None) or cause)) from None
+        except RPCError as err:
+            raise self._rpc_error(run_id, err) from None
+
+    async def decline(self, run_id: str, tool_call_id: str, *, reason: str | None = None) -> ApprovalAccepted:
+        return await self.approve(run_id, tool_call_id, approved=False, reason=reason)
+
+    async def list_runs(
+        self, *, status: RunStatus | None = None, agent_id: str | None = None, limit: int = 100
+    ) -> list[RunInfo]:
+        query = self._runs_query(status=status, agent_id=agent_id)
+        runs = []
+        async for ex in self.temporal.list_workflows(query, limit=limit):
+            runs.append(RunInfo.from_execution(ex))
+        return runs
+
+    async def count_runs(self, *, status: RunStatus | None = None, agent_id: str | None = None) -> int:
+        return (await self.temporal.count_workflows(self._runs_query(status=status, agent_id=agent_id))).count
+
+    async def counts(self) -> dict[str, dict[str, dict[str, int]]]:
+        """Running and suspended run counts per agent (and per registered workflow), from `count_workflows`."""
+        agent_ids = list(self.app.agents) if self.app is not None else await self._agent_ids_seen()
+        agents = {}
+        for agent_id in agent_ids:
+            agents[agent_id] = {
+                "running": await self.count_runs(status="running", agent_id=agent_id),
+                "suspended": await self.count_runs(status="suspended", agent_id=agent_id),
+            }
+        return {"agents": agents, "workflows": {}}
+
+    # --- helpers ---------------------------------------------------------------------------------------
+
+    def _handle(self, run_id: str) -> WorkflowHandle[Any, Any]:
+        return self.temporal.get_workflow_handle(run_id)
+
+    @staticmethod
+    def _runs_query(*, status: str | None, agent_id: str | None) -> str:
+        clauses = ["KeelKind='agent'"]
+        if agent_id is not None:
+            clauses.append(f"KeelAgentId='{_quote(agent_id)}'")
+        if status is not None:
+            try:
+                clauses.append(_STATUS_QUERIES[status])
+            except KeyError:
+                raise KeelClientError(f"Unknown status {status!r} (use one of: {', '.join(_STATUS_QUERIES)})") from None
+        return " AND ".join(clauses)
+
+    async def _agent_ids_seen(self) -> list[str]:
+        seen: set[str] = set()
+        async for ex in self.temporal.list_workflows("KeelKind='agent' AND ExecutionStatus='Running'"):
+            agent_id = ex.typed_search_attributes.get(KEEL_AGENT_ID)
+            if agent_id:
+                seen.add(agent_id)
+        return sorted(seen)
+
+    @staticmethod
+    def _rpc_error(run_id: str, err: RPCError) -> KeelClientError:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            if "already completed" in err.message or "closed" in err.message:
+                return RunClosed(run_id)
+            return RunNotFound(run_id)
+        if err.status == RPCStatusCode.FAILED_PRECONDITION and "closed" in err.message.lower():
+            return RunClosed(run_id)
+        return KeelClientError(f"Temporal error for run {run_id!r}: {err.message}")
+
+
+def _quote(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("'", "\\'")
+
+
+def _initial_attributes(run_input: AgentRunInput, run_id: str) -> TypedSearchAttributes:
+    return TypedSearchAttributes(
+        [
+            SearchAttributePair(KEEL_KIND, "agent"),
+            SearchAttributePair(KEEL_STATUS, "running"),
+            SearchAttributePair(KEEL_AGENT_ID, run_input.agent_id),
+            SearchAttributePair(KEEL_THREAD_ID, run_input.thread_id or run_id),
+            SearchAttributePair(KEEL_RESOURCE_ID, run_input.resource_id or run_input.agent_id),
+        ]
+    )
+
+
+__all__ = ["KEEL_WORKFLOW_ID", "KeelClient", "RunInfo", "RunStatus", "UnknownAgent"]

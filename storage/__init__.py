@@ -1,0 +1,70 @@
+"""Storage for threads, messages and run events, and `open_storage` to pick a backend from a URL."""
+
+from __future__ import annotations
+
+import os
+from urllib.parse import urlsplit
+
+from storage.base import (
+    NewEvent,
+    RunEvent,
+    Storage,
+    StorageConfigError,
+    StorageError,
+    StoredMessage,
+    Thread,
+    ThreadNotFound,
+)
+from storage.postgres import PostgresStorage
+from storage.sqlite import SQLiteStorage
+
+__all__ = [
+    "DEFAULT_STORAGE_URL",
+    "NewEvent",
+    "PostgresStorage",
+    "RunEvent",
+    "SQLiteStorage",
+    "Storage",
+    "StorageConfigError",
+    "StorageError",
+    "StoredMessage",
+    "Thread",
+    "ThreadNotFound",
+    "open_storage",
+]
+
+DEFAULT_STORAGE_URL = "sqlite:///.keel/keel.db"
+_SQLITE_PREFIX = "sqlite:///"
+
+
+def open_storage(url: str | None = None) -> Storage:
+    """Build the storage backend a URL names. Does not connect or create the schema: call `init()`.
+
+    Args:
+        url: `sqlite:///relative/path.db` (relative to the working directory), `sqlite:////abs/path.db`,
+            or `postgresql://...` / `postgres://...`. None reads `KEEL_STORAGE_URL`, falling back to
+            `sqlite:///.keel/keel.db`.
+
+    Returns:
+        An unopened `Storage`.
+
+    Raises:
+        StorageConfigError: The URL names no supported backend.
+    """
+    if url is None:
+        url = os.environ.get("KEEL_STORAGE_URL") or DEFAULT_STORAGE_URL
+    scheme = urlsplit(url).scheme.lower()
+    if scheme == "sqlite":
+        # Not urlsplit's path: "sqlite:///rel" and "sqlite:////abs" differ only in the slash count, the
+        # SQLAlchemy convention users know.
+        path = url[len(_SQLITE_PREFIX) :] if url.lower().startswith(_SQLITE_PREFIX) else ""
+        if not path:
+            raise StorageConfigError(
+                f"Bad SQLite storage URL {url!r}: use sqlite:///relative/path.db or sqlite:////abs/path.db"
+            )
+        return SQLiteStorage(path)
+    if scheme in ("postgresql", "postgres"):
+        return PostgresStorage(url)
+    raise StorageConfigError(
+        f"Unsupported storage URL {url!r}: expected sqlite:///path.db, postgresql://... or postgres://..."
+    )

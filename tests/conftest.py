@@ -1,0 +1,75 @@
+"""Fixtures: one real Temporal dev server per session (from the pip binary), SQLite storage per test, a fresh
+task queue per test, and an in-process Keel worker."""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client
+
+from app import App
+from client import KeelClient
+from client.devserver import DevServer, DevServerConfig
+from storage import SQLiteStorage, Storage
+from worker import build_worker
+from workflows import DATA_CONVERTER
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+async def dev_server(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[DevServer]:
+    cfg = DevServerConfig(
+        host="127.0.0.1", port=free_port(), ui_port=free_port(), state_dir=tmp_path_factory.mktemp("temporal")
+    )
+    server = await DevServer(cfg).start(reuse=False)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+async def client(dev_server: DevServer) -> Client:
+    return await Client.connect(dev_server.cfg.address, data_converter=DATA_CONVERTER)
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("KEEL_DATA_DIR", str(tmp_path / "data"))
+    return tmp_path / "data"
+
+
+@pytest.fixture
+async def storage(tmp_path: Path) -> AsyncIterator[Storage]:
+    store = SQLiteStorage(tmp_path / "keel.db")
+    await store.init()
+    yield store
+    await store.close()
+
+
+@pytest.fixture
+def task_queue() -> str:
+    return f"test-{uuid.uuid4()}"
+
+
+@asynccontextmanager
+async def running_worker(
+    client: Client, app: App, storage: Storage, task_queue: str, **kwargs: Any
+) -> AsyncIterator[KeelClient]:
+    """A worker for `app` on `task_queue` for the duration of the block; yields a KeelClient bound to it."""
+    async with build_worker(client, app, storage, task_queue=task_queue, **kwargs):
+        yield KeelClient(client, task_queue=task_queue, app=app)
+
+
+def env_for_subprocess(dev_server: DevServer, **extra: str) -> dict[str, str]:
+    return {**os.environ, "KEEL_TEMPORAL_ADDRESS": dev_server.cfg.address, **extra}

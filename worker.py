@@ -1,0 +1,105 @@
+"""Build and run a Keel worker for an app: `python worker.py --app myproject.app:app`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import concurrent.futures
+import os
+import signal
+import sys
+from collections.abc import Sequence
+
+from temporalio.client import Client
+from temporalio.worker import Interceptor, Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+from activities import AgentActivities
+from app import App, load_app
+from storage import Storage, open_storage
+from workflows import DATA_CONVERTER, WORKFLOWS
+
+DEFAULT_TASK_QUEUE = "keel"
+
+
+def task_queue() -> str:
+    return os.environ.get("KEEL_TASK_QUEUE", DEFAULT_TASK_QUEUE)
+
+
+def temporal_address() -> str:
+    return os.environ.get("KEEL_TEMPORAL_ADDRESS", "127.0.0.1:7233")
+
+
+def temporal_namespace() -> str:
+    return os.environ.get("KEEL_NAMESPACE", "default")
+
+
+def workflow_runner() -> SandboxedWorkflowRunner:
+    # pydantic is deterministic and heavy to re-import per run; sharing it with the sandbox is safe.
+    return SandboxedWorkflowRunner(
+        restrictions=SandboxRestrictions.default.with_passthrough_modules("pydantic", "pydantic_core", "annotated_types")
+    )
+
+
+def build_worker(
+    client: Client,
+    app: App,
+    storage: Storage,
+    *,
+    task_queue: str = DEFAULT_TASK_QUEUE,
+    max_cached_workflows: int = 1000,
+    interceptors: Sequence[Interceptor] = (),
+    activity_executor: concurrent.futures.Executor | None = None,
+) -> Worker:
+    """A worker running Keel's workflows and the app's activities on `task_queue`."""
+    activities = AgentActivities(app, storage)
+    return Worker(
+        client,
+        task_queue=task_queue,
+        workflows=WORKFLOWS,
+        activities=activities.all(),
+        workflow_runner=workflow_runner(),
+        max_cached_workflows=max_cached_workflows,
+        interceptors=interceptors,
+        activity_executor=activity_executor,
+    )
+
+
+async def connect(address: str | None = None, namespace: str | None = None) -> Client:
+    return await Client.connect(
+        address or temporal_address(), namespace=namespace or temporal_namespace(), data_converter=DATA_CONVERTER
+    )
+
+
+async def run_worker(app_ref: str | None, address: str | None, namespace: str | None, queue: str | None) -> None:
+    app = load_app(app_ref)
+    client = await connect(address, namespace)
+    storage = open_storage()
+    await storage.init()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        worker = build_worker(client, app, storage, task_queue=queue or task_queue())
+        async with worker:
+            print(f"keel worker: task queue {worker.task_queue!r}, agents: {', '.join(app.agents)}", flush=True)
+            await stop.wait()
+    finally:
+        await storage.close()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="worker.py", description=__doc__)
+    parser.add_argument("--app", help="app reference module:attr (default: $KEEL_APP or the demo app)")
+    parser.add_argument("--address", help="Temporal address (default: $KEEL_TEMPORAL_ADDRESS or 127.0.0.1:7233)")
+    parser.add_argument("--namespace", help="Temporal namespace (default: $KEEL_NAMESPACE or default)")
+    parser.add_argument("--task-queue", help="task queue (default: $KEEL_TASK_QUEUE or keel)")
+    args = parser.parse_args(argv)
+    asyncio.run(run_worker(args.app, args.address, args.namespace, args.task_queue))
+    sys.stdout.flush()
+    os._exit(0)  # sdk-python#300: a Temporal client process can crash at interpreter exit
+
+
+if __name__ == "__main__":
+    main()

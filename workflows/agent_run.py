@@ -1,0 +1,359 @@
+"""`AgentRun`: one agent turn as a Temporal workflow.
+
+model step -> tool policy -> (approval wait) -> tool activities -> model step ... -> finish or `maxSteps`.
+
+The conversation lives in storage; the workflow passes references (thread id and message ids), so its history
+grows by a constant per step. Tool approval is a wait on workflow state, released by the `tool_approval` signal
+or the `approve_tool_call` update.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RawValue
+from temporalio.exceptions import ActivityError, ApplicationError
+
+from workflows.contracts import (
+    AgentRunInput,
+    AgentRunResult,
+    ApprovalAccepted,
+    EventRecord,
+    FinishReason,
+    FinishRunInput,
+    InputMessage,
+    MessageRecord,
+    ModelStepInput,
+    ModelStepResult,
+    PendingToolCall,
+    PendingWrites,
+    PlannedToolCall,
+    RunCarry,
+    ToolApproval,
+    ToolCallChunk,
+    ToolCallInput,
+    ToolCallPayload,
+    ToolCallResult,
+    ToolResultChunk,
+    ToolResultPart,
+    ToolResultPayload,
+)
+from workflows.options import DEFAULT_OPTIONS, AgentActivityOptions
+from workflows.search_attributes import (
+    KEEL_AGENT_ID,
+    KEEL_KIND,
+    KEEL_RESOURCE_ID,
+    KEEL_STATUS,
+    KEEL_THREAD_ID,
+)
+
+MODEL_STEP = "keel.model_step"
+TOOL_CALL = "keel.tool_call"
+FINISH_RUN = "keel.finish_run"
+
+DECLINED_REASON = "Tool call was not approved by the user"
+MAX_REJECTED_SIGNALS = 20
+
+
+@workflow.defn(name="AgentRun")
+class AgentRun:
+    options: AgentActivityOptions = DEFAULT_OPTIONS
+
+    def __init__(self) -> None:
+        self._pending: dict[str, PendingToolCall] = {}
+        self._decisions: dict[str, ToolApproval] = {}
+        self._rejected: list[str] = []
+
+    # --- handlers ------------------------------------------------------------------------------------
+
+    @workflow.query(name="pending_tool_calls")
+    def pending_tool_calls(self) -> list[PendingToolCall]:
+        return [call for call_id, call in self._pending.items() if call_id not in self._decisions]
+
+    @workflow.query(name="rejected_signals")
+    def rejected_signals(self) -> list[str]:
+        """Why recent `tool_approval` signals were ignored (signals cannot answer their sender)."""
+        return list(self._rejected)
+
+    @workflow.signal(name="tool_approval")
+    def tool_approval(self, raw: RawValue) -> None:
+        # Decoded by hand so a malformed payload is recorded and ignored instead of failing the task.
+        try:
+            approval = workflow.payload_converter().from_payload(raw.payload, ToolApproval)
+        except Exception as err:
+            self._reject(f"malformed tool_approval payload: {err}")
+            return
+        problem = self._approval_problem(approval)
+        if problem:
+            self._reject(problem)
+            return
+        self._decisions[approval.tool_call_id] = approval
+
+    @workflow.update(name="approve_tool_call")
+    def approve_tool_call(self, approval: ToolApproval) -> ApprovalAccepted:
+        self._decisions[approval.tool_call_id] = approval
+        return ApprovalAccepted(tool_call_id=approval.tool_call_id)
+
+    @approve_tool_call.validator
+    def _validate_approval(self, approval: ToolApproval) -> None:
+        problem = self._approval_problem(approval)
+        if problem:
+            raise ValueError(problem)
+
+    def _approval_problem(self, approval: ToolApproval) -> str | None:
+        call_id = approval.tool_call_id
+        if call_id in self._decisions:
+            verdict = "approved" if self._decisions[call_id].approved else "declined"
+            return f"tool call {call_id!r} was already {verdict}"
+        if call_id not in self._pending:
+            waiting = sorted(c for c in self._pending if c not in self._decisions)
+            return f"no pending tool call {call_id!r} (pending: {', '.join(waiting) or 'none'})"
+        return None
+
+    def _reject(self, reason: str) -> None:
+        workflow.logger.warning("Ignored tool_approval signal: %s", reason)
+        self._rejected = [*self._rejected[-(MAX_REJECTED_SIGNALS - 1) :], reason]
+
+    # --- the loop ------------------------------------------------------------------------------------
+
+    @workflow.run
+    async def run(self, input: AgentRunInput) -> AgentRunResult:
+        if not isinstance(input, AgentRunInput):  # a non-JSON payload decodes to bytes, not a model
+            raise ApplicationError("AgentRun input must be a JSON object", type="InvalidInput", non_retryable=True)
+        run_id = workflow.info().workflow_id
+        thread_id = input.thread_id or run_id
+        resource_id = input.resource_id or input.agent_id
+        workflow.upsert_search_attributes(
+            [
+                KEEL_KIND.value_set("agent"),
+                KEEL_STATUS.value_set("running"),
+                KEEL_AGENT_ID.value_set(input.agent_id),
+                KEEL_THREAD_ID.value_set(thread_id),
+                KEEL_RESOURCE_ID.value_set(resource_id),
+            ]
+        )
+        loop = _Loop(self, input, run_id, thread_id, resource_id)
+        try:
+            result = await loop.run()
+        except (ActivityError, ApplicationError) as err:
+            workflow.upsert_search_attributes([KEEL_STATUS.value_set("failed")])
+            if isinstance(err, ApplicationError):
+                raise
+            cause = err.cause if err.cause is not None else err
+            raise ApplicationError(
+                f"Agent run failed: {cause}", type=getattr(cause, "type", None), non_retryable=True
+            ) from err
+        workflow.upsert_search_attributes([KEEL_STATUS.value_set("completed")])
+        return result
+
+    async def wait_for_decisions(self, calls: list[PlannedToolCall]) -> dict[str, ToolApproval]:
+        for call in calls:
+            self._pending[call.tool_call_id] = PendingToolCall(
+                tool_call_id=call.tool_call_id, tool_name=call.tool_name, args=call.args
+            )
+        workflow.upsert_search_attributes([KEEL_STATUS.value_set("suspended")])
+        await workflow.wait_condition(lambda: all(c.tool_call_id in self._decisions for c in calls))
+        workflow.upsert_search_attributes([KEEL_STATUS.value_set("running")])
+        decided = {c.tool_call_id: self._decisions[c.tool_call_id] for c in calls}
+        for call in calls:
+            self._pending.pop(call.tool_call_id, None)
+        return decided
+
+
+class _Loop:
+    """The state of one run's loop; rebuilt from `RunCarry` after continue-as-new."""
+
+    def __init__(
+        self, wf: AgentRun, input: AgentRunInput, run_id: str, thread_id: str, resource_id: str
+    ) -> None:
+        self.wf = wf
+        self.input = input
+        self.run_id = run_id
+        self.thread_id = thread_id
+        self.resource_id = resource_id
+        self.opts = wf.options
+        self.carry = input.carry or RunCarry(step=0, message_seq=0)
+        if input.carry is None:
+            messages = input.messages
+            if isinstance(messages, str):
+                messages = [InputMessage(role="user", content=messages)]
+            self.carry.pending = PendingWrites(
+                messages=[
+                    MessageRecord(id=self._next_message_id(), role=m.role, content=m.content) for m in messages
+                ]
+            )
+
+    def _next_message_id(self) -> str:
+        self.carry.message_seq += 1
+        return f"{self.run_id}-m{self.carry.message_seq}"
+
+    async def run(self) -> AgentRunResult:
+        c = self.carry
+        while True:
+            c.step += 1
+            step = await self._model_step()
+            c.usage = c.usage.plus(step.usage)
+            c.max_steps = self.input.max_steps or c.max_steps or step.max_steps
+            if not step.tool_calls:
+                return self._result(step.text, step.finish_reason)
+            c.tool_calls.extend(
+                ToolCallChunk(
+                    run_id=self.run_id,
+                    payload=ToolCallPayload(tool_call_id=t.tool_call_id, tool_name=t.tool_name, args=t.args),
+                )
+                for t in step.tool_calls
+            )
+            await self._run_tools(step)
+            if c.step >= c.max_steps:
+                await self._finish("tool-calls")
+                return self._result(step.text, "tool-calls")
+            if workflow.info().is_continue_as_new_suggested():
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                workflow.continue_as_new(self.input.model_copy(update={"carry": c}))
+
+    async def _model_step(self) -> ModelStepResult:
+        c = self.carry
+        step_input = ModelStepInput(
+            run_id=self.run_id,
+            agent_id=self.input.agent_id,
+            thread_id=self.thread_id,
+            resource_id=self.resource_id,
+            step=c.step,
+            message_id=self._next_message_id(),
+            writes=c.pending,
+            request_context=self.input.request_context,
+            usage_before=c.usage,
+        )
+        c.pending = PendingWrites()
+        if self.opts.model_as_local_activity:
+            return await workflow.execute_local_activity(
+                MODEL_STEP,
+                step_input,
+                result_type=ModelStepResult,
+                start_to_close_timeout=self.opts.model_start_to_close,
+                retry_policy=self.opts.model_retry,
+                summary=f"model step {c.step}",
+            )
+        return await workflow.execute_activity(
+            MODEL_STEP,
+            step_input,
+            result_type=ModelStepResult,
+            start_to_close_timeout=self.opts.model_start_to_close,
+            retry_policy=self.opts.model_retry,
+            summary=f"model step {c.step}",
+        )
+
+    async def _run_tools(self, step: ModelStepResult) -> None:
+        needs_approval = [t for t in step.tool_calls if t.requires_approval and t.error is None]
+        decisions = await self.wf.wait_for_decisions(needs_approval) if needs_approval else {}
+        outcomes = await asyncio.gather(*(self._run_tool(t, decisions.get(t.tool_call_id)) for t in step.tool_calls))
+        for call, outcome in zip(step.tool_calls, outcomes, strict=True):
+            self.carry.tool_results.append(
+                ToolResultChunk(
+                    run_id=self.run_id,
+                    payload=ToolResultPayload(
+                        tool_call_id=call.tool_call_id,
+                        tool_name=call.tool_name,
+                        args=call.args,
+                        result=outcome.result,
+                        is_error=outcome.is_error or None,
+                    ),
+                )
+            )
+
+    async def _run_tool(self, call: PlannedToolCall, decision: ToolApproval | None) -> ToolCallResult:
+        if call.error is not None:
+            return self._synthesized(call, {"error": call.error}, is_error=True, event="tool-error")
+        if decision is not None and not decision.approved:
+            return self._declined(call, decision.reason or DECLINED_REASON)
+        try:
+            return await workflow.execute_activity(
+                TOOL_CALL,
+                ToolCallInput(
+                    run_id=self.run_id,
+                    agent_id=self.input.agent_id,
+                    thread_id=self.thread_id,
+                    resource_id=self.resource_id,
+                    step=self.carry.step,
+                    tool_call_id=call.tool_call_id,
+                    tool_name=call.tool_name,
+                    args=call.args,
+                    result_message_id=f"{self.run_id}-t-{call.tool_call_id}",
+                    request_context=self.input.request_context,
+                ),
+                result_type=ToolCallResult,
+                start_to_close_timeout=self.opts.tool_start_to_close,
+                heartbeat_timeout=self.opts.tool_heartbeat,
+                retry_policy=self.opts.idempotent_tool_retry if call.idempotent else self.opts.once_tool_retry,
+                summary=f"{call.tool_name} ({call.tool_call_id})",
+            )
+        except ActivityError as err:
+            # The tool's own exceptions come back as results; reaching here means attempts were lost
+            # (crashed workers, timeouts). The model is told, and the run goes on.
+            message = f"Tool {call.tool_name} did not complete: {err.cause or err}"
+            return self._synthesized(call, {"error": message}, is_error=True, event="tool-error")
+
+    def _declined(self, call: PlannedToolCall, reason: str) -> ToolCallResult:
+        result = ToolCallResult(tool_call_id=call.tool_call_id, tool_name=call.tool_name, result=reason)
+        self._write_tool_message(call, reason, is_error=False, denied=True)
+        self.carry.pending.events.append(
+            EventRecord(
+                type="tool-output-denied",
+                payload={
+                    "toolCallId": call.tool_call_id,
+                    "toolName": call.tool_name,
+                    "args": call.args,
+                    "approval": {"id": call.tool_call_id, "approved": False, "reason": reason},
+                },
+            )
+        )
+        return result
+
+    def _synthesized(self, call: PlannedToolCall, result: Any, *, is_error: bool, event: str) -> ToolCallResult:
+        self._write_tool_message(call, result, is_error=is_error, denied=False)
+        payload = {"toolCallId": call.tool_call_id, "toolName": call.tool_name, "args": call.args}
+        payload["error" if is_error else "result"] = result
+        self.carry.pending.events.append(EventRecord(type=event, payload=payload))
+        return ToolCallResult(
+            tool_call_id=call.tool_call_id, tool_name=call.tool_name, result=result, is_error=is_error
+        )
+
+    def _write_tool_message(self, call: PlannedToolCall, result: Any, *, is_error: bool, denied: bool) -> None:
+        part = ToolResultPart(
+            tool_call_id=call.tool_call_id, tool_name=call.tool_name, result=result, is_error=is_error, denied=denied
+        )
+        self.carry.pending.messages.append(
+            MessageRecord(id=f"{self.run_id}-t-{call.tool_call_id}", role="tool", content=[part])
+        )
+
+    async def _finish(self, reason: FinishReason) -> None:
+        """Persist what no later model step will (declined results at `maxSteps`) and close the event log."""
+        await workflow.execute_activity(
+            FINISH_RUN,
+            FinishRunInput(
+                run_id=self.run_id,
+                thread_id=self.thread_id,
+                resource_id=self.resource_id,
+                writes=self.carry.pending,
+                finish_reason=reason,
+                usage=self.carry.usage,
+            ),
+            start_to_close_timeout=self.opts.storage_start_to_close,
+            retry_policy=self.opts.idempotent_tool_retry,
+            summary="persist final messages",
+        )
+        self.carry.pending = PendingWrites()
+
+    def _result(self, text: str, reason: FinishReason) -> AgentRunResult:
+        c = self.carry
+        return AgentRunResult(
+            run_id=self.run_id,
+            text=text,
+            finish_reason=reason,
+            tool_calls=c.tool_calls,
+            tool_results=c.tool_results,
+            usage=c.usage,
+            steps=c.step,
+        )

@@ -1,0 +1,259 @@
+"""Contract models: every workflow and activity input and output, as pydantic models.
+
+Field names are snake_case in Python and camelCase on the wire (the JSON that the `temporal` CLI, the Temporal
+UI and HTTP clients see). Rule for changes: new fields are optional with defaults, so histories in flight decode.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+
+class Contract(BaseModel):
+    """Base of every contract model: camelCase on the wire, snake_case in Python, unknown keys ignored."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        validate_by_name=True,
+        validate_by_alias=True,
+        serialize_by_alias=True,
+        extra="ignore",
+    )
+
+
+# --- Messages (AI-SDK style content parts) -------------------------------------------------------------
+
+
+class TextPart(Contract):
+    type: Literal["text"] = "text"
+    text: str
+
+
+class ToolCallPart(Contract):
+    type: Literal["tool-call"] = "tool-call"
+    tool_call_id: str
+    tool_name: str
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
+class ToolResultPart(Contract):
+    type: Literal["tool-result"] = "tool-result"
+    tool_call_id: str
+    tool_name: str
+    result: Any = None
+    is_error: bool = False
+    denied: bool = False
+
+
+Part = Annotated[TextPart | ToolCallPart | ToolResultPart, Field(discriminator="type")]
+Role = Literal["system", "user", "assistant", "tool"]
+
+
+class InputMessage(Contract):
+    """A message as a caller sends it: `{"role", "content"}` with content a string or a list of parts."""
+
+    role: Role
+    content: str | list[Part]
+
+
+class MessageRecord(Contract):
+    """A message with its stable id, as the workflow asks activities to persist it."""
+
+    id: str
+    role: Role
+    content: str | list[Part]
+
+
+class EventRecord(Contract):
+    """An event for the run's event log (Mastra chunk types: text-delta, tool-call, tool-result, ...)."""
+
+    type: str
+    payload: dict[str, Any] = Field(default_factory=dict)
+
+
+class PendingWrites(Contract):
+    """Messages and events decided in the workflow, persisted by the next activity that touches storage."""
+
+    messages: list[MessageRecord] = Field(default_factory=list)
+    events: list[EventRecord] = Field(default_factory=list)
+
+
+class Usage(Contract):
+    input_tokens: int = 0
+    output_tokens: int = 0
+    total_tokens: int = 0
+
+    def plus(self, other: Usage | None) -> Usage:
+        if other is None:
+            return self
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            total_tokens=self.total_tokens + other.total_tokens,
+        )
+
+
+# --- AgentRun: the workflow's public contract -----------------------------------------------------------
+
+
+class RunCarry(Contract):
+    """State carried across continue-as-new. Internal: callers never set it."""
+
+    step: int
+    message_seq: int
+    last_message_id: str | None = None
+    tool_calls: list[ToolCallChunk] = Field(default_factory=list)
+    tool_results: list[ToolResultChunk] = Field(default_factory=list)
+    usage: Usage = Field(default_factory=Usage)
+    max_steps: int | None = None
+    pending: PendingWrites = Field(default_factory=PendingWrites)
+
+
+class AgentRunInput(Contract):
+    """Input of the `AgentRun` workflow (fixed contract)."""
+
+    agent_id: str = Field(min_length=1)
+    messages: str | list[InputMessage]
+    thread_id: str | None = None
+    resource_id: str | None = None
+    max_steps: int | None = Field(default=None, ge=1, le=1000)
+    request_context: dict[str, Any] | None = None
+    carry: RunCarry | None = None
+
+
+class ToolCallPayload(Contract):
+    tool_call_id: str
+    tool_name: str
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
+class ToolResultPayload(Contract):
+    tool_call_id: str
+    tool_name: str
+    args: dict[str, Any] = Field(default_factory=dict)
+    result: Any = None
+    is_error: bool | None = None
+
+
+class ToolCallChunk(Contract):
+    """Mastra's `toolCalls[i]` shape: `{type, runId, from, payload}`."""
+
+    type: Literal["tool-call"] = "tool-call"
+    run_id: str
+    from_: Literal["AGENT"] = Field(default="AGENT", alias="from")
+    payload: ToolCallPayload
+
+
+class ToolResultChunk(Contract):
+    """Mastra's `toolResults[i]` shape."""
+
+    type: Literal["tool-result"] = "tool-result"
+    run_id: str
+    from_: Literal["AGENT"] = Field(default="AGENT", alias="from")
+    payload: ToolResultPayload
+
+
+FinishReason = Literal["stop", "tool-calls", "length", "content-filter", "error", "other"]
+
+
+class AgentRunResult(Contract):
+    """Result of the `AgentRun` workflow: Mastra's generate result."""
+
+    run_id: str
+    text: str
+    finish_reason: FinishReason
+    tool_calls: list[ToolCallChunk] = Field(default_factory=list)
+    tool_results: list[ToolResultChunk] = Field(default_factory=list)
+    usage: Usage | None = None
+    steps: int = 0
+
+
+class PendingToolCall(Contract):
+    """One entry of the `pending_tool_calls` query."""
+
+    tool_call_id: str
+    tool_name: str
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
+class ToolApproval(Contract):
+    """Input of the `tool_approval` signal and the `approve_tool_call` update."""
+
+    tool_call_id: str = Field(min_length=1)
+    approved: bool
+    reason: str | None = None
+
+
+class ApprovalAccepted(Contract):
+    accepted: Literal[True] = True
+    tool_call_id: str
+
+
+# --- Activities -----------------------------------------------------------------------------------------
+
+
+class PlannedToolCall(Contract):
+    """A tool call the model asked for, with the policy the activity resolved for it."""
+
+    tool_call_id: str
+    tool_name: str
+    args: dict[str, Any] = Field(default_factory=dict)
+    requires_approval: bool = False
+    idempotent: bool = True
+    error: str | None = None
+
+
+class ModelStepInput(Contract):
+    run_id: str
+    agent_id: str
+    thread_id: str
+    resource_id: str
+    step: int
+    message_id: str
+    writes: PendingWrites = Field(default_factory=PendingWrites)
+    request_context: dict[str, Any] | None = None
+    usage_before: Usage | None = None
+
+
+class ModelStepResult(Contract):
+    message_id: str
+    text: str = ""
+    tool_calls: list[PlannedToolCall] = Field(default_factory=list)
+    finish_reason: FinishReason = "stop"
+    usage: Usage | None = None
+    max_steps: int = 5
+
+
+class ToolCallInput(Contract):
+    run_id: str
+    agent_id: str
+    thread_id: str
+    resource_id: str
+    step: int
+    tool_call_id: str
+    tool_name: str
+    args: dict[str, Any] = Field(default_factory=dict)
+    result_message_id: str
+    request_context: dict[str, Any] | None = None
+
+
+class ToolCallResult(Contract):
+    tool_call_id: str
+    tool_name: str
+    result: Any = None
+    is_error: bool = False
+
+
+class FinishRunInput(Contract):
+    run_id: str
+    thread_id: str
+    resource_id: str
+    writes: PendingWrites = Field(default_factory=PendingWrites)
+    finish_reason: FinishReason = "stop"
+    usage: Usage | None = None
+
+
+RunCarry.model_rebuild()
