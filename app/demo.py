@@ -7,6 +7,7 @@ quotes the tool's result; declined, the tool never runs and the final text says 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 from pathlib import Path
@@ -53,7 +54,7 @@ def demo_script(request: ModelRequest) -> ModelResponse:
         return ModelResponse(text="The save_note call was declined, so I did not save the note.")
     if last.is_error:
         return ModelResponse(text=f"Saving the note failed: {last.result}")
-    return ModelResponse(text=f"Saved your note. Tool result: {last.result}")
+    return ModelResponse(text=f"Saved your note. Tool result: {json.dumps(last.result)}")
 
 
 demo = Agent(

@@ -1,8 +1,8 @@
 """PostgreSQL backend on asyncpg, for deployments with several workers.
 
 asyncpg is imported on first use, so `import storage` works where only the SQLite backend is installed.
-JSON columns are passed as text both ways (asyncpg's default for jsonb): we serialise with pydantic, which also
-knows how to dump the `Part` models and any datetimes inside payloads.
+JSON columns are passed as text both ways (asyncpg's default for jsonb): we serialise with pydantic, which
+also knows how to dump the `Part` models and any datetimes inside payloads.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from workflows.contracts import Part
 if TYPE_CHECKING:
     import asyncpg
 
-_CONTENT: TypeAdapter[str | list[Part]] = TypeAdapter(str | list[Part])  # type: ignore[arg-type]
+_CONTENT: TypeAdapter[str | list[Part]] = TypeAdapter(str | list[Part])
 
 # Advisory lock keys. The two-argument form lives in a different key space from the one-argument form, so
 # per-run locks can never collide with the schema lock.

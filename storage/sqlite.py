@@ -26,7 +26,7 @@ from workflows.contracts import Part
 
 T = TypeVar("T")
 
-_CONTENT: TypeAdapter[str | list[Part]] = TypeAdapter(str | list[Part])  # type: ignore[arg-type]
+_CONTENT: TypeAdapter[str | list[Part]] = TypeAdapter(str | list[Part])
 
 _BUSY_TIMEOUT_MS = 5000
 

@@ -380,7 +380,9 @@ def test_open_storage_maps_sqlite_urls_to_relative_and_absolute_paths() -> None:
     assert isinstance(absolute, SQLiteStorage) and absolute.path == Path("/var/lib/keel.db")
 
 
-def test_open_storage_reads_keel_storage_url_then_defaults_to_dot_keel(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_open_storage_reads_keel_storage_url_then_defaults_to_dot_keel(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("KEEL_STORAGE_URL", "postgres://u@db/keel")
     from_env = open_storage()
     monkeypatch.delenv("KEEL_STORAGE_URL")

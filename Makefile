@@ -1,0 +1,36 @@
+# Two commands for a fresh machine: `make demo` and `make test`. Everything installs into .venv.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+KEEL := $(VENV)/bin/keel
+
+.PHONY: install demo dev test lint bench record-histories clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	touch $@
+
+demo: install  ## the demo end to end: local Temporal, worker, one approved and one declined run; leaves nothing running
+	$(KEEL) demo
+
+dev: install  ## the whole stack in the foreground (Temporal dev server + UI, worker); Ctrl-C stops all
+	$(KEEL) dev
+
+test: install  ## every test; the tests start their own Temporal dev server and PostgreSQL
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PY) -m mypy
+	$(PY) -m pytest
+
+bench: install  ## per-step cost of Keel against bare temporalio, side by side (see bench/README.md)
+	$(PY) -m bench.agent_steps
+
+record-histories: install  ## re-record tests/histories/*.json from the current workflow code
+	$(PY) -m tests.record_histories
+
+clean:
+	rm -rf $(VENV) .keel .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,115 @@
+"""The baseline: a bare temporalio workflow doing the same work as the bench agent, with nothing else.
+
+Per step it runs one "model" activity (returns the next scripted decision; no storage, no message history) and
+one "tool" activity (the same small file write + read as `write_read`), both regular activities. Like the bench
+agent it makes N+1 model calls and N tool calls for N steps. With `model_local=True` the model call is a local
+activity instead, which is the shape Keel uses (a second baseline, to separate Keel's own cost from that
+architectural choice).
+
+Inputs are dataclasses on the pydantic data converter (`temporalio.contrib.pydantic`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from temporalio import activity, workflow
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+with workflow.unsafe.imports_passed_through():
+    from bench.apps import write_read_file
+    from worker import workflow_runner
+
+BARE_MODEL = "bare.model"
+BARE_TOOL = "bare.tool"
+
+
+@dataclass
+class BareInput:
+    steps: int
+    model_local: bool = False
+
+
+@dataclass
+class ModelIn:
+    steps: int
+    done: int
+
+
+@dataclass
+class Decision:
+    text: str | None = None
+    call_id: str | None = None
+    path: str | None = None
+    content: str | None = None
+
+
+@dataclass
+class ToolIn:
+    call_id: str
+    path: str
+    content: str
+
+
+@dataclass
+class ToolOut:
+    call_id: str
+    length: int
+
+
+@dataclass
+class BareResult:
+    text: str
+    steps: int
+
+
+@activity.defn(name=BARE_MODEL)
+async def bare_model(input: ModelIn) -> Decision:
+    if input.done >= input.steps:
+        return Decision(text=f"done: {input.done} steps")
+    k = input.done + 1
+    return Decision(call_id=f"call_{k}", path=f"bare-step-{k}.txt", content=f"step {k} of {input.steps}")
+
+
+@activity.defn(name=BARE_TOOL)
+async def bare_tool(input: ToolIn) -> ToolOut:
+    return ToolOut(call_id=input.call_id, length=write_read_file(input.path, input.content))
+
+
+@workflow.defn(name="BareRun")
+class BareRun:
+    @workflow.run
+    async def run(self, input: BareInput) -> BareResult:
+        done = 0
+        while True:
+            model_in = ModelIn(steps=input.steps, done=done)
+            if input.model_local:
+                decision = await workflow.execute_local_activity(
+                    bare_model, model_in, start_to_close_timeout=timedelta(seconds=60)
+                )
+            else:
+                decision = await workflow.execute_activity(
+                    bare_model, model_in, start_to_close_timeout=timedelta(seconds=60)
+                )
+            if decision.text is not None:
+                return BareResult(text=decision.text, steps=done)
+            assert decision.call_id and decision.path and decision.content is not None
+            await workflow.execute_activity(
+                bare_tool,
+                ToolIn(call_id=decision.call_id, path=decision.path, content=decision.content),
+                start_to_close_timeout=timedelta(seconds=60),
+            )
+            done += 1
+
+
+def build_bare_worker(client: Client, task_queue: str) -> Worker:
+    """The baseline's worker, with the same sandbox runner as Keel's worker and SDK defaults otherwise."""
+    return Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[BareRun],
+        activities=[bare_model, bare_tool],
+        workflow_runner=workflow_runner(),
+    )

@@ -1,0 +1,337 @@
+"""The `keel` command line: dev stack, runs, approvals, listings and counts."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from app import App, AppError, load_app
+from client.devserver import DevServer, DevServerConfig, DevServerError, stop_detached
+from client.errors import KeelClientError
+from client.keel_client import KeelClient
+from client.run_events import follow
+from storage import RunEvent, Storage, StorageError, open_storage
+
+
+class CliError(Exception):
+    """A failure to report as one line on stderr with exit code 2."""
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, indent=2, default=str)
+
+
+async def _connect(args: argparse.Namespace, app: App | None = None) -> KeelClient:
+    try:
+        return await KeelClient.connect(args.address, namespace=args.namespace, task_queue=args.task_queue, app=app)
+    except RuntimeError as err:
+        address = args.address or os.environ.get("KEEL_TEMPORAL_ADDRESS", "127.0.0.1:7233")
+        raise CliError(f"Cannot reach Temporal at {address} ({err}); start it with `make dev` or `keel dev`") from None
+
+
+async def _storage() -> Storage:
+    store = open_storage()
+    await store.init()
+    return store
+
+
+# --- event printing ------------------------------------------------------------------------------------
+
+
+def _print_event(event: RunEvent, run_id: str) -> None:
+    p = event.payload
+    if event.type == "text-delta":
+        print(p.get("text", ""), end="", flush=True)
+    elif event.type == "text-end":
+        print(flush=True)
+    elif event.type == "tool-call":
+        print(f"  -> {p['toolName']}({json.dumps(p.get('args', {}))})  [{p['toolCallId']}]", flush=True)
+    elif event.type == "tool-call-approval":
+        print(f"  || waiting for approval: keel approve {run_id} {p['toolCallId']} [--decline]", flush=True)
+    elif event.type == "tool-result":
+        print(f"  <- {p['toolName']}: {json.dumps(p.get('result'))}", flush=True)
+    elif event.type == "tool-error":
+        print(f"  <- {p['toolName']} failed: {json.dumps(p.get('error'))}", flush=True)
+    elif event.type == "tool-output-denied":
+        print(f"  xx {p['toolName']} declined: {p.get('approval', {}).get('reason', '')}", flush=True)
+
+
+async def _follow_run(keel: KeelClient, storage: Storage, run_id: str, offset: int) -> int:
+    """Print a run's events until it finishes or waits for approval. Returns the exit code."""
+
+    async def closed_or_suspended() -> bool:
+        info = await keel.describe(run_id)
+        return info.status not in ("running",)
+
+    suspended = False
+    async for event in follow(
+        storage,
+        run_id,
+        offset=offset,
+        until=frozenset({"finish", "tool-call-approval"}),
+        idle_check=closed_or_suspended,
+    ):
+        _print_event(event, run_id)
+        suspended = event.type == "tool-call-approval"
+    info = await keel.describe(run_id)
+    if suspended or info.status == "suspended":
+        print(f"run {run_id} is suspended; pending: {[c.tool_call_id for c in await keel.pending_tool_calls(run_id)]}")
+        return 0
+    try:
+        result = await keel.result(run_id)
+    except KeelClientError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    print(f"run {run_id} {info.status}: finishReason={result.finish_reason} steps={result.steps}")
+    return 0
+
+
+# --- commands ------------------------------------------------------------------------------------------
+
+
+async def cmd_run(args: argparse.Namespace) -> int:
+    app = load_app(args.app)
+    keel = await _connect(args, app)
+    messages: Any = args.message
+    if args.message.lstrip().startswith("["):
+        try:
+            messages = json.loads(args.message)
+        except json.JSONDecodeError as err:
+            raise CliError(f"MESSAGE looks like a JSON list of messages but is not valid JSON: {err}") from None
+    run_id = await keel.start_run(
+        args.agent,
+        messages,
+        thread_id=args.thread_id,
+        resource_id=args.resource_id,
+        max_steps=args.max_steps,
+        run_id=args.run_id,
+    )
+    print(f"run {run_id} started (agent {args.agent})", flush=True)
+    if args.no_follow:
+        return 0
+    storage = await _storage()
+    try:
+        return await _follow_run(keel, storage, run_id, 0)
+    finally:
+        await storage.close()
+
+
+async def cmd_approve(args: argparse.Namespace) -> int:
+    keel = await _connect(args)
+    storage = await _storage()
+    try:
+        offset = len(await storage.read_events(args.run_id))
+        accepted = await keel.approve(args.run_id, args.tool_call_id, approved=not args.decline, reason=args.reason)
+        verb = "declined" if args.decline else "approved"
+        print(f"{verb} {accepted.tool_call_id} in run {args.run_id}", flush=True)
+        if args.no_follow:
+            return 0
+        return await _follow_run(keel, storage, args.run_id, offset)
+    finally:
+        await storage.close()
+
+
+async def cmd_pending(args: argparse.Namespace) -> int:
+    keel = await _connect(args)
+    pending = await keel.pending_tool_calls(args.run_id)
+    print(_json([p.model_dump(by_alias=True) for p in pending]))
+    return 0
+
+
+async def cmd_result(args: argparse.Namespace) -> int:
+    keel = await _connect(args)
+    result = await keel.result(args.run_id)
+    print(_json(result.model_dump(by_alias=True)))
+    return 0
+
+
+async def cmd_runs(args: argparse.Namespace) -> int:
+    keel = await _connect(args)
+    runs = await keel.list_runs(status=args.status, agent_id=args.agent, limit=args.limit)
+    if args.json:
+        print(_json([r.__dict__ for r in runs]))
+        return 0
+    if not runs:
+        print("no runs")
+    for r in runs:
+        started = r.started_at.strftime("%Y-%m-%d %H:%M:%S") if r.started_at else "-"
+        print(f"{r.run_id}  {r.status:<10} agent={r.agent_id}  thread={r.thread_id}  started={started}")
+    return 0
+
+
+async def cmd_counts(args: argparse.Namespace) -> int:
+    keel = await _connect(args, load_app(args.app))
+    counts = await keel.counts()
+    if args.json:
+        print(_json(counts))
+        return 0
+    for kind in ("agents", "workflows"):
+        for name, c in counts[kind].items():
+            print(f"{kind[:-1]} {name}: running={c['running']} suspended={c['suspended']}")
+    return 0
+
+
+async def cmd_events(args: argparse.Namespace) -> int:
+    storage = await _storage()
+    try:
+        if not args.follow:
+            for event in await storage.read_events(args.run_id, offset=args.offset):
+                print(json.dumps(event.model_dump(mode="json", by_alias=True)))
+            return 0
+        async for event in follow(storage, args.run_id, offset=args.offset):
+            print(json.dumps(event.model_dump(mode="json", by_alias=True)), flush=True)
+        return 0
+    finally:
+        await storage.close()
+
+
+async def cmd_server(args: argparse.Namespace) -> int:
+    cfg = DevServerConfig()
+    if args.action == "start":
+        server = await DevServer(cfg).start(detach=True)
+        state = "started" if server.owned else "already running"
+        print(f"Temporal dev server {state} at {cfg.address}; UI {cfg.ui_url}")
+    elif args.action == "stop":
+        print("stopped" if stop_detached(cfg) else "no dev server started by `keel server start` is recorded")
+    else:
+        from client.devserver import is_listening
+
+        print(f"{cfg.address}: {'listening' if is_listening(cfg.host, cfg.port) else 'not running'}")
+    return 0
+
+
+async def _until_interrupted() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+
+async def _with_stack(args: argparse.Namespace, body: Callable[[KeelClient, App, DevServer], Awaitable[int]]) -> int:
+    """Run `body` with a dev server (started or reused) and an in-process worker; stop what was started."""
+    from worker import build_worker
+
+    app = load_app(args.app)
+    cfg = DevServerConfig()
+    server = DevServer(cfg)
+    await server.start()
+    storage = await _storage()
+    try:
+        keel = await _connect(args, app)
+        async with build_worker(keel.temporal, app, storage, task_queue=keel.task_queue):
+            return await body(keel, app, server)
+    finally:
+        await storage.close()
+        server.stop()
+
+
+async def cmd_dev(args: argparse.Namespace) -> int:
+    async def serve(keel: KeelClient, app: App, server: DevServer) -> int:
+        origin = "started" if server.owned else "reused"
+        print(f"Temporal {origin} at {server.cfg.address}; UI {server.cfg.ui_url}", flush=True)
+        print(f"worker on task queue {keel.task_queue!r}; agents: {', '.join(app.agents)}", flush=True)
+        print("Ctrl-C stops everything", flush=True)
+        await _until_interrupted()
+        return 0
+
+    return await _with_stack(args, serve)
+
+
+async def cmd_demo(args: argparse.Namespace) -> int:
+    from client.demo import run_demo
+
+    return await _with_stack(args, run_demo)
+
+
+# --- parser --------------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="keel", description="Durable agents on Temporal.")
+    parser.add_argument("--address", help="Temporal address (default $KEEL_TEMPORAL_ADDRESS or 127.0.0.1:7233)")
+    parser.add_argument("--namespace", help="Temporal namespace (default $KEEL_NAMESPACE or default)")
+    parser.add_argument("--task-queue", help="task queue (default $KEEL_TASK_QUEUE or keel)")
+    parser.add_argument("--app", help="app reference module:attr (default $KEEL_APP or the bundled demo app)")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    sub.add_parser("dev", help="run the dev server and a worker in the foreground (Ctrl-C stops all)")
+    sub.add_parser("demo", help="run the demo end to end (approve one run, decline another) and exit")
+    p = sub.add_parser("server", help="start/stop a background dev server")
+    p.add_argument("action", choices=["start", "stop", "status"])
+
+    p = sub.add_parser("run", help="start an agent run and follow it until it finishes or waits for approval")
+    p.add_argument("agent")
+    p.add_argument("message", help="a user message, or a JSON list of {role, content}")
+    p.add_argument("--thread-id")
+    p.add_argument("--resource-id")
+    p.add_argument("--run-id")
+    p.add_argument("--max-steps", type=int)
+    p.add_argument("--no-follow", action="store_true", help="print the run id and return at once")
+
+    p = sub.add_parser("approve", help="approve (or --decline) a pending tool call")
+    p.add_argument("run_id")
+    p.add_argument("tool_call_id")
+    p.add_argument("--decline", action="store_true")
+    p.add_argument("--reason")
+    p.add_argument("--no-follow", action="store_true")
+
+    p = sub.add_parser("pending", help="list a run's pending tool calls")
+    p.add_argument("run_id")
+    p = sub.add_parser("result", help="wait for a run and print its result JSON")
+    p.add_argument("run_id")
+
+    p = sub.add_parser("runs", help="list agent runs")
+    p.add_argument("--status", choices=["running", "suspended", "completed", "failed", "canceled", "terminated"])
+    p.add_argument("--agent")
+    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("counts", help="running and suspended runs per agent")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("events", help="print a run's event log from an offset")
+    p.add_argument("run_id")
+    p.add_argument("--offset", type=int, default=0)
+    p.add_argument("--follow", action="store_true", help="keep following until the run's finish event")
+    return parser
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {
+    "dev": cmd_dev,
+    "demo": cmd_demo,
+    "server": cmd_server,
+    "run": cmd_run,
+    "approve": cmd_approve,
+    "pending": cmd_pending,
+    "result": cmd_result,
+    "runs": cmd_runs,
+    "counts": cmd_counts,
+    "events": cmd_events,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    try:
+        code = asyncio.run(COMMANDS[args.command](args))
+    except (CliError, KeelClientError, AppError, DevServerError, StorageError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        code = 2
+    except KeyboardInterrupt:
+        code = 130
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(code)  # sdk-python#300: a Temporal client process can crash at interpreter exit
+
+
+if __name__ == "__main__":
+    main()
