@@ -20,17 +20,18 @@ from model_providers import ModelRequest, ModelResponse, ModelToolCall, Scripted
 from model_providers import last_user_text, tool_results_since_last_user
 
 _STEPS = re.compile(r"steps\s*=\s*(\d+)")
-_dir: Path | None = None
+_dirs: dict[str, Path] = {}
 
 
 def bench_dir() -> Path:
-    """Where `write_read` writes: $KEEL_BENCH_DIR, else a temp dir made on first use."""
-    global _dir
-    if _dir is None:
-        env = os.environ.get("KEEL_BENCH_DIR")
-        _dir = Path(env) if env else Path(tempfile.mkdtemp(prefix="keel-bench-files-"))
-        _dir.mkdir(parents=True, exist_ok=True)
-    return _dir
+    """Where `write_read` writes: $KEEL_BENCH_DIR (created on first use), else a temp dir made once."""
+    key = os.environ.get("KEEL_BENCH_DIR", "")
+    found = _dirs.get(key)
+    if found is None:
+        found = Path(key) if key else Path(tempfile.mkdtemp(prefix="keel-bench-files-"))
+        found.mkdir(parents=True, exist_ok=True)
+        _dirs[key] = found
+    return found
 
 
 def write_read_file(path: str, content: str) -> int:

@@ -10,6 +10,7 @@ from temporalio.client import Client
 from app.demo import app as demo_app
 from client import KeelClient
 from storage import Storage
+from tests.apps import app as test_app
 from tests.conftest import running_worker
 
 
@@ -47,3 +48,88 @@ async def test_declined_tool_call_never_runs_the_tool(
         result = await keel.result(run_id)
     assert "declined" in result.text
     assert not (data_dir / "notes").exists()
+
+
+async def test_multi_step_run_calls_the_tool_once_per_step_and_persists_the_conversation(
+    client: Client, storage: Storage, task_queue: str
+) -> None:
+    async with running_worker(client, test_app, storage, task_queue) as keel:
+        run_id = await keel.start_run("multi", "steps=4", thread_id="t-multi", resource_id="user-1")
+        result = await keel.result(run_id)
+    assert result.text == "done after 4 tool calls"
+    assert result.steps == 5 and result.finish_reason == "stop"
+    assert [c.payload.tool_call_id for c in result.tool_calls] == ["call_1", "call_2", "call_3", "call_4"]
+    assert [r.payload.result for r in result.tool_results] == [{"echo": f"#{i}"} for i in range(1, 5)]
+    messages, total = await storage.list_messages("t-multi")
+    assert total == 1 + 4 * 2 + 1  # user, (assistant + tool) per step, final assistant
+    assert [m.role for m in messages[:3]] == ["user", "assistant", "tool"]
+    thread = await storage.get_thread("t-multi")
+    assert thread is not None and thread.resource_id == "user-1"
+
+
+async def test_max_steps_stops_the_loop_with_finish_reason_tool_calls(
+    client: Client, storage: Storage, task_queue: str
+) -> None:
+    async with running_worker(client, test_app, storage, task_queue) as keel:
+        run_id = await keel.start_run("multi", "steps=10", max_steps=3)
+        result = await keel.result(run_id)
+    assert result.finish_reason == "tool-calls"
+    assert result.steps == 3 and len(result.tool_results) == 3
+    events = await storage.read_events(run_id)
+    assert events[-1].type == "finish"
+
+
+async def test_unknown_tools_bad_arguments_and_tool_exceptions_go_back_to_the_model(
+    client: Client, storage: Storage, task_queue: str
+) -> None:
+    async with running_worker(client, test_app, storage, task_queue) as keel:
+        result = await keel.result(await keel.start_run("mistakes", "go"))
+    errors = [r.payload.result["error"] for r in result.tool_results]
+    assert "Tool 'no_such_tool' not found" in errors[0]
+    assert "Invalid arguments for tool 'boom'" in errors[1] and "n:" in errors[1]
+    assert errors[2] == "RuntimeError: boom 7"
+    assert all(r.payload.is_error for r in result.tool_results)
+    assert result.text.count("error") == 3
+
+
+async def test_event_log_tells_the_run_in_order_and_reads_from_any_offset(
+    client: Client, storage: Storage, task_queue: str, data_dir: Path
+) -> None:
+    async with running_worker(client, demo_app, storage, task_queue) as keel:
+        run_id = await keel.start_run("demo", "log me")
+        [call_id] = await wait_for_pending(keel, run_id)
+        await keel.approve(run_id, call_id)
+        await keel.result(run_id)
+    events = await storage.read_events(run_id)
+    types = [e.type for e in events]
+    assert types[0] == "start" and types[-1] == "finish"
+    assert types.index("tool-call") < types.index("tool-call-approval") < types.index("tool-result")
+    assert [e.offset for e in events] == list(range(len(events)))
+    text = "".join(e.payload["text"] for e in events if e.type == "text-delta")
+    assert text.startswith("I'll save that as a note.") and "Saved your note" in text
+    tail = await storage.read_events(run_id, offset=5)
+    assert tail == events[5:]
+
+
+async def test_suspended_runs_are_listed_and_counted_from_temporal_visibility(
+    client: Client, storage: Storage, task_queue: str, data_dir: Path
+) -> None:
+    async with running_worker(client, test_app, storage, task_queue) as keel:
+        run_id = await keel.start_run("demo", "count me", resource_id="counting-user")
+        await wait_for_pending(keel, run_id)
+        info = await keel.describe(run_id)
+        assert info.status == "suspended" and info.resource_id == "counting-user"
+        async with asyncio.timeout(10):
+            while run_id not in [r.run_id for r in await keel.list_runs(status="suspended", agent_id="demo")]:
+                await asyncio.sleep(0.1)
+        counts = await keel.counts()
+        assert counts["agents"]["demo"]["suspended"] >= 1
+        assert set(counts["agents"]) == set(test_app.agents)
+        [call_id] = [p.tool_call_id for p in await keel.pending_tool_calls(run_id)]
+        await keel.approve(run_id, call_id)
+        await keel.result(run_id)
+        info = await keel.describe(run_id)
+        assert info.status == "completed"
+        async with asyncio.timeout(10):
+            while run_id in [r.run_id for r in await keel.list_runs(status="suspended", agent_id="demo")]:
+                await asyncio.sleep(0.1)

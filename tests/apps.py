@@ -1,0 +1,126 @@
+"""Apps the tests run: small scripted agents that exercise one behaviour each."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from app import Agent, App, ToolContext, tool
+from app.demo import demo
+from model_providers import ModelRequest, ModelResponse, ModelToolCall, ScriptedModel
+from model_providers import last_user_text, tool_results_since_last_user
+
+
+def data_dir() -> Path:
+    return Path(os.environ.get("KEEL_DATA_DIR", ".keel"))
+
+
+class EchoInput(BaseModel):
+    text: str
+
+
+@tool("echo")
+async def echo(args: EchoInput, ctx: ToolContext) -> dict[str, str]:
+    """Return the text."""
+    return {"echo": args.text}
+
+
+def steps_script(request: ModelRequest) -> ModelResponse:
+    """Calls `echo` once per step until it has N results ("steps=N" in the user message), then answers."""
+    match = re.search(r"steps=(\d+)", last_user_text(request))
+    wanted = int(match.group(1)) if match else 1
+    done = len(tool_results_since_last_user(request))
+    if done < wanted:
+        return ModelResponse(
+            text=f"step {done + 1}",
+            tool_calls=[ModelToolCall(id=f"call_{done + 1}", name="echo", args={"text": f"#{done + 1}"})],
+        )
+    return ModelResponse(text=f"done after {done} tool calls")
+
+
+multi = Agent(id="multi", model=ScriptedModel(steps_script, name="steps"), tools=(echo,), max_steps=100)
+
+
+class LedgerInput(BaseModel):
+    entry: str
+
+
+@tool("slow_ledger", require_approval=True)
+async def slow_ledger(args: LedgerInput, ctx: ToolContext) -> dict[str, int]:
+    """Mark that it started, work for a while, then append one line to the ledger when it completes."""
+    root = data_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / "started.log", "a") as f:
+        f.write(f"{ctx.tool_call_id} attempt={ctx.attempt}\n")
+    await asyncio.sleep(float(os.environ.get("KEEL_TEST_TOOL_SECONDS", "3")))
+    with open(root / "ledger.log", "a") as f:
+        f.write(f"{ctx.idempotency_key} {args.entry}\n")
+    return {"lines": len((root / "ledger.log").read_text().splitlines())}
+
+
+def ledger_script(request: ModelRequest) -> ModelResponse:
+    results = tool_results_since_last_user(request)
+    if not results:
+        return ModelResponse(
+            tool_calls=[ModelToolCall(id="call_1", name="slow_ledger", args={"entry": last_user_text(request)})]
+        )
+    last = results[-1]
+    return ModelResponse(text=f"ledger: {'declined' if last.denied else last.result}")
+
+
+ledger = Agent(id="ledger", model=ScriptedModel(ledger_script, name="ledger"), tools=(slow_ledger,))
+
+
+@tool("fire_once", idempotent=False)
+async def fire_once(args: EchoInput, ctx: ToolContext) -> dict[str, str]:
+    """A non-idempotent tool: never re-run after a lost attempt."""
+    root = data_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / "fired.log", "a") as f:
+        f.write(f"{ctx.attempt}\n")
+    await asyncio.sleep(float(os.environ.get("KEEL_TEST_TOOL_SECONDS", "3")))
+    return {"fired": args.text}
+
+
+def fire_script(request: ModelRequest) -> ModelResponse:
+    results = tool_results_since_last_user(request)
+    if not results:
+        return ModelResponse(tool_calls=[ModelToolCall(id="call_1", name="fire_once", args={"text": "go"})])
+    last = results[-1]
+    return ModelResponse(text=f"{'error' if last.is_error else 'ok'}: {last.result}")
+
+
+once = Agent(id="once", model=ScriptedModel(fire_script, name="once"), tools=(fire_once,))
+
+
+class BoomInput(BaseModel):
+    n: int
+
+
+@tool("boom")
+async def boom(args: BoomInput, ctx: ToolContext) -> None:
+    """Always raises."""
+    raise RuntimeError(f"boom {args.n}")
+
+
+def mistakes_script(request: ModelRequest) -> ModelResponse:
+    """First step: an unknown tool, invalid arguments and a failing tool; then report what came back."""
+    results = tool_results_since_last_user(request)
+    if not results:
+        return ModelResponse(
+            tool_calls=[
+                ModelToolCall(id="call_a", name="no_such_tool", args={}),
+                ModelToolCall(id="call_b", name="boom", args={"n": "not a number"}),
+                ModelToolCall(id="call_c", name="boom", args={"n": 7}),
+            ]
+        )
+    return ModelResponse(text=" | ".join(str(r.result) for r in results))
+
+
+mistakes = Agent(id="mistakes", model=ScriptedModel(mistakes_script, name="mistakes"), tools=(boom,))
+
+app = App.of(demo, multi, ledger, once, mistakes)

@@ -1,0 +1,97 @@
+"""Bad input gets a clear error and leaves runs healthy."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+from temporalio.api.common.v1 import Payload
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.common import RawValue
+
+from app import UnknownAgent
+from client import InvalidRunInput, KeelClient, RunClosed, RunNotFound, ToolCallRejected
+from storage import Storage
+from tests.apps import app as test_app
+from tests.conftest import running_worker
+from tests.test_agent_run import wait_for_pending
+
+
+async def _raw_run_failure(client: Client, task_queue: str, run_input: object) -> str:
+    handle = await client.start_workflow("AgentRun", run_input, id=f"bad-{uuid.uuid4()}", task_queue=task_queue)
+    with pytest.raises(WorkflowFailureError) as info:
+        await handle.result()
+    return str(info.value.cause)
+
+
+async def test_unknown_agent_fails_the_run_with_the_known_agents_listed(
+    client: Client, storage: Storage, task_queue: str
+) -> None:
+    async with running_worker(client, test_app, storage, task_queue) as keel:
+        with pytest.raises(UnknownAgent, match="Unknown agent 'nope'"):
+            await keel.start_run("nope", "hi")
+        message = await _raw_run_failure(client, task_queue, {"agentId": "nope", "messages": "hi"})
+    assert "Unknown agent 'nope'" in message and "demo" in message
+
+
+@pytest.mark.parametrize(
+    ("run_input", "expected"),
+    [
+        ({"agentId": "demo", "messages": 42}, "messages"),
+        ({"agentId": "demo", "messages": [{"role": "wizard", "content": "x"}]}, "role"),
+        ({"agentId": "demo"}, "messages: Field required"),
+        ({"agentId": "", "messages": "hi"}, "agentId"),
+        ({"agentId": "demo", "messages": "hi", "maxSteps": 0}, "maxSteps"),
+    ],
+)
+async def test_malformed_input_fails_the_run_at_once_with_the_field_named(
+    client: Client, storage: Storage, task_queue: str, run_input: object, expected: str
+) -> None:
+    async with running_worker(client, test_app, storage, task_queue):
+        message = await _raw_run_failure(client, task_queue, run_input)
+    assert "Invalid AgentRunInput" in message and expected in message
+
+
+async def test_client_rejects_malformed_messages_before_starting_a_run(
+    client: Client, storage: Storage, task_queue: str
+) -> None:
+    keel = KeelClient(client, task_queue=task_queue, app=test_app)
+    with pytest.raises(InvalidRunInput, match="role"):
+        await keel.start_run("demo", [{"role": "wizard", "content": "x"}])
+
+
+async def test_unknown_and_repeated_tool_call_ids_are_rejected_and_the_run_stays_healthy(
+    client: Client, storage: Storage, task_queue: str, data_dir: Path
+) -> None:
+    async with running_worker(client, test_app, storage, task_queue) as keel:
+        run_id = await keel.start_run("demo", "hello")
+        [call_id] = await wait_for_pending(keel, run_id)
+        with pytest.raises(ToolCallRejected, match="no pending tool call 'call_zzz' \\(pending: call_1\\)"):
+            await keel.approve(run_id, "call_zzz")
+        handle = client.get_workflow_handle(run_id)
+        await handle.signal("tool_approval", {"toolCallId": "call_zzz", "approved": True})
+        await handle.signal("tool_approval", RawValue(Payload(metadata={"encoding": b"json/plain"}, data=b"{nope")))
+        await handle.signal("tool_approval", {"approved": True})
+        rejected = await handle.query("rejected_signals", result_type=list[str])
+        assert len(rejected) == 3
+        assert "no pending tool call 'call_zzz'" in rejected[0]
+        assert "malformed tool_approval payload" in rejected[1]
+        assert "toolCallId" in rejected[2]
+        assert [p.tool_call_id for p in await keel.pending_tool_calls(run_id)] == [call_id]
+
+        await keel.approve(run_id, call_id)
+        with pytest.raises(ToolCallRejected, match="already approved"):
+            await keel.approve(run_id, call_id, approved=False)
+        result = await keel.result(run_id)
+    assert "Tool result" in result.text
+    with pytest.raises(RunClosed):
+        await keel.approve(run_id, call_id)
+
+
+async def test_approving_a_run_that_does_not_exist_says_so(client: Client, task_queue: str) -> None:
+    keel = KeelClient(client, task_queue=task_queue)
+    with pytest.raises(RunNotFound, match="run-missing"):
+        await keel.approve("run-missing", "call_1")
+    with pytest.raises(RunNotFound):
+        await keel.pending_tool_calls("run-missing")
