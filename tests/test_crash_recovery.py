@@ -1,0 +1,121 @@
+"""Crashes: kill -9 the worker while a run waits and during a tool; kill -9 the dev server while suspended."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from temporalio.client import Client
+
+from client import KeelClient
+from client.devserver import DevServer, DevServerConfig
+from storage import SQLiteStorage, Storage
+from tests.apps import app as test_app
+from tests.conftest import free_port, running_worker
+from tests.test_agent_run import wait_for_pending
+from workflows import DATA_CONVERTER
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@contextmanager
+def worker_process(dev_server: DevServer, task_queue: str, tmp_path: Path, data_dir: Path) -> Iterator[subprocess.Popen[bytes]]:
+    env = {
+        **os.environ,
+        "KEEL_TEMPORAL_ADDRESS": dev_server.cfg.address,
+        "KEEL_STORAGE_URL": f"sqlite:///{tmp_path / 'keel.db'}",
+        "KEEL_DATA_DIR": str(data_dir),
+        "KEEL_TEST_TOOL_SECONDS": "4",
+    }
+    with open(tmp_path / "worker.log", "ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "worker.py", "--app", "tests.apps:app", "--task-queue", task_queue],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
+def kill9(proc: subprocess.Popen[bytes]) -> None:
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+async def wait_for_file_lines(path: Path, n: int, timeout: float = 30) -> list[str]:
+    async with asyncio.timeout(timeout):
+        while not path.exists() or len(path.read_text().splitlines()) < n:
+            await asyncio.sleep(0.05)
+    return path.read_text().splitlines()
+
+
+async def test_killed_worker_resumes_a_waiting_run_and_a_lost_tool_attempt_completes_once(
+    client: Client, dev_server: DevServer, task_queue: str, tmp_path: Path, data_dir: Path
+) -> None:
+    keel = KeelClient(client, task_queue=task_queue, app=test_app)
+    with worker_process(dev_server, task_queue, tmp_path, data_dir) as worker:
+        run_id = await keel.start_run("ledger", "entry-1")
+        [call_id] = await wait_for_pending(keel, run_id)
+        kill9(worker)
+    with worker_process(dev_server, task_queue, tmp_path, data_dir) as worker:
+        await keel.approve(run_id, call_id)
+        await wait_for_file_lines(data_dir / "started.log", 1)
+        kill9(worker)  # mid-tool: the attempt is lost before it completes
+    assert not (data_dir / "ledger.log").exists()
+    with worker_process(dev_server, task_queue, tmp_path, data_dir):
+        async with asyncio.timeout(60):
+            result = await keel.result(run_id)
+    assert result.text == "ledger: {'lines': 1}"
+    assert (data_dir / "ledger.log").read_text().splitlines() == [f"{run_id}/{call_id} entry-1"]
+    assert [line.split()[1] for line in (data_dir / "started.log").read_text().splitlines()] == [
+        "attempt=1",
+        "attempt=2",
+    ]
+
+
+async def test_a_non_idempotent_tool_is_not_re_run_after_a_lost_attempt(
+    client: Client, dev_server: DevServer, task_queue: str, tmp_path: Path, data_dir: Path
+) -> None:
+    keel = KeelClient(client, task_queue=task_queue, app=test_app)
+    with worker_process(dev_server, task_queue, tmp_path, data_dir) as worker:
+        run_id = await keel.start_run("once", "go")
+        await wait_for_file_lines(data_dir / "fired.log", 1)
+        kill9(worker)
+    with worker_process(dev_server, task_queue, tmp_path, data_dir):
+        async with asyncio.timeout(60):
+            result = await keel.result(run_id)
+    assert result.text.startswith("error: ") and "fire_once did not complete" in result.text
+    assert (data_dir / "fired.log").read_text().splitlines() == ["1"]
+
+
+async def test_killed_dev_server_keeps_a_suspended_run_on_restart(
+    storage: Storage, task_queue: str, tmp_path: Path, data_dir: Path
+) -> None:
+    cfg = DevServerConfig(port=free_port(), ui_port=free_port(), state_dir=tmp_path / "temporal")
+    server = await DevServer(cfg).start(reuse=False)
+    try:
+        client = await Client.connect(cfg.address, data_converter=DATA_CONVERTER)
+        async with running_worker(client, test_app, storage, task_queue) as keel:
+            run_id = await keel.start_run("demo", "survive")
+            [call_id] = await wait_for_pending(keel, run_id)
+        assert server.proc is not None
+        kill9(server.proc)
+        server = await DevServer(cfg).start(reuse=False)
+        client = await Client.connect(cfg.address, data_converter=DATA_CONVERTER)
+        async with running_worker(client, test_app, storage, task_queue) as keel:
+            assert (await keel.describe(run_id)).status == "suspended"
+            assert [p.tool_call_id for p in await keel.pending_tool_calls(run_id)] == [call_id]
+            await keel.approve(run_id, call_id)
+            result = await keel.result(run_id)
+        assert "Tool result" in result.text
+    finally:
+        server.stop()

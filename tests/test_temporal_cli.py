@@ -1,0 +1,75 @@
+"""The real `temporal` CLI as an independent client: start, list suspended, query, approve by signal."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import uuid
+from pathlib import Path
+
+from temporalio.client import Client
+
+from client.devserver import DevServer
+from storage import Storage
+from tests.apps import app as test_app
+from tests.conftest import running_worker
+
+TEMPORAL = str(Path(sys.executable).parent / "temporal")
+
+
+async def temporal(dev_server: DevServer, *args: str) -> str:
+    proc = await asyncio.create_subprocess_exec(
+        TEMPORAL, *args, "--address", dev_server.cfg.address,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await proc.communicate()
+    assert proc.returncode == 0, err.decode()
+    return out.decode()
+
+
+async def start_and_wait_suspended(dev_server: DevServer, task_queue: str, message: str) -> tuple[str, str]:
+    run_id = f"cli-{uuid.uuid4()}"
+    await temporal(
+        dev_server, "workflow", "start", "--type", "AgentRun", "--task-queue", task_queue, "--workflow-id", run_id,
+        "--input", json.dumps({"agentId": "demo", "messages": message}),
+    )  # fmt: skip
+    query = f"KeelStatus='suspended' AND WorkflowId='{run_id}'"
+    async with asyncio.timeout(20):
+        while not json.loads(await temporal(dev_server, "workflow", "list", "--query", query, "-o", "json") or "[]"):
+            await asyncio.sleep(0.1)
+    pending = json.loads(
+        await temporal(dev_server, "workflow", "query", "-w", run_id, "--type", "pending_tool_calls", "-o", "json")
+    )
+    [call] = pending["queryResult"][0]
+    assert call["toolName"] == "save_note" and call["args"]["text"] == message
+    return run_id, call["toolCallId"]
+
+
+async def test_temporal_cli_starts_lists_queries_and_approves_by_signal(
+    client: Client, dev_server: DevServer, storage: Storage, task_queue: str, data_dir: Path
+) -> None:
+    async with running_worker(client, test_app, storage, task_queue):
+        run_id, call_id = await start_and_wait_suspended(dev_server, task_queue, "hello")
+        await temporal(
+            dev_server, "workflow", "signal", "-w", run_id, "--name", "tool_approval",
+            "--input", json.dumps({"toolCallId": call_id, "approved": True}),
+        )  # fmt: skip
+        result = json.loads(await temporal(dev_server, "workflow", "result", "-w", run_id, "-o", "json"))
+    text = result["result"]["text"]
+    assert "Tool result" in text and '"bytes": 5' in text
+    assert (data_dir / "notes" / "demo.md").read_text() == "hello"
+
+
+async def test_temporal_cli_decline_completes_without_running_the_tool(
+    client: Client, dev_server: DevServer, storage: Storage, task_queue: str, data_dir: Path
+) -> None:
+    async with running_worker(client, test_app, storage, task_queue):
+        run_id, call_id = await start_and_wait_suspended(dev_server, task_queue, "do not save")
+        await temporal(
+            dev_server, "workflow", "signal", "-w", run_id, "--name", "tool_approval",
+            "--input", json.dumps({"toolCallId": call_id, "approved": False}),
+        )  # fmt: skip
+        result = json.loads(await temporal(dev_server, "workflow", "result", "-w", run_id, "-o", "json"))
+    assert "declined" in result["result"]["text"]
+    assert not (data_dir / "notes").exists()
