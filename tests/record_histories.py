@@ -1,0 +1,66 @@
+"""Record the histories that `tests/test_replay.py` replays: `make record-histories` (or python -m tests.record_histories).
+
+Re-record only when a workflow change is meant to be incompatible *and* is guarded (workflow.patched); the old
+files must keep replaying with the new code, so add new files rather than overwrite old ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import tempfile
+from pathlib import Path
+
+from temporalio.client import Client
+
+from client import KeelClient
+from client.devserver import DevServer, DevServerConfig
+from storage import SQLiteStorage
+from tests.apps import app
+from tests.conftest import free_port
+from worker import build_worker
+from workflows import DATA_CONVERTER
+
+HISTORIES = Path(__file__).parent / "histories"
+
+
+async def _approval(keel: KeelClient, run_id: str, approved: bool) -> None:
+    while not (pending := await keel.pending_tool_calls(run_id)):
+        await asyncio.sleep(0.05)
+    await keel.approve(run_id, pending[0].tool_call_id, approved=approved)
+
+
+async def record() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["KEEL_DATA_DIR"] = tmp
+        cfg = DevServerConfig(port=free_port(), ui_port=free_port(), state_dir=Path(tmp))
+        server = await DevServer(cfg).start(reuse=False)
+        storage = SQLiteStorage(Path(tmp) / "keel.db")
+        await storage.init()
+        try:
+            client = await Client.connect(cfg.address, data_converter=DATA_CONVERTER)
+            keel = KeelClient(client, task_queue="record", app=app)
+            async with build_worker(client, app, storage, task_queue="record"):
+                runs = {
+                    "approved": await keel.start_run("demo", "approve me", run_id="approved"),
+                    "declined": await keel.start_run("demo", "decline me", run_id="declined"),
+                    "multi_step": await keel.start_run("multi", "steps=3", run_id="multi_step"),
+                    "tool_errors": await keel.start_run("mistakes", "go", run_id="tool_errors"),
+                    "max_steps": await keel.start_run("multi", "steps=5", max_steps=2, run_id="max_steps"),
+                }
+                await _approval(keel, runs["approved"], True)
+                await _approval(keel, runs["declined"], False)
+                for run_id in runs.values():
+                    await keel.result(run_id)
+            HISTORIES.mkdir(exist_ok=True)
+            for name, run_id in runs.items():
+                history = await client.get_workflow_handle(run_id).fetch_history()
+                (HISTORIES / f"{name}.json").write_text(history.to_json())
+                print(f"recorded {name}: {len(history.events)} events")
+        finally:
+            await storage.close()
+            server.stop()
+
+
+if __name__ == "__main__":
+    asyncio.run(record())
