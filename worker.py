@@ -37,7 +37,9 @@ def temporal_namespace() -> str:
 def workflow_runner() -> SandboxedWorkflowRunner:
     # pydantic is deterministic and heavy to re-import per run; sharing it with the sandbox is safe.
     return SandboxedWorkflowRunner(
-        restrictions=SandboxRestrictions.default.with_passthrough_modules("pydantic", "pydantic_core", "annotated_types")
+        restrictions=SandboxRestrictions.default.with_passthrough_modules(
+            "pydantic", "pydantic_core", "annotated_types"
+        )
     )
 
 
@@ -67,7 +69,9 @@ def build_worker(
 
 async def connect(address: str | None = None, namespace: str | None = None) -> Client:
     return await Client.connect(
-        address or temporal_address(), namespace=namespace or temporal_namespace(), data_converter=DATA_CONVERTER
+        address or temporal_address(),
+        namespace=namespace or temporal_namespace(),
+        data_converter=DATA_CONVERTER,
     )
 
 

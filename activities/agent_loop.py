@@ -98,9 +98,7 @@ class AgentActivities:
         if input.step == 1:
             await self._storage.create_thread(input.thread_id, input.resource_id)
             events.add("start", {"id": agent.id, "runId": input.run_id, "messageId": input.message_id})
-        await self._persist(
-            input.writes, thread_id=input.thread_id, resource_id=input.resource_id, run_id=input.run_id
-        )
+        await self._persist(input.writes, thread_id=input.thread_id, resource_id=input.resource_id, run_id=input.run_id)
         events.add_records(input.writes.events)
         events.add("step-start", {"messageId": input.message_id, "step": input.step})
         history, _ = await self._storage.list_messages(input.thread_id)
@@ -214,7 +212,11 @@ class AgentActivities:
             result, is_error = {"error": f"{type(err).__name__}: {err}"}, True
         finally:
             heartbeat.cancel()
-        payload: dict[str, Any] = {"toolCallId": input.tool_call_id, "toolName": input.tool_name, "args": input.args}
+        payload: dict[str, Any] = {
+            "toolCallId": input.tool_call_id,
+            "toolName": input.tool_name,
+            "args": input.args,
+        }
         payload["error" if is_error else "result"] = result
         part = ToolResultPart(
             tool_call_id=input.tool_call_id, tool_name=input.tool_name, result=result, is_error=is_error
@@ -256,8 +258,7 @@ class AgentActivities:
 
 
 _APPROVAL_SCHEMA = (
-    '{"type":"object","properties":{"approved":{"type":"boolean"},"reason":{"type":"string"}},'
-    '"required":["approved"]}'
+    '{"type":"object","properties":{"approved":{"type":"boolean"},"reason":{"type":"string"}},"required":["approved"]}'
 )
 
 

@@ -15,8 +15,14 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from app.definitions import Agent, App, ToolContext, tool
-from model_providers import ModelRequest, ModelResponse, ModelToolCall, ScriptedModel
-from model_providers import last_user_text, tool_results_since_last_user
+from model_providers import (
+    ModelRequest,
+    ModelResponse,
+    ModelToolCall,
+    ScriptedModel,
+    last_user_text,
+    tool_results_since_last_user,
+)
 
 
 class NoteInput(BaseModel):

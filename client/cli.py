@@ -9,7 +9,7 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
 from app import App, AppError, load_app
@@ -304,7 +304,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-COMMANDS: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {
+COMMANDS: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, int]]] = {
     "dev": cmd_dev,
     "demo": cmd_demo,
     "server": cmd_server,

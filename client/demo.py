@@ -21,7 +21,10 @@ async def _wait_for_pending(keel: KeelClient, run_id: str, timeout: float = 30.0
 
 async def run_demo(keel: KeelClient, app: App, server: DevServer) -> int:
     ui = server.cfg.ui_url
-    print(f"Temporal at {server.cfg.address} ({'started for the demo' if server.owned else 'reused'})", flush=True)
+    print(
+        f"Temporal at {server.cfg.address} ({'started for the demo' if server.owned else 'reused'})",
+        flush=True,
+    )
 
     approved_id = await keel.start_run("demo", "Keel demo: approve me")
     call_id = await _wait_for_pending(keel, approved_id)

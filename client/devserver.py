@@ -110,9 +110,7 @@ def is_listening(host: str, port: int) -> bool:
 
 async def ensure_search_attributes(client: Client, namespace: str) -> list[str]:
     """Register Keel's search attributes that the server lacks; returns the names added."""
-    existing = await client.operator_service.list_search_attributes(
-        ListSearchAttributesRequest(namespace=namespace)
-    )
+    existing = await client.operator_service.list_search_attributes(ListSearchAttributesRequest(namespace=namespace))
     known = set(existing.custom_attributes) | set(existing.system_attributes)
     missing = [k.name for k in ALL_KEYS if k.name not in known]
     if missing:
@@ -125,7 +123,9 @@ async def ensure_search_attributes(client: Client, namespace: str) -> list[str]:
     return missing
 
 
-async def wait_until_ready(cfg: DevServerConfig, timeout: float = 30.0, proc: subprocess.Popen[bytes] | None = None) -> Client:
+async def wait_until_ready(
+    cfg: DevServerConfig, timeout: float = 30.0, proc: subprocess.Popen[bytes] | None = None
+) -> Client:
     """Connect once the frontend answers and the namespace exists."""
     deadline = time.monotonic() + timeout
     last: Exception | None = None
@@ -165,7 +165,8 @@ class DevServer:
             return self
         cfg.state_dir.mkdir(parents=True, exist_ok=True)
         with open(cfg.log_file, "ab") as log:
-            self.proc = subprocess.Popen(
+            # Spawning returns at once; waiting for readiness below is async.
+            self.proc = subprocess.Popen(  # noqa: ASYNC220
                 server_command(cfg),
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -222,4 +223,3 @@ def _terminate(pid: int, timeout: float, gone: Callable[[], bool]) -> None:
     if not gone():
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-

@@ -25,7 +25,14 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.service import RPCError, RPCStatusCode
 
 from app import App, UnknownAgent
-from client.errors import InvalidRunInput, KeelClientError, RunClosed, RunFailed, RunNotFound, ToolCallRejected
+from client.errors import (
+    InvalidRunInput,
+    KeelClientError,
+    RunClosed,
+    RunFailed,
+    RunNotFound,
+    ToolCallRejected,
+)
 from workflows import AgentRun, AgentRunInput, AgentRunResult, ApprovalAccepted, PendingToolCall, ToolApproval
 from workflows.contracts import InputMessage
 from workflows.converter import describe_validation_error
@@ -103,7 +110,8 @@ class KeelClient:
         task_queue: str | None = None,
         app: App | None = None,
     ) -> KeelClient:
-        from worker import connect, task_queue as default_queue
+        from worker import connect
+        from worker import task_queue as default_queue
 
         return cls(await connect(address, namespace), task_queue=task_queue or default_queue(), app=app)
 
@@ -152,8 +160,7 @@ class KeelClient:
     async def result(self, run_id: str) -> AgentRunResult:
         """Wait for the run to finish. Raises `RunFailed` with the run's error."""
         try:
-            handle = self.temporal.get_workflow_handle(run_id, result_type=AgentRunResult)
-            return await handle.result()
+            return await self.temporal.get_workflow_handle_for(AgentRun.run, run_id).result()
         except WorkflowFailureError as err:
             cause = err.cause
             raise RunFailed(run_id, str(getattr(cause, "message", None) or cause or err)) from None
@@ -169,7 +176,7 @@ class KeelClient:
 
     async def pending_tool_calls(self, run_id: str) -> list[PendingToolCall]:
         try:
-            return await self._handle(run_id).query("pending_tool_calls", result_type=list[PendingToolCall])
+            return await self.temporal.get_workflow_handle_for(AgentRun.run, run_id).query(AgentRun.pending_tool_calls)
         except RPCError as err:
             raise self._rpc_error(run_id, err) from None
 
@@ -184,8 +191,8 @@ class KeelClient:
         """
         approval = ToolApproval(tool_call_id=tool_call_id, approved=approved, reason=reason)
         try:
-            return await self._handle(run_id).execute_update(
-                "approve_tool_call", approval, result_type=ApprovalAccepted
+            return await self.temporal.get_workflow_handle_for(AgentRun.run, run_id).execute_update(
+                AgentRun.approve_tool_call, approval
             )
         except WorkflowUpdateFailedError as err:
             cause = err.cause

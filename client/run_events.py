@@ -63,4 +63,3 @@ async def follow(
             if await idle_check():
                 return
         await asyncio.sleep(POLL_SECONDS)
-

@@ -193,9 +193,7 @@ class OpenAIChatModel(ChatModel):
         detail = _error_detail(response)
         message = f"{self.model_id}: HTTP {status} from {url}: {detail}"
         if status in _RETRYABLE_STATUSES or status >= 500:
-            return ModelRetryableError(
-                message, status=status, retry_after=retry_after_seconds(response.headers)
-            )
+            return ModelRetryableError(message, status=status, retry_after=retry_after_seconds(response.headers))
         if status in (401, 403):
             message += " (check OPENAI_API_KEY)"
         elif status == 404:

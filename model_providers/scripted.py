@@ -30,9 +30,7 @@ class ScriptedModel(ChatModel):
         ValueError: `chunk_size` is below 1 or `delay` is negative.
     """
 
-    def __init__(
-        self, script: Script, *, name: str = "scripted", chunk_size: int = 16, delay: float = 0.0
-    ) -> None:
+    def __init__(self, script: Script, *, name: str = "scripted", chunk_size: int = 16, delay: float = 0.0) -> None:
         if chunk_size < 1:
             raise ValueError(f"chunk_size must be at least 1, got {chunk_size}")
         if delay < 0:

@@ -152,12 +152,8 @@ class PostgresStorage(Storage):
                 try:
                     import asyncpg
                 except ImportError as exc:
-                    raise StorageConfigError(
-                        "PostgreSQL storage needs asyncpg: pip install 'keel[postgres]'"
-                    ) from exc
-                self._pool = await asyncpg.create_pool(
-                    self.dsn, min_size=self._min_size, max_size=self._max_size
-                )
+                    raise StorageConfigError("PostgreSQL storage needs asyncpg: pip install 'keel[postgres]'") from exc
+                self._pool = await asyncpg.create_pool(self.dsn, min_size=self._min_size, max_size=self._max_size)
             return self._pool
 
     # --- lifecycle ----------------------------------------------------------------------------------------
@@ -230,8 +226,7 @@ class PostgresStorage(Storage):
         async with pool.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
             total = await conn.fetchval(f"SELECT count(*) FROM threads {where}", resource_id)
             rows = await conn.fetch(
-                f"SELECT {_THREAD_COLUMNS} FROM threads {where}"
-                " ORDER BY created_at DESC, seq DESC OFFSET $2 LIMIT $3",
+                f"SELECT {_THREAD_COLUMNS} FROM threads {where} ORDER BY created_at DESC, seq DESC OFFSET $2 LIMIT $3",
                 resource_id,
                 offset,
                 limit,
@@ -336,9 +331,7 @@ class PostgresStorage(Storage):
         if not ids:
             return []
         pool = await self._get_pool()
-        rows = await pool.fetch(
-            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE id = ANY($1::text[])", list(set(ids))
-        )
+        rows = await pool.fetch(f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE id = ANY($1::text[])", list(set(ids)))
         by_id = {m.id: m for m in map(_message, rows)}
         return [by_id[i] for i in ids if i in by_id]
 

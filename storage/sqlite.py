@@ -263,8 +263,7 @@ class SQLiteStorage(Storage):
         def page(conn: sqlite3.Connection) -> tuple[list[Thread], int]:
             total: int = conn.execute(f"SELECT count(*) FROM threads {where}", params).fetchone()[0]
             rows = conn.execute(
-                f"SELECT {_THREAD_COLUMNS} FROM threads {where}"
-                " ORDER BY created_at DESC, seq DESC LIMIT ? OFFSET ?",
+                f"SELECT {_THREAD_COLUMNS} FROM threads {where} ORDER BY created_at DESC, seq DESC LIMIT ? OFFSET ?",
                 (*params, _sql_limit(limit), offset),
             ).fetchall()
             return [_thread(r) for r in rows], total
@@ -334,9 +333,7 @@ class SQLiteStorage(Storage):
                 cur = conn.execute("UPDATE threads SET updated_at = ? WHERE id = ?", (now, thread_id))
                 if cur.rowcount == 0:
                     raise ThreadNotFound(thread_id)
-            conn.executemany(
-                f"INSERT OR IGNORE INTO messages ({_MESSAGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)", rows
-            )
+            conn.executemany(f"INSERT OR IGNORE INTO messages ({_MESSAGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
 
         await self._write_tx(save)
 
@@ -346,9 +343,7 @@ class SQLiteStorage(Storage):
         _check_page(offset, limit)
 
         def page(conn: sqlite3.Connection) -> tuple[list[StoredMessage], int]:
-            total: int = conn.execute(
-                "SELECT count(*) FROM messages WHERE thread_id = ?", (thread_id,)
-            ).fetchone()[0]
+            total: int = conn.execute("SELECT count(*) FROM messages WHERE thread_id = ?", (thread_id,)).fetchone()[0]
             rows = conn.execute(
                 f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE thread_id = ?"
                 " ORDER BY created_at, seq LIMIT ? OFFSET ?",
@@ -379,9 +374,7 @@ class SQLiteStorage(Storage):
         unique = json.dumps(list(dict.fromkeys(ids)))
 
         def delete(conn: sqlite3.Connection) -> int:
-            return conn.execute(
-                "DELETE FROM messages WHERE id IN (SELECT value FROM json_each(?))", (unique,)
-            ).rowcount
+            return conn.execute("DELETE FROM messages WHERE id IN (SELECT value FROM json_each(?))", (unique,)).rowcount
 
         return await self._write_tx(delete)
 

@@ -11,8 +11,14 @@ from pydantic import BaseModel
 
 from app import Agent, App, ToolContext, tool
 from app.demo import demo
-from model_providers import ModelRequest, ModelResponse, ModelToolCall, ScriptedModel
-from model_providers import last_user_text, tool_results_since_last_user
+from model_providers import (
+    ModelRequest,
+    ModelResponse,
+    ModelToolCall,
+    ScriptedModel,
+    last_user_text,
+    tool_results_since_last_user,
+)
 
 
 def data_dir() -> Path:

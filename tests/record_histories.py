@@ -1,4 +1,4 @@
-"""Record the histories that `tests/test_replay.py` replays: `make record-histories` (or python -m tests.record_histories).
+"""Record the histories that `tests/test_replay.py` replays: `make record-histories`.
 
 Re-record only when a workflow change is meant to be incompatible *and* is guarded (workflow.patched); the old
 files must keep replaying with the new code, so add new files rather than overwrite old ones.

@@ -58,7 +58,13 @@ async def test_run_approve_runs_and_counts_from_the_command_line(
         assert after == {"running": before["running"], "suspended": before["suspended"] + 1}
 
         code, out, _ = await keel("pending", run_id)
-        assert json.loads(out) == [{"toolCallId": "call_1", "toolName": "save_note", "args": {"title": "demo", "text": "from the cli"}}]
+        assert json.loads(out) == [
+            {
+                "toolCallId": "call_1",
+                "toolName": "save_note",
+                "args": {"title": "demo", "text": "from the cli"},
+            }
+        ]
 
         code, out, err = await keel("approve", run_id, "call_1")
         assert code == 0, err

@@ -15,7 +15,7 @@ from temporalio.client import Client
 
 from client import KeelClient
 from client.devserver import DevServer, DevServerConfig
-from storage import SQLiteStorage, Storage
+from storage import Storage
 from tests.apps import app as test_app
 from tests.conftest import free_port, running_worker
 from tests.test_agent_run import wait_for_pending
@@ -25,7 +25,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @contextmanager
-def worker_process(dev_server: DevServer, task_queue: str, tmp_path: Path, data_dir: Path) -> Iterator[subprocess.Popen[bytes]]:
+def worker_process(
+    dev_server: DevServer, task_queue: str, tmp_path: Path, data_dir: Path
+) -> Iterator[subprocess.Popen[bytes]]:
     env = {
         **os.environ,
         "KEEL_TEMPORAL_ADDRESS": dev_server.cfg.address,

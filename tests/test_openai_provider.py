@@ -157,9 +157,7 @@ async def test_tool_arguments_that_are_not_json_are_kept_raw(
     make_model: Callable[..., OpenAIChatModel],
 ) -> None:
     call = {"index": 0, "id": "call_a", "function": {"name": "f", "arguments": "{not json"}}
-    model = make_model(
-        lambda request: sse_response(sse(chunk(tool_calls=[call]), chunk(finish_reason="stop")))
-    )
+    model = make_model(lambda request: sse_response(sse(chunk(tool_calls=[call]), chunk(finish_reason="stop"))))
 
     response = await model.generate(request_of(), Deltas())
 
@@ -233,9 +231,7 @@ async def test_request_body_carries_messages_and_tools_in_openai_format(
                 role="tool",
                 content=[
                     ToolResultPart(tool_call_id="call_1", tool_name="save_note", result={"path": "hi.md"}),
-                    ToolResultPart(
-                        tool_call_id="call_2", tool_name="save_note", result="denied", denied=True
-                    ),
+                    ToolResultPart(tool_call_id="call_2", tool_name="save_note", result="denied", denied=True),
                 ],
             ),
         ],
@@ -339,9 +335,7 @@ async def test_rate_limit_is_retryable_and_honours_retry_after_ms(
 ) -> None:
     error = {"error": {"message": "Rate limit reached", "type": "requests"}}
     model = make_model(
-        lambda request: httpx.Response(
-            429, headers={"retry-after-ms": "1500", "retry-after": "9"}, json=error
-        )
+        lambda request: httpx.Response(429, headers={"retry-after-ms": "1500", "retry-after": "9"}, json=error)
     )
 
     with pytest.raises(ModelRetryableError) as caught:
@@ -493,9 +487,7 @@ async def test_scripted_model_accepts_async_scripts_and_helpers_find_recent_tool
         messages=[
             MessageRecord(id="m0", role="tool", content=[ToolResultPart(tool_call_id="c0", tool_name="x")]),
             MessageRecord(id="m1", role="user", content=[TextPart(text="save"), TextPart(text="it")]),
-            MessageRecord(
-                id="m2", role="assistant", content=[ToolCallPart(tool_call_id="c1", tool_name="save_note")]
-            ),
+            MessageRecord(id="m2", role="assistant", content=[ToolCallPart(tool_call_id="c1", tool_name="save_note")]),
             MessageRecord(id="m3", role="tool", content=[result]),
         ]
     )

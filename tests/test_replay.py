@@ -9,8 +9,8 @@ from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
-from worker import workflow_runner
 from tests.changed_workflow import ReorderedAgentRun
+from worker import workflow_runner
 from workflows import DATA_CONVERTER, AgentRun
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))

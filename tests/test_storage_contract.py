@@ -267,9 +267,7 @@ async def test_content_parts_round_trip(storage: Storage) -> None:
         resource_id="user-1",
         role="tool",
         content=[
-            ToolResultPart(
-                tool_call_id="c1", tool_name="search", result={"hits": [1, 2.5, None, "x"]}, is_error=False
-            ),
+            ToolResultPart(tool_call_id="c1", tool_name="search", result={"hits": [1, 2.5, None, "x"]}, is_error=False),
             ToolResultPart(tool_call_id="c2", tool_name="rm", result="denied", is_error=True, denied=True),
         ],
         created_at=at(2),

@@ -165,9 +165,7 @@ class AgentRun:
 class _Loop:
     """The state of one run's loop; rebuilt from `RunCarry` after continue-as-new."""
 
-    def __init__(
-        self, wf: AgentRun, input: AgentRunInput, run_id: str, thread_id: str, resource_id: str
-    ) -> None:
+    def __init__(self, wf: AgentRun, input: AgentRunInput, run_id: str, thread_id: str, resource_id: str) -> None:
         self.wf = wf
         self.input = input
         self.run_id = run_id
@@ -180,9 +178,7 @@ class _Loop:
             if isinstance(messages, str):
                 messages = [InputMessage(role="user", content=messages)]
             self.carry.pending = PendingWrites(
-                messages=[
-                    MessageRecord(id=self._next_message_id(), role=m.role, content=m.content) for m in messages
-                ]
+                messages=[MessageRecord(id=self._next_message_id(), role=m.role, content=m.content) for m in messages]
             )
 
     def _next_message_id(self) -> str:
@@ -227,8 +223,9 @@ class _Loop:
             usage_before=c.usage,
         )
         c.pending = PendingWrites()
+        result: ModelStepResult
         if self.opts.model_as_local_activity:
-            return await workflow.execute_local_activity(
+            result = await workflow.execute_local_activity(
                 MODEL_STEP,
                 step_input,
                 result_type=ModelStepResult,
@@ -236,7 +233,8 @@ class _Loop:
                 retry_policy=self.opts.model_retry,
                 summary=f"model step {c.step}",
             )
-        return await workflow.execute_activity(
+            return result
+        result = await workflow.execute_activity(
             MODEL_STEP,
             step_input,
             result_type=ModelStepResult,
@@ -244,6 +242,7 @@ class _Loop:
             retry_policy=self.opts.model_retry,
             summary=f"model step {c.step}",
         )
+        return result
 
     async def _run_tools(self, step: ModelStepResult) -> None:
         needs_approval = [t for t in step.tool_calls if t.requires_approval and t.error is None]
@@ -269,7 +268,7 @@ class _Loop:
         if decision is not None and not decision.approved:
             return self._declined(call, decision.reason or DECLINED_REASON)
         try:
-            return await workflow.execute_activity(
+            result: ToolCallResult = await workflow.execute_activity(
                 TOOL_CALL,
                 ToolCallInput(
                     run_id=self.run_id,
@@ -289,6 +288,7 @@ class _Loop:
                 retry_policy=self.opts.idempotent_tool_retry if call.idempotent else self.opts.once_tool_retry,
                 summary=f"{call.tool_name} ({call.tool_call_id})",
             )
+            return result
         except ActivityError as err:
             # The tool's own exceptions come back as results; reaching here means attempts were lost
             # (crashed workers, timeouts). The model is told, and the run goes on.
@@ -322,7 +322,11 @@ class _Loop:
 
     def _write_tool_message(self, call: PlannedToolCall, result: Any, *, is_error: bool, denied: bool) -> None:
         part = ToolResultPart(
-            tool_call_id=call.tool_call_id, tool_name=call.tool_name, result=result, is_error=is_error, denied=denied
+            tool_call_id=call.tool_call_id,
+            tool_name=call.tool_name,
+            result=result,
+            is_error=is_error,
+            denied=denied,
         )
         self.carry.pending.messages.append(
             MessageRecord(id=f"{self.run_id}-t-{call.tool_call_id}", role="tool", content=[part])

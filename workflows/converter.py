@@ -13,8 +13,12 @@ from typing import Any
 import temporalio.api.common.v1
 from pydantic import ValidationError
 from temporalio.contrib.pydantic import PydanticJSONPlainPayloadConverter, PydanticPayloadConverter
-from temporalio.converter import CompositePayloadConverter, DataConverter, DefaultPayloadConverter
-from temporalio.converter import JSONPlainPayloadConverter
+from temporalio.converter import (
+    CompositePayloadConverter,
+    DataConverter,
+    DefaultPayloadConverter,
+    JSONPlainPayloadConverter,
+)
 from temporalio.exceptions import ApplicationError
 
 
