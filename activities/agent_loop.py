@@ -134,18 +134,12 @@ class AgentActivities:
         if response.text:
             parts.append(TextPart(text=response.text))
         parts.extend(ToolCallPart(tool_call_id=p.tool_call_id, tool_name=p.tool_name, args=p.args) for p in planned)
-        await self._storage.save_messages(
-            [
-                StoredMessage(
-                    id=input.message_id,
-                    thread_id=input.thread_id,
-                    resource_id=input.resource_id,
-                    role="assistant",
-                    content=parts,
-                    run_id=input.run_id,
-                    created_at=datetime.now(UTC),
-                )
-            ]
+        assistant = MessageRecord(id=input.message_id, role="assistant", content=parts)
+        await self._persist(
+            PendingWrites(messages=[assistant]),
+            thread_id=input.thread_id,
+            resource_id=input.resource_id,
+            run_id=input.run_id,
         )
         for p in planned:
             call = {"toolCallId": p.tool_call_id, "toolName": p.tool_name, "args": p.args}
@@ -221,18 +215,12 @@ class AgentActivities:
         part = ToolResultPart(
             tool_call_id=input.tool_call_id, tool_name=input.tool_name, result=result, is_error=is_error
         )
-        await self._storage.save_messages(
-            [
-                StoredMessage(
-                    id=input.result_message_id,
-                    thread_id=input.thread_id,
-                    resource_id=input.resource_id,
-                    role="tool",
-                    content=[part],
-                    run_id=input.run_id,
-                    created_at=datetime.now(UTC),
-                )
-            ]
+        result_message = MessageRecord(id=input.result_message_id, role="tool", content=[part])
+        await self._persist(
+            PendingWrites(messages=[result_message]),
+            thread_id=input.thread_id,
+            resource_id=input.resource_id,
+            run_id=input.run_id,
         )
         await self._storage.append_events(
             input.run_id,

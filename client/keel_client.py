@@ -24,7 +24,7 @@ from temporalio.client import (
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.service import RPCError, RPCStatusCode
 
-from app import App, UnknownAgent
+from app import App
 from client.errors import (
     InvalidRunInput,
     KeelClientError,
@@ -42,7 +42,6 @@ from workflows.search_attributes import (
     KEEL_RESOURCE_ID,
     KEEL_STATUS,
     KEEL_THREAD_ID,
-    KEEL_WORKFLOW_ID,
 )
 
 RunStatus = Literal["running", "suspended", "completed", "failed", "canceled", "terminated", "timed_out"]
@@ -278,4 +277,4 @@ def _initial_attributes(run_input: AgentRunInput, run_id: str) -> TypedSearchAtt
     )
 
 
-__all__ = ["KEEL_WORKFLOW_ID", "KeelClient", "RunInfo", "RunStatus", "UnknownAgent"]
+__all__ = ["KeelClient", "RunInfo", "RunStatus"]

@@ -8,13 +8,12 @@ also knows how to dump the `Part` models and any datetimes inside payloads.
 from __future__ import annotations
 
 import asyncio
-import json
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from pydantic import TypeAdapter
 from pydantic_core import to_json
 
+from storage import codec
 from storage.base import (
     NewEvent,
     RunEvent,
@@ -25,12 +24,10 @@ from storage.base import (
     Thread,
     ThreadNotFound,
 )
-from workflows.contracts import Part
 
 if TYPE_CHECKING:
     import asyncpg
 
-_CONTENT: TypeAdapter[str | list[Part]] = TypeAdapter(str | list[Part])
 
 # Advisory lock keys. The two-argument form lives in a different key space from the one-argument form, so
 # per-run locks can never collide with the schema lock.
@@ -74,53 +71,10 @@ CREATE TABLE IF NOT EXISTS run_events (
 );
 """
 
-_THREAD_COLUMNS = "id, resource_id, title, metadata, created_at, updated_at"
-_MESSAGE_COLUMNS = "id, thread_id, resource_id, role, content, run_id, created_at"
-
 
 def _utc(value: datetime) -> datetime:
     """Naive datetimes are taken as UTC (asyncpg would otherwise read them as local time)."""
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value
-
-
-def _check_page(offset: int, limit: int | None) -> None:
-    if offset < 0 or (limit is not None and limit < 0):
-        raise ValueError(f"offset and limit must be >= 0, got offset={offset}, limit={limit}")
-
-
-def _thread(row: asyncpg.Record) -> Thread:
-    return Thread(
-        id=row["id"],
-        resource_id=row["resource_id"],
-        title=row["title"],
-        metadata=None if row["metadata"] is None else json.loads(row["metadata"]),
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-    )
-
-
-def _message(row: asyncpg.Record) -> StoredMessage:
-    return StoredMessage(
-        id=row["id"],
-        thread_id=row["thread_id"],
-        resource_id=row["resource_id"],
-        role=row["role"],
-        content=_CONTENT.validate_json(row["content"]),
-        run_id=row["run_id"],
-        created_at=row["created_at"],
-    )
-
-
-def _event(row: asyncpg.Record) -> RunEvent:
-    return RunEvent(
-        run_id=row["run_id"],
-        offset=row["offset"],
-        type=row["type"],
-        payload=json.loads(row["payload"]),
-        source=row["source"],
-        attempt=row["attempt"],
-        created_at=row["created_at"],
-    )
 
 
 class PostgresStorage(Storage):
@@ -192,11 +146,11 @@ class PostgresStorage(Storage):
                 INSERT INTO threads (id, resource_id, title, metadata, created_at, updated_at)
                 VALUES ($1, $2, $3, $4::jsonb, $5, $5)
                 ON CONFLICT (id) DO NOTHING
-                RETURNING {_THREAD_COLUMNS}
+                RETURNING {codec.THREAD_COLUMNS}
             )
-            SELECT {_THREAD_COLUMNS} FROM ins
+            SELECT {codec.THREAD_COLUMNS} FROM ins
             UNION ALL
-            SELECT {_THREAD_COLUMNS} FROM threads WHERE id = $1
+            SELECT {codec.THREAD_COLUMNS} FROM threads WHERE id = $1
             LIMIT 1
             """,
             thread_id,
@@ -207,31 +161,32 @@ class PostgresStorage(Storage):
         )
         if row is None:
             # A concurrent creator committed after our snapshot was taken; now it is visible.
-            row = await pool.fetchrow(f"SELECT {_THREAD_COLUMNS} FROM threads WHERE id = $1", thread_id)
+            row = await pool.fetchrow(f"SELECT {codec.THREAD_COLUMNS} FROM threads WHERE id = $1", thread_id)
             if row is None:
                 raise ThreadNotFound(thread_id)
-        return _thread(row)
+        return codec.thread(row)
 
     async def get_thread(self, thread_id: str) -> Thread | None:
         pool = await self._get_pool()
-        row = await pool.fetchrow(f"SELECT {_THREAD_COLUMNS} FROM threads WHERE id = $1", thread_id)
-        return None if row is None else _thread(row)
+        row = await pool.fetchrow(f"SELECT {codec.THREAD_COLUMNS} FROM threads WHERE id = $1", thread_id)
+        return None if row is None else codec.thread(row)
 
     async def list_threads(
         self, resource_id: str | None = None, *, offset: int = 0, limit: int | None = None
     ) -> tuple[list[Thread], int]:
-        _check_page(offset, limit)
+        codec.check_page(offset, limit)
         pool = await self._get_pool()
         where = "WHERE $1::text IS NULL OR resource_id = $1"
         async with pool.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
             total = await conn.fetchval(f"SELECT count(*) FROM threads {where}", resource_id)
             rows = await conn.fetch(
-                f"SELECT {_THREAD_COLUMNS} FROM threads {where} ORDER BY created_at DESC, seq DESC OFFSET $2 LIMIT $3",
+                f"SELECT {codec.THREAD_COLUMNS} FROM threads {where}"
+                " ORDER BY created_at DESC, seq DESC OFFSET $2 LIMIT $3",
                 resource_id,
                 offset,
                 limit,
             )
-        return [_thread(r) for r in rows], int(total)
+        return [codec.thread(r) for r in rows], int(total)
 
     async def update_thread(
         self,
@@ -253,11 +208,11 @@ class PostgresStorage(Storage):
                 params.append(value)
                 sets.append(f"{column} = ${len(params)}{cast}")
         row = await pool.fetchrow(
-            f"UPDATE threads SET {', '.join(sets)} WHERE id = $1 RETURNING {_THREAD_COLUMNS}", *params
+            f"UPDATE threads SET {', '.join(sets)} WHERE id = $1 RETURNING {codec.THREAD_COLUMNS}", *params
         )
         if row is None:
             raise ThreadNotFound(thread_id)
-        return _thread(row)
+        return codec.thread(row)
 
     async def delete_thread(self, thread_id: str) -> bool:
         pool = await self._get_pool()
@@ -279,7 +234,7 @@ class PostgresStorage(Storage):
                 m.thread_id,
                 m.resource_id,
                 m.role,
-                _CONTENT.dump_json(m.content).decode(),
+                codec.CONTENT.dump_json(m.content).decode(),
                 m.run_id,
                 _utc(m.created_at),
             )
@@ -300,8 +255,8 @@ class PostgresStorage(Storage):
             # ORDER BY ord: identity values (the insertion order) follow the order of the list.
             await conn.execute(
                 f"""
-                INSERT INTO messages ({_MESSAGE_COLUMNS})
-                SELECT {_MESSAGE_COLUMNS}
+                INSERT INTO messages ({codec.MESSAGE_COLUMNS})
+                SELECT {codec.MESSAGE_COLUMNS}
                 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::text[],
                             $7::timestamptz[])
                      WITH ORDINALITY AS u(id, thread_id, resource_id, role, content, run_id, created_at, ord)
@@ -314,25 +269,27 @@ class PostgresStorage(Storage):
     async def list_messages(
         self, thread_id: str, *, offset: int = 0, limit: int | None = None
     ) -> tuple[list[StoredMessage], int]:
-        _check_page(offset, limit)
+        codec.check_page(offset, limit)
         pool = await self._get_pool()
         async with pool.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
             total = await conn.fetchval("SELECT count(*) FROM messages WHERE thread_id = $1", thread_id)
             rows = await conn.fetch(
-                f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE thread_id = $1"
+                f"SELECT {codec.MESSAGE_COLUMNS} FROM messages WHERE thread_id = $1"
                 " ORDER BY created_at, seq OFFSET $2 LIMIT $3",
                 thread_id,
                 offset,
                 limit,
             )
-        return [_message(r) for r in rows], int(total)
+        return [codec.message(r) for r in rows], int(total)
 
     async def get_messages(self, ids: list[str]) -> list[StoredMessage]:
         if not ids:
             return []
         pool = await self._get_pool()
-        rows = await pool.fetch(f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE id = ANY($1::text[])", list(set(ids)))
-        by_id = {m.id: m for m in map(_message, rows)}
+        rows = await pool.fetch(
+            f"SELECT {codec.MESSAGE_COLUMNS} FROM messages WHERE id = ANY($1::text[])", list(set(ids))
+        )
+        by_id = {m.id: m for m in map(codec.message, rows)}
         return [by_id[i] for i in ids if i in by_id]
 
     async def delete_messages(self, ids: list[str]) -> int:
@@ -379,7 +336,7 @@ class PostgresStorage(Storage):
         return sorted(int(r["offset"]) for r in rows)
 
     async def read_events(self, run_id: str, *, offset: int = 0, limit: int | None = None) -> list[RunEvent]:
-        _check_page(offset, limit)
+        codec.check_page(offset, limit)
         pool = await self._get_pool()
         rows = await pool.fetch(
             'SELECT run_id, "offset", type, payload, source, attempt, created_at FROM run_events'
@@ -388,4 +345,4 @@ class PostgresStorage(Storage):
             offset,
             limit,
         )
-        return [_event(r) for r in rows]
+        return [codec.event(r) for r in rows]

@@ -18,15 +18,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pydantic import TypeAdapter
 from pydantic_core import to_json
 
+from storage import codec
 from storage.base import NewEvent, RunEvent, Storage, StorageError, StoredMessage, Thread, ThreadNotFound
-from workflows.contracts import Part
 
 T = TypeVar("T")
 
-_CONTENT: TypeAdapter[str | list[Part]] = TypeAdapter(str | list[Part])
 
 _BUSY_TIMEOUT_MS = 5000
 
@@ -67,9 +65,6 @@ CREATE TABLE IF NOT EXISTS run_events (
 ) WITHOUT ROWID;
 """
 
-_THREAD_COLUMNS = "id, resource_id, title, metadata, created_at, updated_at"
-_MESSAGE_COLUMNS = "id, thread_id, resource_id, role, content, run_id, created_at"
-
 
 def _ts(value: datetime) -> str:
     """Fixed-width UTC ISO text, so that string order is time order. Naive datetimes are taken as UTC."""
@@ -78,49 +73,9 @@ def _ts(value: datetime) -> str:
     return value.astimezone(UTC).isoformat(timespec="microseconds")
 
 
-def _check_page(offset: int, limit: int | None) -> None:
-    if offset < 0 or (limit is not None and limit < 0):
-        raise ValueError(f"offset and limit must be >= 0, got offset={offset}, limit={limit}")
-
-
 def _sql_limit(limit: int | None) -> int:
     # SQLite spells "no limit" as a negative LIMIT.
     return -1 if limit is None else limit
-
-
-def _thread(row: sqlite3.Row) -> Thread:
-    return Thread(
-        id=row["id"],
-        resource_id=row["resource_id"],
-        title=row["title"],
-        metadata=None if row["metadata"] is None else json.loads(row["metadata"]),
-        created_at=datetime.fromisoformat(row["created_at"]),
-        updated_at=datetime.fromisoformat(row["updated_at"]),
-    )
-
-
-def _message(row: sqlite3.Row) -> StoredMessage:
-    return StoredMessage(
-        id=row["id"],
-        thread_id=row["thread_id"],
-        resource_id=row["resource_id"],
-        role=row["role"],
-        content=_CONTENT.validate_json(row["content"]),
-        run_id=row["run_id"],
-        created_at=datetime.fromisoformat(row["created_at"]),
-    )
-
-
-def _event(row: sqlite3.Row) -> RunEvent:
-    return RunEvent(
-        run_id=row["run_id"],
-        offset=row["offset"],
-        type=row["type"],
-        payload=json.loads(row["payload"]),
-        source=row["source"],
-        attempt=row["attempt"],
-        created_at=datetime.fromisoformat(row["created_at"]),
-    )
 
 
 class SQLiteStorage(Storage):
@@ -242,31 +197,32 @@ class SQLiteStorage(Storage):
                 " VALUES (?, ?, ?, ?, ?, ?)",
                 (thread_id, resource_id, title, meta, now, now),
             )
-            row = conn.execute(f"SELECT {_THREAD_COLUMNS} FROM threads WHERE id = ?", (thread_id,)).fetchone()
-            return _thread(row)
+            row = conn.execute(f"SELECT {codec.THREAD_COLUMNS} FROM threads WHERE id = ?", (thread_id,)).fetchone()
+            return codec.thread(row)
 
         return await self._write_tx(create)
 
     async def get_thread(self, thread_id: str) -> Thread | None:
         def get(conn: sqlite3.Connection) -> Thread | None:
-            row = conn.execute(f"SELECT {_THREAD_COLUMNS} FROM threads WHERE id = ?", (thread_id,)).fetchone()
-            return None if row is None else _thread(row)
+            row = conn.execute(f"SELECT {codec.THREAD_COLUMNS} FROM threads WHERE id = ?", (thread_id,)).fetchone()
+            return None if row is None else codec.thread(row)
 
         return await self._run(get)
 
     async def list_threads(
         self, resource_id: str | None = None, *, offset: int = 0, limit: int | None = None
     ) -> tuple[list[Thread], int]:
-        _check_page(offset, limit)
+        codec.check_page(offset, limit)
         where, params = ("WHERE resource_id = ?", (resource_id,)) if resource_id is not None else ("", ())
 
         def page(conn: sqlite3.Connection) -> tuple[list[Thread], int]:
             total: int = conn.execute(f"SELECT count(*) FROM threads {where}", params).fetchone()[0]
             rows = conn.execute(
-                f"SELECT {_THREAD_COLUMNS} FROM threads {where} ORDER BY created_at DESC, seq DESC LIMIT ? OFFSET ?",
+                f"SELECT {codec.THREAD_COLUMNS} FROM threads {where}"
+                " ORDER BY created_at DESC, seq DESC LIMIT ? OFFSET ?",
                 (*params, _sql_limit(limit), offset),
             ).fetchall()
-            return [_thread(r) for r in rows], total
+            return [codec.thread(r) for r in rows], total
 
         return await self._read_tx(page)
 
@@ -289,13 +245,13 @@ class SQLiteStorage(Storage):
         if resource_id is not None:
             sets.append("resource_id = ?")
             params.append(resource_id)
-        sql = f"UPDATE threads SET {', '.join(sets)} WHERE id = ? RETURNING {_THREAD_COLUMNS}"
+        sql = f"UPDATE threads SET {', '.join(sets)} WHERE id = ? RETURNING {codec.THREAD_COLUMNS}"
 
         def update(conn: sqlite3.Connection) -> Thread:
             row = conn.execute(sql, (*params, thread_id)).fetchone()
             if row is None:
                 raise ThreadNotFound(thread_id)
-            return _thread(row)
+            return codec.thread(row)
 
         return await self._write_tx(update)
 
@@ -320,7 +276,7 @@ class SQLiteStorage(Storage):
                 m.thread_id,
                 m.resource_id,
                 m.role,
-                _CONTENT.dump_json(m.content).decode(),
+                codec.CONTENT.dump_json(m.content).decode(),
                 m.run_id,
                 _ts(m.created_at),
             )
@@ -333,23 +289,25 @@ class SQLiteStorage(Storage):
                 cur = conn.execute("UPDATE threads SET updated_at = ? WHERE id = ?", (now, thread_id))
                 if cur.rowcount == 0:
                     raise ThreadNotFound(thread_id)
-            conn.executemany(f"INSERT OR IGNORE INTO messages ({_MESSAGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+            conn.executemany(
+                f"INSERT OR IGNORE INTO messages ({codec.MESSAGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)", rows
+            )
 
         await self._write_tx(save)
 
     async def list_messages(
         self, thread_id: str, *, offset: int = 0, limit: int | None = None
     ) -> tuple[list[StoredMessage], int]:
-        _check_page(offset, limit)
+        codec.check_page(offset, limit)
 
         def page(conn: sqlite3.Connection) -> tuple[list[StoredMessage], int]:
             total: int = conn.execute("SELECT count(*) FROM messages WHERE thread_id = ?", (thread_id,)).fetchone()[0]
             rows = conn.execute(
-                f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE thread_id = ?"
+                f"SELECT {codec.MESSAGE_COLUMNS} FROM messages WHERE thread_id = ?"
                 " ORDER BY created_at, seq LIMIT ? OFFSET ?",
                 (thread_id, _sql_limit(limit), offset),
             ).fetchall()
-            return [_message(r) for r in rows], total
+            return [codec.message(r) for r in rows], total
 
         return await self._read_tx(page)
 
@@ -361,11 +319,11 @@ class SQLiteStorage(Storage):
         def get(conn: sqlite3.Connection) -> list[sqlite3.Row]:
             # json_each takes the whole id list as one parameter, so no SQLITE_MAX_VARIABLE_NUMBER limit.
             return conn.execute(
-                f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE id IN (SELECT value FROM json_each(?))",
+                f"SELECT {codec.MESSAGE_COLUMNS} FROM messages WHERE id IN (SELECT value FROM json_each(?))",
                 (json.dumps(unique),),
             ).fetchall()
 
-        by_id = {m.id: m for m in map(_message, await self._run(get))}
+        by_id = {m.id: m for m in map(codec.message, await self._run(get))}
         return [by_id[i] for i in ids if i in by_id]
 
     async def delete_messages(self, ids: list[str]) -> int:
@@ -408,7 +366,7 @@ class SQLiteStorage(Storage):
         return await self._write_tx(append)
 
     async def read_events(self, run_id: str, *, offset: int = 0, limit: int | None = None) -> list[RunEvent]:
-        _check_page(offset, limit)
+        codec.check_page(offset, limit)
 
         def read(conn: sqlite3.Connection) -> Sequence[sqlite3.Row]:
             return conn.execute(
@@ -417,4 +375,4 @@ class SQLiteStorage(Storage):
                 (run_id, offset, _sql_limit(limit)),
             ).fetchall()
 
-        return [_event(r) for r in await self._run(read)]
+        return [codec.event(r) for r in await self._run(read)]

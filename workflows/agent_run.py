@@ -223,18 +223,10 @@ class _Loop:
             usage_before=c.usage,
         )
         c.pending = PendingWrites()
-        result: ModelStepResult
-        if self.opts.model_as_local_activity:
-            result = await workflow.execute_local_activity(
-                MODEL_STEP,
-                step_input,
-                result_type=ModelStepResult,
-                start_to_close_timeout=self.opts.model_start_to_close,
-                retry_policy=self.opts.model_retry,
-                summary=f"model step {c.step}",
-            )
-            return result
-        result = await workflow.execute_activity(
+        # A local activity's result is recorded in the workflow task that schedules the tools (one round trip
+        # fewer per step); a regular one is the choice for model calls that may outlive a workflow task timeout.
+        execute = workflow.execute_local_activity if self.opts.model_as_local_activity else workflow.execute_activity
+        result: ModelStepResult = await execute(
             MODEL_STEP,
             step_input,
             result_type=ModelStepResult,

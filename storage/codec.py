@@ -1,0 +1,67 @@
+"""Row mapping shared by the SQL backends: a row is anything indexable by column name.
+
+Timestamps may arrive as datetimes (asyncpg) or ISO strings (SQLite); pydantic parses both.
+JSON columns arrive as text in both backends.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Protocol
+
+from pydantic import TypeAdapter
+
+from storage.base import RunEvent, StoredMessage, Thread
+from workflows.contracts import Part
+
+CONTENT: TypeAdapter[str | list[Part]] = TypeAdapter(str | list[Part])
+"""A message's content: a string or a list of parts, stored as JSON."""
+
+THREAD_COLUMNS = "id, resource_id, title, metadata, created_at, updated_at"
+MESSAGE_COLUMNS = "id, thread_id, resource_id, role, content, run_id, created_at"
+
+
+class Row(Protocol):
+    def __getitem__(self, key: str, /) -> Any: ...
+
+
+def check_page(offset: int, limit: int | None) -> None:
+    if offset < 0:
+        raise ValueError(f"offset must be >= 0, got {offset}")
+    if limit is not None and limit < 0:
+        raise ValueError(f"limit must be >= 0, got {limit}")
+
+
+def thread(row: Row) -> Thread:
+    return Thread(
+        id=row["id"],
+        resource_id=row["resource_id"],
+        title=row["title"],
+        metadata=None if row["metadata"] is None else json.loads(row["metadata"]),
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+    )
+
+
+def message(row: Row) -> StoredMessage:
+    return StoredMessage(
+        id=row["id"],
+        thread_id=row["thread_id"],
+        resource_id=row["resource_id"],
+        role=row["role"],
+        content=CONTENT.validate_json(row["content"]),
+        run_id=row["run_id"],
+        created_at=row["created_at"],
+    )
+
+
+def event(row: Row) -> RunEvent:
+    return RunEvent(
+        run_id=row["run_id"],
+        offset=row["offset"],
+        type=row["type"],
+        payload=json.loads(row["payload"]),
+        source=row["source"],
+        attempt=row["attempt"],
+        created_at=row["created_at"],
+    )
