@@ -11,23 +11,32 @@ POLL_SECONDS = 0.05
 
 
 class AttemptFilter:
-    """Drops events of an activity attempt once a later attempt of the same source has written.
+    """Drops events of an activity attempt once a later attempt of the same source is known.
 
     A retried activity re-emits its output under a higher `attempt`; an abandoned attempt (a zombie worker) may
-    still write after it. Keep, per source, only events of the highest attempt seen so far.
+    still write after it. Within each batch read, and from then on, only the highest attempt per source is kept:
+    a reader that reads a finished run sees each step once; a live reader may have shown a lost attempt's
+    partial output before the retry began, and sees `is_retry` on the first event of the new attempt.
     """
 
     def __init__(self) -> None:
         self._latest: dict[str, int] = {}
 
-    def keep(self, event: RunEvent) -> bool:
-        if event.source is None:
-            return True
-        latest = self._latest.get(event.source, 0)
-        if event.attempt < latest:
-            return False
-        self._latest[event.source] = event.attempt
-        return True
+    def filter(self, batch: list[RunEvent]) -> list[tuple[RunEvent, bool]]:
+        """The events to show, each with True if it is the first event seen of a retry attempt."""
+        newest = dict(self._latest)
+        for event in batch:
+            if event.source is not None:
+                newest[event.source] = max(newest.get(event.source, 0), event.attempt)
+        shown = []
+        for event in batch:
+            if event.source is None:
+                shown.append((event, False))
+            elif event.attempt == newest[event.source]:
+                is_retry = event.attempt > 1 and self._latest.get(event.source, 0) < event.attempt
+                self._latest[event.source] = event.attempt
+                shown.append((event, is_retry))
+        return shown
 
 
 async def follow(
@@ -47,10 +56,9 @@ async def follow(
     idle = 0.0
     while True:
         events = await storage.read_events(run_id, offset=offset)
-        for event in events:
-            offset = event.offset + 1
-            if not filt.keep(event):
-                continue
+        if events:
+            offset = events[-1].offset + 1
+        for event, _ in filt.filter(events):
             yield event
             if event.type in until:
                 return

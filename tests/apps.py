@@ -129,4 +129,28 @@ def mistakes_script(request: ModelRequest) -> ModelResponse:
 
 mistakes = Agent(id="mistakes", model=ScriptedModel(mistakes_script, name="mistakes"), tools=(boom,))
 
-app = App.of(demo, multi, ledger, once, mistakes)
+class PayInput(BaseModel):
+    amount: int
+
+
+@tool("pay", require_approval=lambda args: args.amount > 100)
+async def pay(args: PayInput, ctx: ToolContext) -> dict[str, int]:
+    """Pay an amount; above 100 needs approval."""
+    return {"paid": args.amount}
+
+
+def pay_script(request: ModelRequest) -> ModelResponse:
+    results = tool_results_since_last_user(request)
+    if not results:
+        return ModelResponse(
+            tool_calls=[
+                ModelToolCall(id="small", name="pay", args={"amount": 5}),
+                ModelToolCall(id="large", name="pay", args={"amount": 500}),
+            ]
+        )
+    return ModelResponse(text=", ".join(f"{r.tool_call_id}={r.result}" for r in results))
+
+
+payer = Agent(id="payer", model=ScriptedModel(pay_script, name="payer"), tools=(pay,))
+
+app = App.of(demo, multi, ledger, once, mistakes, payer)

@@ -133,3 +133,19 @@ async def test_suspended_runs_are_listed_and_counted_from_temporal_visibility(
         async with asyncio.timeout(10):
             while run_id in [r.run_id for r in await keel.list_runs(status="suspended", agent_id="demo")]:
                 await asyncio.sleep(0.1)
+
+
+async def test_approval_can_depend_on_the_arguments_and_only_those_calls_wait(
+    client: Client, storage: Storage, task_queue: str
+) -> None:
+    async with running_worker(client, test_app, storage, task_queue) as keel:
+        run_id = await keel.start_run("payer", "pay both")
+        assert await wait_for_pending(keel, run_id) == ["large"]
+        await keel.decline(run_id, "large", reason="too much")
+        result = await keel.result(run_id)
+    assert result.text == "small={'paid': 5}, large=too much"
+    events = await storage.read_events(run_id)
+    approvals = [e.payload["toolCallId"] for e in events if e.type == "tool-call-approval"]
+    denied = [e.payload for e in events if e.type == "tool-output-denied"]
+    assert approvals == ["large"]
+    assert denied[0]["approval"] == {"id": "large", "approved": False, "reason": "too much"}
