@@ -129,6 +129,7 @@ def mistakes_script(request: ModelRequest) -> ModelResponse:
 
 mistakes = Agent(id="mistakes", model=ScriptedModel(mistakes_script, name="mistakes"), tools=(boom,))
 
+
 class PayInput(BaseModel):
     amount: int
 
@@ -153,4 +154,15 @@ def pay_script(request: ModelRequest) -> ModelResponse:
 
 payer = Agent(id="payer", model=ScriptedModel(pay_script, name="payer"), tools=(pay,))
 
-app = App.of(demo, multi, ledger, once, mistakes, payer)
+
+def reused_id_script(request: ModelRequest) -> ModelResponse:
+    """Like some local model servers: every step's tool call has the same id."""
+    results = tool_results_since_last_user(request)
+    if len(results) < 2:
+        return ModelResponse(tool_calls=[ModelToolCall(id="call_0", name="pay", args={"amount": 200 + len(results)})])
+    return ModelResponse(text=", ".join(str(r.result) for r in results))
+
+
+reuser = Agent(id="reuser", model=ScriptedModel(reused_id_script, name="reuser"), tools=(pay,))
+
+app = App.of(demo, multi, ledger, once, mistakes, payer, reuser)

@@ -62,8 +62,10 @@ class AgentRun:
     options: AgentActivityOptions = DEFAULT_OPTIONS
 
     def __init__(self) -> None:
-        self._pending: dict[str, PendingToolCall] = {}
-        self._decisions: dict[str, ToolApproval] = {}
+        self._pending: dict[str, PendingToolCall] = {}  # the current step's calls awaiting a decision
+        self._decisions: dict[str, ToolApproval] = {}  # decisions on those calls
+        # Verdicts of earlier steps, only for error messages: a model may reuse a tool call id in a later step.
+        self._decided: dict[str, bool] = {}
         self._rejected: list[str] = []
 
     # --- handlers ------------------------------------------------------------------------------------
@@ -104,13 +106,13 @@ class AgentRun:
 
     def _approval_problem(self, approval: ToolApproval) -> str | None:
         call_id = approval.tool_call_id
-        if call_id in self._decisions:
-            verdict = "approved" if self._decisions[call_id].approved else "declined"
-            return f"tool call {call_id!r} was already {verdict}"
-        if call_id not in self._pending:
-            waiting = sorted(c for c in self._pending if c not in self._decisions)
-            return f"no pending tool call {call_id!r} (pending: {', '.join(waiting) or 'none'})"
-        return None
+        if call_id in self._pending and call_id not in self._decisions:
+            return None
+        earlier = self._decisions[call_id].approved if call_id in self._decisions else self._decided.get(call_id)
+        if earlier is not None:
+            return f"tool call {call_id!r} was already {'approved' if earlier else 'declined'}"
+        waiting = sorted(c for c in self._pending if c not in self._decisions)
+        return f"no pending tool call {call_id!r} (pending: {', '.join(waiting) or 'none'})"
 
     def _reject(self, reason: str) -> None:
         workflow.logger.warning("Ignored tool_approval signal: %s", reason)
@@ -156,9 +158,10 @@ class AgentRun:
         workflow.upsert_search_attributes([KEEL_STATUS.value_set("suspended")])
         await workflow.wait_condition(lambda: all(c.tool_call_id in self._decisions for c in calls))
         workflow.upsert_search_attributes([KEEL_STATUS.value_set("running")])
-        decided = {c.tool_call_id: self._decisions[c.tool_call_id] for c in calls}
-        for call in calls:
-            self._pending.pop(call.tool_call_id, None)
+        decided = {c.tool_call_id: self._decisions.pop(c.tool_call_id) for c in calls}
+        for call_id, decision in decided.items():
+            self._pending.pop(call_id, None)
+            self._decided[call_id] = decision.approved
         return decided
 
 
@@ -271,7 +274,7 @@ class _Loop:
                     tool_call_id=call.tool_call_id,
                     tool_name=call.tool_name,
                     args=call.args,
-                    result_message_id=f"{self.run_id}-t-{call.tool_call_id}",
+                    result_message_id=self._tool_message_id(call),
                     request_context=self.input.request_context,
                 ),
                 result_type=ToolCallResult,
@@ -286,6 +289,10 @@ class _Loop:
             # (crashed workers, timeouts). The model is told, and the run goes on.
             message = f"Tool {call.tool_name} did not complete: {err.cause or err}"
             return self._synthesized(call, {"error": message}, is_error=True, event="tool-error")
+
+    def _tool_message_id(self, call: PlannedToolCall) -> str:
+        # Scoped by step: some models reuse tool call ids across steps.
+        return f"{self.run_id}-s{self.carry.step}-{call.tool_call_id}"
 
     def _declined(self, call: PlannedToolCall, reason: str) -> ToolCallResult:
         result = ToolCallResult(tool_call_id=call.tool_call_id, tool_name=call.tool_name, result=reason)
@@ -320,9 +327,7 @@ class _Loop:
             is_error=is_error,
             denied=denied,
         )
-        self.carry.pending.messages.append(
-            MessageRecord(id=f"{self.run_id}-t-{call.tool_call_id}", role="tool", content=[part])
-        )
+        self.carry.pending.messages.append(MessageRecord(id=self._tool_message_id(call), role="tool", content=[part]))
 
     async def _finish(self, reason: FinishReason) -> None:
         """Persist what no later model step will (declined results at `maxSteps`) and close the event log."""
