@@ -105,7 +105,7 @@ class AgentActivities:
         request = ModelRequest(
             instructions=agent.instructions,
             messages=[MessageRecord(id=m.id, role=m.role, content=m.content) for m in history],
-            tools=[t.spec() for t in agent.tools],
+            tools=[t.spec for t in agent.tools],
         )
         text_id = f"{input.message_id}-text"
         started = False

@@ -10,6 +10,7 @@ Error tree::
 
 from __future__ import annotations
 
+import functools
 import inspect
 import typing
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -85,7 +86,9 @@ class Tool:
     require_approval: ApprovalPolicy = False
     idempotent: bool = True
 
+    @functools.cached_property
     def spec(self) -> ToolSpec:
+        """The tool as the model sees it (computed once: building a JSON schema costs ~1 ms)."""
         return ToolSpec(name=self.id, description=self.description, parameters=self.input_schema.model_json_schema())
 
     def parse_args(self, args: Mapping[str, Any]) -> BaseModel:

@@ -163,7 +163,7 @@ async def bench_server(tuned: bool, args: argparse.Namespace) -> dict[str, Any]:
                 bare_s: list[float] = []
                 bare_la_s: list[float] = []
                 keel_id = bare_id = bare_la_id = ""
-                for rep in range(args.reps):
+                for rep in range(args.reps if n >= 50 else args.reps_small):
                     # Interleaved, and the order rotates so no side always runs first after a pause.
                     order = ["keel", "bare", "bare_la"]
                     order = order[rep % 3 :] + order[: rep % 3]
@@ -270,7 +270,11 @@ def run_mastra(steps: list[int], reps: int) -> dict[str, Any]:
     if not (MASTRA_DIR / "node_modules").exists():
         log("[mastra] npm install ...")
         proc = subprocess.run(
-            ["npm", "install", "--no-audit", "--no-fund"], cwd=MASTRA_DIR, capture_output=True, text=True, timeout=300
+            ["npm", "install", "--no-audit", "--no-fund"],
+            cwd=MASTRA_DIR,
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
         if proc.returncode != 0:
             return {"error": f"npm install failed: {proc.stderr.strip()[-500:]}"}
@@ -285,7 +289,8 @@ def run_mastra(steps: list[int], reps: int) -> dict[str, Any]:
     if proc.returncode != 0:
         return {"error": f"node loop.mjs failed: {proc.stderr.strip()[-800:]}"}
     try:
-        return json.loads(proc.stdout.strip().splitlines()[-1])
+        parsed: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+        return parsed
     except (ValueError, IndexError):
         return {"error": f"unparseable output: {proc.stdout[-500:]}"}
 
@@ -312,7 +317,8 @@ def render(results: dict[str, Any]) -> str:
             b = srv["bare_marginal_per_step"]
             lines.append(
                 f"Keel history, marginal cost per extra step (N={m['from_n']}->{m['to_n']}): "
-                f"{m['events']:.1f} events, {m['bytes']:.0f} bytes  (bare: {b['events']:.1f} events, {b['bytes']:.0f} bytes)"
+                f"{m['events']:.1f} events, {m['bytes']:.0f} bytes  "
+                f"(bare: {b['events']:.1f} events, {b['bytes']:.0f} bytes)"
             )
         a = srv["approve"]
         lines.append(
@@ -321,7 +327,8 @@ def render(results: dict[str, Any]) -> str:
         )
         t = srv["throughput"]
         lines.append(
-            f"Throughput, {t['runs']} runs of N=1, {t['concurrency']} in flight: Keel {t['keel_runs_per_s']:.1f} runs/s, "
+            f"Throughput, {t['runs']} runs of N=1, {t['concurrency']} in flight (median of {len(t['keel_all'])}): "
+            f"Keel {t['keel_runs_per_s']:.1f} runs/s, "
             f"bare {t['bare_runs_per_s']:.1f} runs/s (Keel/bare {t['keel_over_bare']:.2f})"
         )
     mastra = results.get("mastra")
@@ -336,9 +343,10 @@ def render(results: dict[str, Any]) -> str:
                 for row in srv["steps"]:
                     mrow = by_n.get(row["n"])
                     if mrow:
+                        ratio = row["keel_ms_per_step"] / mrow["ms_per_step"]
                         lines.append(
                             f"N={row['n']:>3}: Mastra {mrow['ms_per_step']:.2f} ms/step; Keel ({srv['server']}) "
-                            f"{row['keel_ms_per_step']:.1f} ms/step -> Keel/Mastra {row['keel_ms_per_step'] / mrow['ms_per_step']:.1f}x"
+                            f"{row['keel_ms_per_step']:.1f} ms/step -> Keel/Mastra {ratio:.1f}x"
                         )
     return "\n".join(lines)
 
@@ -354,7 +362,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         "params": {
             "quick": args.quick,
             "steps": args.steps,
-            "reps": args.reps,
+            "reps_n50": args.reps,
+            "reps_n_below_50": args.reps_small,
             "approvals": args.approvals,
             "throughput_runs": args.tp_runs,
             "throughput_reps": args.tp_reps,
@@ -366,22 +375,29 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     for tuned in args.servers:
         results["servers"].append(await bench_server(tuned, args))
     if args.mastra:
-        results["mastra"] = run_mastra(args.steps, args.reps)
+        results["mastra"] = run_mastra(args.steps, args.reps_small)
     results["wall_seconds"] = time.perf_counter() - t0
     return results
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.agent_steps", description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="N=1,10; 1 rep; fewer approvals and runs")
+    parser.add_argument("--quick", action="store_true", help="N=1,10; 1 rep; fewer approvals and runs (~30 s)")
     parser.add_argument("--out", default=str(HERE / "results.json"), help="where to write the JSON results")
     parser.add_argument("--mastra", action="store_true", help="also run bench/mastra/loop.mjs (npm install first)")
     parser.add_argument("--server", choices=["both", "default", "tuned"], default="both")
     args = parser.parse_args(argv)
     if args.quick:
-        args.steps, args.reps, args.approvals, args.tp_runs, args.tp_reps = [1, 10], 1, 3, 40, 1
+        args.steps, args.reps, args.reps_small, args.approvals, args.tp_runs, args.tp_reps = [1, 10], 1, 1, 3, 40, 1
     else:
-        args.steps, args.reps, args.approvals, args.tp_runs, args.tp_reps = [1, 10, 50], 3, 5, 100, 1
+        args.steps, args.reps, args.reps_small, args.approvals, args.tp_runs, args.tp_reps = (
+            [1, 10, 50],
+            3,
+            5,
+            5,
+            100,
+            2,
+        )
     args.concurrency = 20
     args.servers = {"both": [False, True], "default": [False], "tuned": [True]}[args.server]
     results = asyncio.run(main_async(args))

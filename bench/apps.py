@@ -16,8 +16,14 @@ from pydantic import BaseModel, Field
 
 from app.definitions import Agent, App, ToolContext, tool
 from app.demo import demo
-from model_providers import ModelRequest, ModelResponse, ModelToolCall, ScriptedModel
-from model_providers import last_user_text, tool_results_since_last_user
+from model_providers import (
+    ModelRequest,
+    ModelResponse,
+    ModelToolCall,
+    ScriptedModel,
+    last_user_text,
+    tool_results_since_last_user,
+)
 
 _STEPS = re.compile(r"steps\s*=\s*(\d+)")
 _dirs: dict[str, Path] = {}
