@@ -17,6 +17,7 @@ from pydantic_core import to_jsonable_python
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.thread_cache import ThreadCache
 from app import Agent, App, ToolContext, UnknownAgent
 from model_providers import ModelError, ModelRequest, ModelRetryableError
 from storage import NewEvent, Storage, StoredMessage
@@ -78,6 +79,7 @@ class AgentActivities:
     def __init__(self, app: App, storage: Storage) -> None:
         self._app = app
         self._storage = storage
+        self._threads = ThreadCache(storage)
 
     def _agent(self, agent_id: str) -> Agent:
         try:
@@ -101,10 +103,9 @@ class AgentActivities:
         await self._persist(input.writes, thread_id=input.thread_id, resource_id=input.resource_id, run_id=input.run_id)
         events.add_records(input.writes.events)
         events.add("step-start", {"messageId": input.message_id, "step": input.step})
-        history, _ = await self._storage.list_messages(input.thread_id)
         request = ModelRequest(
             instructions=agent.instructions,
-            messages=[MessageRecord(id=m.id, role=m.role, content=m.content) for m in history],
+            messages=await self._threads.messages(input.thread_id),
             tools=[t.spec for t in agent.tools],
         )
         text_id = f"{input.message_id}-text"
