@@ -61,7 +61,6 @@ _CLOSED: dict[int, RunStatus] = {
     WorkflowExecutionStatus.WORKFLOW_EXECUTION_STATUS_CANCELED: "canceled",
     WorkflowExecutionStatus.WORKFLOW_EXECUTION_STATUS_TERMINATED: "terminated",
     WorkflowExecutionStatus.WORKFLOW_EXECUTION_STATUS_TIMED_OUT: "timed_out",
-    WorkflowExecutionStatus.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW: "running",
 }
 
 
@@ -232,7 +231,8 @@ class KeelClient:
 
     @staticmethod
     def _runs_query(*, status: str | None, agent_id: str | None) -> str:
-        clauses = ["KeelKind='agent'"]
+        # A run that continued as new leaves a closed execution behind under the same id: list the run once.
+        clauses = ["KeelKind='agent'", "ExecutionStatus!='ContinuedAsNew'"]
         if agent_id is not None:
             clauses.append(f"KeelAgentId='{_quote(agent_id)}'")
         if status is not None:

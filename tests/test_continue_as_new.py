@@ -32,9 +32,11 @@ async def test_a_run_continues_as_new_when_suggested_and_keeps_its_whole_result(
             runs = [r async for r in client.list_workflows(f"WorkflowId='{run_id}'")]
             first = client.get_workflow_handle(run_id, run_id=runs[-1].run_id)
             history = await first.fetch_history()
+            listed = [r.run_id for r in await keel.list_runs(agent_id="multi")]
     finally:
         server.stop()
     assert len(runs) >= 2, "the run never continued as new"
+    assert listed.count(run_id) == 1
     assert history.events[-1].event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
     assert result.text == "done after 6 tool calls" and result.steps == 7
     assert [c.payload.tool_call_id for c in result.tool_calls] == [f"call_{i}" for i in range(1, 7)]
