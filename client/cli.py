@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
 from app import App, AppError, load_app
-from client.devserver import DevServer, DevServerConfig, DevServerError, stop_detached
+from client.devserver import DevServer, DevServerConfig, DevServerError, stop_detached, wait_for_ui
 from client.errors import KeelClientError
 from client.keel_client import KeelClient
 from client.run_events import follow
@@ -196,6 +196,7 @@ async def cmd_server(args: argparse.Namespace) -> int:
     cfg = DevServerConfig()
     if args.action == "start":
         server = await DevServer(cfg).start(detach=True)
+        await wait_for_ui(cfg)
         state = "started" if server.owned else "already running"
         print(f"Temporal dev server {state} at {cfg.address}; UI {cfg.ui_url}")
     elif args.action == "stop":
@@ -235,6 +236,7 @@ async def _with_stack(args: argparse.Namespace, body: Callable[[KeelClient, App,
 
 async def cmd_dev(args: argparse.Namespace) -> int:
     async def serve(keel: KeelClient, app: App, server: DevServer) -> int:
+        await wait_for_ui(server.cfg)
         origin = "started" if server.owned else "reused"
         print(f"Temporal {origin} at {server.cfg.address}; UI {server.cfg.ui_url}", flush=True)
         print(f"worker on task queue {keel.task_queue!r}; agents: {', '.join(app.agents)}", flush=True)

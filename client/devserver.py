@@ -142,6 +142,24 @@ async def wait_until_ready(
     raise DevServerError(f"Temporal at {cfg.address} did not become ready in {timeout:.0f}s: {last}")
 
 
+async def wait_for_ui(cfg: DevServerConfig, timeout: float = 20.0) -> bool:
+    """Wait until the Web UI answers API calls (it dials the frontend lazily, with backoff); False on timeout."""
+    import httpx
+
+    url = f"{cfg.ui_url}/api/v1/namespaces/{cfg.namespace}/workflows"
+    deadline = time.monotonic() + timeout
+    async with httpx.AsyncClient(timeout=2) as http:
+        while time.monotonic() < deadline:
+            try:
+                response = await http.get(url, params={"query": "KeelKind='agent'"})
+                if response.status_code == 200 and "code" not in response.json():
+                    return True
+            except (httpx.HTTPError, ValueError):
+                pass
+            await asyncio.sleep(0.2)
+    return False
+
+
 class DevServer:
     """A dev server process this process started, or a handle on one already listening (`owned` False)."""
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from client.devserver import DevServer
+from client.devserver import DevServer, wait_for_ui
 from storage import Storage
 from tests.apps import app as test_app
 from tests.conftest import running_worker
@@ -73,3 +73,21 @@ async def test_temporal_cli_decline_completes_without_running_the_tool(
         result = json.loads(await temporal(dev_server, "workflow", "result", "-w", run_id, "-o", "json"))
     assert "declined" in result["result"]["text"]
     assert not (data_dir / "notes").exists()
+
+
+async def test_the_temporal_ui_lists_a_suspended_run_and_serves_its_history(
+    client: Client, dev_server: DevServer, storage: Storage, task_queue: str, data_dir: Path
+) -> None:
+    import httpx
+
+    async with running_worker(client, test_app, storage, task_queue):
+        run_id, _ = await start_and_wait_suspended(dev_server, task_queue, "look at me")
+        assert await wait_for_ui(dev_server.cfg)
+        api = f"{dev_server.cfg.ui_url}/api/v1/namespaces/default"
+        async with httpx.AsyncClient(timeout=10) as http:
+            listed = (await http.get(f"{api}/workflows", params={"query": "KeelStatus='suspended'"})).json()
+            history = (await http.get(f"{api}/workflows/{run_id}/history")).json()
+        await client.get_workflow_handle(run_id).terminate("test cleanup")
+    assert run_id in [e["execution"]["workflowId"] for e in listed["executions"]]
+    kinds = [e["eventType"] for e in history["history"]["events"]]
+    assert "EVENT_TYPE_MARKER_RECORDED" in kinds or "MarkerRecorded" in kinds
