@@ -91,3 +91,22 @@ async def test_the_temporal_ui_lists_a_suspended_run_and_serves_its_history(
     assert run_id in [e["execution"]["workflowId"] for e in listed["executions"]]
     kinds = [e["eventType"] for e in history["history"]["events"]]
     assert "EVENT_TYPE_MARKER_RECORDED" in kinds or "MarkerRecorded" in kinds
+
+
+async def test_temporal_cli_update_rejects_an_unknown_tool_call_and_accepts_the_pending_one(
+    client: Client, dev_server: DevServer, storage: Storage, task_queue: str, data_dir: Path
+) -> None:
+    async with running_worker(client, test_app, storage, task_queue):
+        run_id, call_id = await start_and_wait_suspended(dev_server, task_queue, "update me")
+        update = ["workflow", "update", "execute", "-w", run_id, "--name", "approve_tool_call", "-o", "json"]
+        proc = await asyncio.create_subprocess_exec(
+            TEMPORAL, *update, "--address", dev_server.cfg.address,
+            "--input", json.dumps({"toolCallId": "call_nope", "approved": True}),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        )  # fmt: skip
+        out, _ = await proc.communicate()
+        assert proc.returncode != 0 and "no pending tool call 'call_nope'" in out.decode()
+        accepted = await temporal(dev_server, *update, "--input", json.dumps({"toolCallId": call_id, "approved": True}))
+        result = await client.get_workflow_handle(run_id).result()
+    assert json.loads(accepted)["result"] == {"accepted": True, "toolCallId": call_id}
+    assert "Tool result" in result["text"]
