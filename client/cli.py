@@ -185,7 +185,12 @@ async def cmd_events(args: argparse.Namespace) -> int:
             for event in await storage.read_events(args.run_id, offset=args.offset):
                 print(json.dumps(event.model_dump(mode="json", by_alias=True)))
             return 0
-        async for event in follow(storage, args.run_id, offset=args.offset):
+        keel = await _connect(args)
+
+        async def closed() -> bool:
+            return (await keel.describe(args.run_id)).status not in ("running", "suspended")
+
+        async for event in follow(storage, args.run_id, offset=args.offset, idle_check=closed):
             print(json.dumps(event.model_dump(mode="json", by_alias=True)), flush=True)
         return 0
     finally:
@@ -302,7 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("events", help="print a run's event log from an offset")
     p.add_argument("run_id")
     p.add_argument("--offset", type=int, default=0)
-    p.add_argument("--follow", action="store_true", help="keep following until the run's finish event")
+    p.add_argument("--follow", action="store_true", help="keep following until the run finishes")
     return parser
 
 

@@ -73,6 +73,8 @@ async def test_run_approve_runs_and_counts_from_the_command_line(
         code, out, _ = await keel("events", run_id, "--offset", "2")
         events = [json.loads(line) for line in out.splitlines()]
         assert events[0]["offset"] == 2 and events[-1]["type"] == "finish"
+        code, out, _ = await keel("events", run_id, "--follow")
+        assert code == 0 and json.loads(out.splitlines()[-1])["type"] == "finish"
 
 
 async def test_cli_errors_are_one_clear_line_with_exit_code_2(
