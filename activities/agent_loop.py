@@ -50,7 +50,7 @@ class _EventWriter:
         self._storage = storage
         self._run_id = run_id
         self._source = source
-        self._attempt = activity.info().attempt
+        self._attempt: int | None = None
         self._buffer: list[NewEvent] = []
         self._last_flush = time.monotonic()
 
@@ -70,7 +70,16 @@ class _EventWriter:
         if not self._buffer:
             return
         batch, self._buffer = self._buffer, []
+        if self._attempt is None:
+            self._attempt = await self._attempt_number()
         await self._storage.append_events(self._run_id, batch, source=self._source, attempt=self._attempt)
+
+    async def _attempt_number(self) -> int:
+        # A local activity re-executed after a lost workflow task starts again at attempt 1: number it after
+        # what its source already wrote, so readers see it as a retry rather than as more output.
+        attempt = activity.info().attempt
+        written = await self._storage.last_attempt(self._run_id, self._source)
+        return attempt if written < attempt else written + 1
 
 
 class AgentActivities:
@@ -87,10 +96,13 @@ class AgentActivities:
         except UnknownAgent as err:
             raise ApplicationError(str(err), type="UnknownAgent", non_retryable=True) from None
 
-    async def _persist(self, writes: PendingWrites, *, thread_id: str, resource_id: str, run_id: str) -> None:
+    async def _persist(
+        self, writes: PendingWrites, *, thread_id: str, resource_id: str, run_id: str, replace: bool = False
+    ) -> None:
         if writes.messages:
             await self._storage.save_messages(
-                [_stored(m, thread_id=thread_id, resource_id=resource_id, run_id=run_id) for m in writes.messages]
+                [_stored(m, thread_id=thread_id, resource_id=resource_id, run_id=run_id) for m in writes.messages],
+                replace=replace,
             )
 
     @activity.defn(name=MODEL_STEP)
@@ -105,7 +117,7 @@ class AgentActivities:
         events.add("step-start", {"messageId": input.message_id, "step": input.step})
         request = ModelRequest(
             instructions=agent.instructions,
-            messages=await self._threads.messages(input.thread_id),
+            messages=await self._threads.messages(input.thread_id, before=input.message_id),
             tools=[t.spec for t in agent.tools],
         )
         text_id = f"{input.message_id}-text"
@@ -141,6 +153,7 @@ class AgentActivities:
             thread_id=input.thread_id,
             resource_id=input.resource_id,
             run_id=input.run_id,
+            replace=True,  # this step owns the message: a retry's answer is the one the workflow records
         )
         for p in planned:
             call = {"toolCallId": p.tool_call_id, "toolName": p.tool_name, "args": p.args}
@@ -222,13 +235,11 @@ class AgentActivities:
             thread_id=input.thread_id,
             resource_id=input.resource_id,
             run_id=input.run_id,
+            replace=True,
         )
-        await self._storage.append_events(
-            input.run_id,
-            [NewEvent(type="tool-error" if is_error else "tool-result", payload=payload)],
-            source=f"tool:{input.tool_call_id}",
-            attempt=info.attempt,
-        )
+        events = _EventWriter(self._storage, input.run_id, f"tool:{input.step}:{input.tool_call_id}")
+        events.add("tool-error" if is_error else "tool-result", payload)
+        await events.flush()
         return ToolCallResult(
             tool_call_id=input.tool_call_id, tool_name=input.tool_name, result=result, is_error=is_error
         )

@@ -21,8 +21,14 @@ class ThreadCache:
         self._max = max_threads
         self._threads: OrderedDict[str, list[MessageRecord]] = OrderedDict()
 
-    async def messages(self, thread_id: str) -> list[MessageRecord]:
-        """All messages of the thread, oldest first (a fresh list the caller may keep)."""
+    async def messages(self, thread_id: str, *, before: str | None = None) -> list[MessageRecord]:
+        """The thread's messages, oldest first (a fresh list the caller may keep).
+
+        Args:
+            before: a message id; if the thread holds it, only the messages before it are returned (and kept).
+                A retried model step passes its own message id: what an earlier attempt wrote is not context,
+                and the retry will replace it.
+        """
         cached = self._threads.pop(thread_id, [])
         if cached:
             # Re-read from the last cached message: it must still be there, or the thread changed under us.
@@ -34,6 +40,10 @@ class ThreadCache:
         if not cached:
             everything, _ = await self._storage.list_messages(thread_id)
             cached = [_record(m) for m in everything]
+        if before is not None:
+            cut = next((i for i, m in enumerate(cached) if m.id == before), None)
+            if cut is not None:
+                del cached[cut:]
         self._threads[thread_id] = cached
         while len(self._threads) > self._max:
             self._threads.popitem(last=False)

@@ -132,8 +132,11 @@ class Storage(abc.ABC):
 
     # messages
     @abc.abstractmethod
-    async def save_messages(self, messages: list[StoredMessage]) -> None:
-        """Insert messages, ignoring ids already stored (idempotent). Touches the thread's `updated_at`.
+    async def save_messages(self, messages: list[StoredMessage], *, replace: bool = False) -> None:
+        """Insert messages; ids already stored are left alone, or with `replace` get the new role and content
+        (keeping their place in the thread). Idempotent either way. Touches the thread's `updated_at`.
+
+        `replace` is for a retried activity re-writing the message it owns: the last attempt's content wins.
 
         Raises `ThreadNotFound` if a message's thread does not exist.
         """
@@ -161,6 +164,10 @@ class Storage(abc.ABC):
 
         Safe under concurrent appenders for the same run (offsets stay dense and unique).
         """
+
+    @abc.abstractmethod
+    async def last_attempt(self, run_id: str, source: str) -> int:
+        """The highest `attempt` among the run's events from `source`; 0 if it wrote none."""
 
     @abc.abstractmethod
     async def read_events(self, run_id: str, *, offset: int = 0, limit: int | None = None) -> list[RunEvent]:

@@ -222,7 +222,7 @@ class PostgresStorage(Storage):
 
     # --- messages -----------------------------------------------------------------------------------------
 
-    async def save_messages(self, messages: list[StoredMessage]) -> None:
+    async def save_messages(self, messages: list[StoredMessage], *, replace: bool = False) -> None:
         if not messages:
             return
         pool = await self._get_pool()
@@ -252,6 +252,11 @@ class PostgresStorage(Storage):
             for thread_id in thread_ids:
                 if thread_id not in found:
                     raise ThreadNotFound(thread_id)
+            conflict = (
+                "DO UPDATE SET role = excluded.role, content = excluded.content, run_id = excluded.run_id"
+                if replace
+                else "DO NOTHING"
+            )
             # ORDER BY ord: identity values (the insertion order) follow the order of the list.
             await conn.execute(
                 f"""
@@ -261,7 +266,7 @@ class PostgresStorage(Storage):
                             $7::timestamptz[])
                      WITH ORDINALITY AS u(id, thread_id, resource_id, role, content, run_id, created_at, ord)
                 ORDER BY ord
-                ON CONFLICT (id) DO NOTHING
+                ON CONFLICT (id) {conflict}
                 """,
                 *columns,
             )
@@ -334,6 +339,13 @@ class PostgresStorage(Storage):
                 datetime.now(UTC),
             )
         return sorted(int(r["offset"]) for r in rows)
+
+    async def last_attempt(self, run_id: str, source: str) -> int:
+        pool = await self._get_pool()
+        value = await pool.fetchval(
+            "SELECT coalesce(max(attempt), 0) FROM run_events WHERE run_id = $1 AND source = $2", run_id, source
+        )
+        return int(value)
 
     async def read_events(self, run_id: str, *, offset: int = 0, limit: int | None = None) -> list[RunEvent]:
         codec.check_page(offset, limit)

@@ -264,7 +264,7 @@ class SQLiteStorage(Storage):
 
     # --- messages -----------------------------------------------------------------------------------------
 
-    async def save_messages(self, messages: list[StoredMessage]) -> None:
+    async def save_messages(self, messages: list[StoredMessage], *, replace: bool = False) -> None:
         if not messages:
             return
         now = _ts(datetime.now(UTC))
@@ -289,8 +289,15 @@ class SQLiteStorage(Storage):
                 cur = conn.execute("UPDATE threads SET updated_at = ? WHERE id = ?", (now, thread_id))
                 if cur.rowcount == 0:
                     raise ThreadNotFound(thread_id)
+            conflict = (
+                "DO UPDATE SET role = excluded.role, content = excluded.content, run_id = excluded.run_id"
+                if replace
+                else "DO NOTHING"
+            )
             conn.executemany(
-                f"INSERT OR IGNORE INTO messages ({codec.MESSAGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)", rows
+                f"INSERT INTO messages ({codec.MESSAGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
+                f" ON CONFLICT (id) {conflict}",
+                rows,
             )
 
         await self._write_tx(save)
@@ -364,6 +371,15 @@ class SQLiteStorage(Storage):
             return offsets
 
         return await self._write_tx(append)
+
+    async def last_attempt(self, run_id: str, source: str) -> int:
+        def read(conn: sqlite3.Connection) -> int:
+            row = conn.execute(
+                "SELECT coalesce(max(attempt), 0) FROM run_events WHERE run_id = ? AND source = ?", (run_id, source)
+            ).fetchone()
+            return int(row[0])
+
+        return await self._run(read)
 
     async def read_events(self, run_id: str, *, offset: int = 0, limit: int | None = None) -> list[RunEvent]:
         codec.check_page(offset, limit)

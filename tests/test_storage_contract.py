@@ -191,6 +191,19 @@ async def test_saving_the_same_message_twice_keeps_one_copy(storage: Storage) ->
     assert ids(messages) == ["m1", "m2"]
 
 
+async def test_replacing_a_message_changes_its_content_and_keeps_its_place(storage: Storage) -> None:
+    await storage.create_thread("t1", "user-1")
+    await storage.save_messages([message("m1"), message("m2"), message("m3")])
+
+    retried = message("m2").model_copy(update={"content": "second attempt", "created_at": at(99)})
+    await storage.save_messages([retried], replace=True)
+    await storage.save_messages([message("m3").model_copy(update={"content": "ignored"})])
+
+    messages, total = await storage.list_messages("t1")
+    assert (ids(messages), total) == (["m1", "m2", "m3"], 3)
+    assert [m.content for m in messages] == ["text of m1", "second attempt", "text of m3"]
+
+
 async def test_messages_come_back_in_insertion_order(storage: Storage) -> None:
     await storage.create_thread("t1", "user-1")
     # Equal timestamps fall back to insertion order, which is not id order here.
@@ -300,6 +313,15 @@ async def test_appended_events_keep_type_payload_source_and_attempt(storage: Sto
     assert events[1].payload == {}
     assert await storage.append_events("run-1", []) == []
     assert await storage.read_events("other-run") == []
+
+
+async def test_last_attempt_is_the_highest_attempt_a_source_wrote(storage: Storage) -> None:
+    assert await storage.last_attempt("run-1", "model:1") == 0
+    await storage.append_events("run-1", [NewEvent(type="a")], source="model:1", attempt=1)
+    await storage.append_events("run-1", [NewEvent(type="b")], source="model:1", attempt=3)
+    await storage.append_events("run-1", [NewEvent(type="c")], source="model:2", attempt=7)
+    await storage.append_events("run-2", [NewEvent(type="d")], source="model:1", attempt=9)
+    assert await storage.last_attempt("run-1", "model:1") == 3
 
 
 async def test_read_events_from_an_offset_returns_the_rest_in_order(storage: Storage) -> None:

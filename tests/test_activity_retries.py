@@ -1,0 +1,46 @@
+"""A model step executed again (a retry, or a local activity re-run after a lost workflow task) replaces what
+its earlier execution wrote instead of adding to it."""
+
+from __future__ import annotations
+
+from temporalio.testing import ActivityEnvironment
+
+from activities import AgentActivities
+from app import Agent, App
+from client.run_events import follow
+from model_providers import ModelRequest, ModelResponse, ScriptedModel
+from storage import Storage
+from workflows.contracts import MessageRecord, ModelStepInput, PendingWrites, TextPart
+
+
+async def test_a_re_executed_model_step_replaces_its_message_and_supersedes_its_events(storage: Storage) -> None:
+    requests: list[ModelRequest] = []
+
+    def script(request: ModelRequest) -> ModelResponse:
+        requests.append(request)
+        return ModelResponse(text=f"answer {len(requests)}")
+
+    app = App.of(Agent(id="a", model=ScriptedModel(script, chunk_size=4)))
+    activities = AgentActivities(app, storage)
+    step = ModelStepInput(
+        run_id="r1",
+        agent_id="a",
+        thread_id="t1",
+        resource_id="u1",
+        step=1,
+        message_id="r1-m2",
+        writes=PendingWrites(messages=[MessageRecord(id="r1-m1", role="user", content="hi")]),
+    )
+    env = ActivityEnvironment()  # attempt 1 both times, as for a local activity re-run on another worker
+    first = await env.run(activities.model_step, step)
+    second = await env.run(activities.model_step, step)
+
+    assert (first.text, second.text) == ("answer 1", "answer 2")
+    assert [m.id for m in requests[1].messages] == ["r1-m1"]  # not its own earlier answer
+    messages, _ = await storage.list_messages("t1")
+    assert [m.id for m in messages] == ["r1-m1", "r1-m2"]
+    assert messages[1].content == [TextPart(text="answer 2")]
+    attempts = {e.attempt for e in await storage.read_events("r1") if e.source == "model:1"}
+    assert attempts == {1, 2}
+    shown = [e.payload["text"] async for e in follow(storage, "r1") if e.type == "text-delta"]
+    assert "".join(shown) == "answer 2"
