@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -262,19 +263,21 @@ async def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--address", help="Temporal address (default $KEEL_TEMPORAL_ADDRESS or 127.0.0.1:7233)")
+    common.add_argument("--namespace", help="Temporal namespace (default $KEEL_NAMESPACE or default)")
+    common.add_argument("--task-queue", help="task queue (default $KEEL_TASK_QUEUE or keel)")
+    common.add_argument("--app", help="app reference module:attr (default $KEEL_APP or the bundled demo app)")
     parser = argparse.ArgumentParser(prog="keel", description="Durable agents on Temporal.")
-    parser.add_argument("--address", help="Temporal address (default $KEEL_TEMPORAL_ADDRESS or 127.0.0.1:7233)")
-    parser.add_argument("--namespace", help="Temporal namespace (default $KEEL_NAMESPACE or default)")
-    parser.add_argument("--task-queue", help="task queue (default $KEEL_TASK_QUEUE or keel)")
-    parser.add_argument("--app", help="app reference module:attr (default $KEEL_APP or the bundled demo app)")
     sub = parser.add_subparsers(dest="command", required=True)
+    add = functools.partial(sub.add_parser, parents=[common])
 
-    sub.add_parser("dev", help="run the dev server and a worker in the foreground (Ctrl-C stops all)")
-    sub.add_parser("demo", help="run the demo end to end (approve one run, decline another) and exit")
-    p = sub.add_parser("server", help="start/stop a background dev server")
+    add("dev", help="run the dev server and a worker in the foreground (Ctrl-C stops all)")
+    add("demo", help="run the demo end to end (approve one run, decline another) and exit")
+    p = add("server", help="start/stop a background dev server")
     p.add_argument("action", choices=["start", "stop", "status"])
 
-    p = sub.add_parser("run", help="start an agent run and follow it until it finishes or waits for approval")
+    p = add("run", help="start an agent run and follow it until it finishes or waits for approval")
     p.add_argument("agent")
     p.add_argument("message", help="a user message, or a JSON list of {role, content}")
     p.add_argument("--thread-id")
@@ -283,28 +286,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-steps", type=int)
     p.add_argument("--no-follow", action="store_true", help="print the run id and return at once")
 
-    p = sub.add_parser("approve", help="approve (or --decline) a pending tool call")
+    p = add("approve", help="approve (or --decline) a pending tool call")
     p.add_argument("run_id")
     p.add_argument("tool_call_id")
     p.add_argument("--decline", action="store_true")
     p.add_argument("--reason")
     p.add_argument("--no-follow", action="store_true")
 
-    p = sub.add_parser("pending", help="list a run's pending tool calls")
+    p = add("pending", help="list a run's pending tool calls")
     p.add_argument("run_id")
-    p = sub.add_parser("result", help="wait for a run and print its result JSON")
+    p = add("result", help="wait for a run and print its result JSON")
     p.add_argument("run_id")
 
-    p = sub.add_parser("runs", help="list agent runs")
+    p = add("runs", help="list agent runs")
     p.add_argument("--status", choices=["running", "suspended", "completed", "failed", "canceled", "terminated"])
     p.add_argument("--agent")
     p.add_argument("--limit", type=int, default=50)
     p.add_argument("--json", action="store_true")
 
-    p = sub.add_parser("counts", help="running and suspended runs per agent")
+    p = add("counts", help="running and suspended runs per agent")
     p.add_argument("--json", action="store_true")
 
-    p = sub.add_parser("events", help="print a run's event log from an offset")
+    p = add("events", help="print a run's event log from an offset")
     p.add_argument("run_id")
     p.add_argument("--offset", type=int, default=0)
     p.add_argument("--follow", action="store_true", help="keep following until the run finishes")

@@ -83,7 +83,9 @@ async def test_cli_errors_are_one_clear_line_with_exit_code_2(
     keel = Keel(dev_server, task_queue, tmp_path, data_dir)
     async with running_worker(client, test_app, storage, task_queue):
         code, _, err = await keel("run", "nope", "hi")
-        assert code == 2 and "Unknown agent 'nope'" in err and "demo" in err
+        assert code == 2 and "Unknown agent 'nope'" in err and "demo" in err and "payer" in err
+        code, _, err = await keel("run", "nope", "hi", "--app", "app.demo:app")
+        assert code == 2 and "(known agents: demo)" in err
 
         code, out, _ = await keel("run", "demo", "hi", "--no-follow")
         run_id = out.split()[1]
