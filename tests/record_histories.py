@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import tempfile
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from temporalio.client import Client
@@ -30,6 +31,45 @@ async def _approval(keel: KeelClient, run_id: str, approved: bool) -> None:
     await keel.approve(run_id, pending[0].tool_call_id, approved=approved)
 
 
+async def _approved(keel: KeelClient) -> str:
+    run_id = await keel.start_run("demo", "approve me", run_id="approved")
+    await _approval(keel, run_id, True)
+    return run_id
+
+
+async def _declined(keel: KeelClient) -> str:
+    run_id = await keel.start_run("demo", "decline me", run_id="declined")
+    await _approval(keel, run_id, False)
+    return run_id
+
+
+async def _reused_ids(keel: KeelClient) -> str:
+    run_id = await keel.start_run("reuser", "pay twice", run_id="reused_ids")
+    for _ in range(2):
+        await _approval(keel, run_id, True)
+        while await keel.pending_tool_calls(run_id) or (await keel.describe(run_id)).status == "suspended":
+            await asyncio.sleep(0.05)
+    return run_id
+
+
+async def _parallel_partial_approval(keel: KeelClient) -> str:
+    run_id = await keel.start_run("payer", "pay both", run_id="parallel_partial_approval")
+    await _approval(keel, run_id, False)
+    return run_id
+
+
+SCENARIOS: dict[str, Callable[[KeelClient], Awaitable[str]]] = {
+    "approved": _approved,
+    "declined": _declined,
+    "multi_step": lambda keel: keel.start_run("multi", "steps=3", run_id="multi_step"),
+    "tool_errors": lambda keel: keel.start_run("mistakes", "go", run_id="tool_errors"),
+    "max_steps": lambda keel: keel.start_run("multi", "steps=5", max_steps=2, run_id="max_steps"),
+    "reused_ids": _reused_ids,
+    "parallel_partial_approval": _parallel_partial_approval,
+}
+"""Each scenario starts a run (and approves what it needs) and returns its id. Only missing files are recorded."""
+
+
 async def record() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["KEEL_DATA_DIR"] = tmp
@@ -41,15 +81,8 @@ async def record() -> None:
             client = await Client.connect(cfg.address, data_converter=DATA_CONVERTER)
             keel = KeelClient(client, task_queue="record", app=app)
             async with build_worker(client, app, storage, task_queue="record"):
-                runs = {
-                    "approved": await keel.start_run("demo", "approve me", run_id="approved"),
-                    "declined": await keel.start_run("demo", "decline me", run_id="declined"),
-                    "multi_step": await keel.start_run("multi", "steps=3", run_id="multi_step"),
-                    "tool_errors": await keel.start_run("mistakes", "go", run_id="tool_errors"),
-                    "max_steps": await keel.start_run("multi", "steps=5", max_steps=2, run_id="max_steps"),
-                }
-                await _approval(keel, runs["approved"], True)
-                await _approval(keel, runs["declined"], False)
+                wanted = {name for name in SCENARIOS if not (HISTORIES / f"{name}.json").exists()}
+                runs = {name: await SCENARIOS[name](keel) for name in sorted(wanted)}
                 for run_id in runs.values():
                     await keel.result(run_id)
             HISTORIES.mkdir(exist_ok=True)

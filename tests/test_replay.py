@@ -25,7 +25,16 @@ def replayer(*workflows: type) -> Replayer:
 
 
 def test_the_expected_histories_are_recorded() -> None:
-    assert {p.stem for p in HISTORIES} >= {"approved", "declined", "multi_step", "tool_errors", "max_steps"}
+    expected = {
+        "approved",
+        "declined",
+        "multi_step",
+        "tool_errors",
+        "max_steps",
+        "reused_ids",
+        "parallel_partial_approval",
+    }
+    assert {p.stem for p in HISTORIES} >= expected
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=lambda p: p.stem)
