@@ -46,17 +46,21 @@ async def start_and_wait_suspended(dev_server: DevServer, task_queue: str, messa
     return run_id, call["toolCallId"]
 
 
+async def signal_and_wait(dev_server: DevServer, run_id: str, call_id: str, approved: bool) -> str:
+    await temporal(
+        dev_server, "workflow", "signal", "-w", run_id, "--name", "tool_approval",
+        "--input", json.dumps({"toolCallId": call_id, "approved": approved}),
+    )  # fmt: skip
+    result = json.loads(await temporal(dev_server, "workflow", "result", "-w", run_id, "-o", "json"))
+    return str(result["result"]["text"])
+
+
 async def test_temporal_cli_starts_lists_queries_and_approves_by_signal(
     client: Client, dev_server: DevServer, storage: Storage, task_queue: str, data_dir: Path
 ) -> None:
     async with running_worker(client, test_app, storage, task_queue):
         run_id, call_id = await start_and_wait_suspended(dev_server, task_queue, "hello")
-        await temporal(
-            dev_server, "workflow", "signal", "-w", run_id, "--name", "tool_approval",
-            "--input", json.dumps({"toolCallId": call_id, "approved": True}),
-        )  # fmt: skip
-        result = json.loads(await temporal(dev_server, "workflow", "result", "-w", run_id, "-o", "json"))
-    text = result["result"]["text"]
+        text = await signal_and_wait(dev_server, run_id, call_id, approved=True)
     assert "Tool result" in text and '"bytes": 5' in text
     assert (data_dir / "notes" / "demo.md").read_text() == "hello"
 
@@ -66,12 +70,8 @@ async def test_temporal_cli_decline_completes_without_running_the_tool(
 ) -> None:
     async with running_worker(client, test_app, storage, task_queue):
         run_id, call_id = await start_and_wait_suspended(dev_server, task_queue, "do not save")
-        await temporal(
-            dev_server, "workflow", "signal", "-w", run_id, "--name", "tool_approval",
-            "--input", json.dumps({"toolCallId": call_id, "approved": False}),
-        )  # fmt: skip
-        result = json.loads(await temporal(dev_server, "workflow", "result", "-w", run_id, "-o", "json"))
-    assert "declined" in result["result"]["text"]
+        text = await signal_and_wait(dev_server, run_id, call_id, approved=False)
+    assert "declined" in text
     assert not (data_dir / "notes").exists()
 
 
