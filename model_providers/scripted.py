@@ -39,6 +39,9 @@ class ScriptedModel(ChatModel):
         self._script = script
         self._chunk_size = chunk_size
         self._delay = delay
+        # Word counts of messages already seen (by id): the conversation grows by a few messages per step,
+        # and recounting all of it made usage O(N) per step.
+        self._counted: dict[str, int] = {}
 
     async def generate(self, request: ModelRequest, on_delta: OnDelta) -> ModelResponse:
         """Run the script and stream its text.
@@ -62,7 +65,7 @@ class ScriptedModel(ChatModel):
         if response.tool_calls and response.finish_reason == "stop":
             response.finish_reason = "tool-calls"
         if response.usage is None:
-            input_tokens = _words(request.instructions) + sum(_message_words(m) for m in request.messages)
+            input_tokens = _words(request.instructions) + sum(self._count(m) for m in request.messages)
             output_tokens = _words(text) + sum(
                 1 + _words(json.dumps(call.args, default=str)) for call in response.tool_calls
             )
@@ -72,6 +75,14 @@ class ScriptedModel(ChatModel):
                 total_tokens=input_tokens + output_tokens,
             )
         return response
+
+    def _count(self, message: MessageRecord) -> int:
+        count = self._counted.get(message.id)
+        if count is None:
+            if len(self._counted) >= 10_000:
+                self._counted.clear()
+            count = self._counted[message.id] = _message_words(message)
+        return count
 
 
 def last_user_text(request: ModelRequest) -> str:
