@@ -16,23 +16,9 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from activities import AgentActivities
 from app import App, load_app
+from client.connection import DEFAULT_TASK_QUEUE, connect, task_queue
 from storage import Storage, open_storage
-from workflows import DATA_CONVERTER, WORKFLOWS
-
-DEFAULT_TASK_QUEUE = "keel"
-
-
-def task_queue() -> str:
-    return os.environ.get("KEEL_TASK_QUEUE", DEFAULT_TASK_QUEUE)
-
-
-def temporal_address() -> str:
-    return os.environ.get("KEEL_TEMPORAL_ADDRESS", "127.0.0.1:7233")
-
-
-def temporal_namespace() -> str:
-    return os.environ.get("KEEL_NAMESPACE", "default")
-
+from workflows import WORKFLOWS
 
 SANDBOX_PASSTHROUGH = (
     "pydantic",
@@ -75,14 +61,6 @@ def build_worker(
         max_cached_workflows=max_cached_workflows,
         interceptors=interceptors,
         activity_executor=activity_executor,
-    )
-
-
-async def connect(address: str | None = None, namespace: str | None = None) -> Client:
-    return await Client.connect(
-        address or temporal_address(),
-        namespace=namespace or temporal_namespace(),
-        data_converter=DATA_CONVERTER,
     )
 
 

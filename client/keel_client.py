@@ -25,6 +25,8 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.service import RPCError, RPCStatusCode
 
 from app import App
+from client.connection import connect
+from client.connection import task_queue as default_task_queue
 from client.errors import (
     InvalidRunInput,
     KeelClientError,
@@ -108,10 +110,7 @@ class KeelClient:
         task_queue: str | None = None,
         app: App | None = None,
     ) -> KeelClient:
-        from worker import connect
-        from worker import task_queue as default_queue
-
-        return cls(await connect(address, namespace), task_queue=task_queue or default_queue(), app=app)
+        return cls(await connect(address, namespace), task_queue=task_queue or default_task_queue(), app=app)
 
     # --- runs ------------------------------------------------------------------------------------------
 

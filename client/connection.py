@@ -1,0 +1,30 @@
+"""Where Keel finds Temporal: address, namespace and task queue from the environment, and the connection."""
+
+from __future__ import annotations
+
+import os
+
+from temporalio.client import Client
+
+from workflows import DATA_CONVERTER
+
+DEFAULT_TASK_QUEUE = "keel"
+
+
+def temporal_address() -> str:
+    return os.environ.get("KEEL_TEMPORAL_ADDRESS", "127.0.0.1:7233")
+
+
+def temporal_namespace() -> str:
+    return os.environ.get("KEEL_NAMESPACE", "default")
+
+
+def task_queue() -> str:
+    return os.environ.get("KEEL_TASK_QUEUE", DEFAULT_TASK_QUEUE)
+
+
+async def connect(address: str | None = None, namespace: str | None = None) -> Client:
+    """A Temporal client with Keel's data converter (the same one workers and replayers use)."""
+    return await Client.connect(
+        address or temporal_address(), namespace=namespace or temporal_namespace(), data_converter=DATA_CONVERTER
+    )
