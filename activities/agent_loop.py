@@ -143,6 +143,7 @@ class AgentActivities:
             events.add("text-end", {"type": "text-end", "id": text_id})
 
         planned = [await self._plan(agent, c.id, c.name, c.args) for c in response.tool_calls]
+        _make_ids_unique(planned)
         parts: list[TextPart | ToolCallPart | ToolResultPart] = []
         if response.text:
             parts.append(TextPart(text=response.text))
@@ -266,6 +267,18 @@ async def _heartbeat_every(interval: timedelta) -> None:
     while True:
         activity.heartbeat()
         await asyncio.sleep(interval.total_seconds())
+
+
+def _make_ids_unique(calls: list[PlannedToolCall]) -> None:
+    """Approval and results are keyed by tool call id: a model that repeats an id within one answer gets
+    the repeats renamed (`id-2`, `id-3`, ...), in the message it is shown later too."""
+    seen: set[str] = set()
+    for call in calls:
+        base, n = call.tool_call_id, 1
+        while call.tool_call_id in seen:
+            n += 1
+            call.tool_call_id = f"{base}-{n}"
+        seen.add(call.tool_call_id)
 
 
 def _stored(m: MessageRecord, *, thread_id: str, resource_id: str, run_id: str) -> StoredMessage:

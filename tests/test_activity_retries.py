@@ -8,9 +8,10 @@ from temporalio.testing import ActivityEnvironment
 from activities import AgentActivities
 from app import Agent, App
 from client.run_events import follow
-from model_providers import ModelRequest, ModelResponse, ScriptedModel
+from model_providers import ModelRequest, ModelResponse, ModelToolCall, ScriptedModel
 from storage import Storage
-from workflows.contracts import MessageRecord, ModelStepInput, PendingWrites, TextPart
+from tests.apps import echo
+from workflows.contracts import MessageRecord, ModelStepInput, PendingWrites, TextPart, ToolCallPart
 
 
 async def test_a_re_executed_model_step_replaces_its_message_and_supersedes_its_events(storage: Storage) -> None:
@@ -44,3 +45,23 @@ async def test_a_re_executed_model_step_replaces_its_message_and_supersedes_its_
     assert attempts == {1, 2}
     shown = [e.payload["text"] async for e in follow(storage, "r1") if e.type == "text-delta"]
     assert "".join(shown) == "answer 2"
+
+
+async def test_tool_call_ids_repeated_within_one_answer_are_made_unique(storage: Storage) -> None:
+    def script(request: ModelRequest) -> ModelResponse:
+        calls = [ModelToolCall(id="call_0", name="echo", args={"text": str(i)}) for i in range(3)]
+        return ModelResponse(tool_calls=calls)
+
+    activities = AgentActivities(App.of(Agent(id="a", model=ScriptedModel(script), tools=(echo,))), storage)
+    step = ModelStepInput(
+        run_id="r1", agent_id="a", thread_id="t1", resource_id="u1", step=1, message_id="r1-m2",
+        writes=PendingWrites(messages=[MessageRecord(id="r1-m1", role="user", content="hi")]),
+    )  # fmt: skip
+    result = await ActivityEnvironment().run(activities.model_step, step)
+    assert [c.tool_call_id for c in result.tool_calls] == ["call_0", "call_0-2", "call_0-3"]
+    [_, assistant] = (await storage.list_messages("t1"))[0]
+    assert [p.tool_call_id for p in assistant.content if isinstance(p, ToolCallPart)] == [
+        "call_0",
+        "call_0-2",
+        "call_0-3",
+    ]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from temporalio.api.common.v1 import Payload
-from temporalio.client import Client, WorkflowFailureError
+from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
 from temporalio.common import RawValue
 
 from app import UnknownAgent
@@ -73,11 +73,21 @@ async def test_unknown_and_repeated_tool_call_ids_are_rejected_and_the_run_stays
         await handle.signal("tool_approval", {"toolCallId": "call_zzz", "approved": True})
         await handle.signal("tool_approval", RawValue(Payload(metadata={"encoding": b"json/plain"}, data=b"{nope")))
         await handle.signal("tool_approval", {"approved": True})
+        await handle.signal("tool_approval", RawValue(Payload(metadata={"encoding": b"binary/plain"}, data=b"xx")))
+        await handle.signal("tool_approval", "approve it")
         rejected = await handle.query("rejected_signals", result_type=list[str])
-        assert len(rejected) == 3
+        assert len(rejected) == 5
         assert "no pending tool call 'call_zzz'" in rejected[0]
         assert "malformed tool_approval payload" in rejected[1]
         assert "toolCallId" in rejected[2]
+        assert "expected a JSON object" in rejected[3]
+        assert "malformed tool_approval payload" in rejected[4]
+        with pytest.raises(WorkflowUpdateFailedError):
+            await handle.execute_update(
+                "approve_tool_call", RawValue(Payload(metadata={"encoding": b"binary/plain"}, data=b"xx"))
+            )
+        with pytest.raises(WorkflowUpdateFailedError):
+            await handle.execute_update("approve_tool_call", {"toolCallId": call_id})
         assert [p.tool_call_id for p in await keel.pending_tool_calls(run_id)] == [call_id]
 
         await keel.approve(run_id, call_id)

@@ -87,6 +87,9 @@ class AgentRun:
         except Exception as err:
             self._reject(f"malformed tool_approval payload: {err}")
             return
+        if not isinstance(approval, ToolApproval):  # e.g. a binary/plain payload decodes to bytes
+            self._reject("malformed tool_approval payload: expected a JSON object {toolCallId, approved}")
+            return
         problem = self._approval_problem(approval)
         if problem:
             self._reject(problem)
@@ -100,6 +103,8 @@ class AgentRun:
 
     @approve_tool_call.validator
     def _validate_approval(self, approval: ToolApproval) -> None:
+        if not isinstance(approval, ToolApproval):
+            raise ValueError("approve_tool_call takes a JSON object {toolCallId, approved, reason?}")
         problem = self._approval_problem(approval)
         if problem:
             raise ValueError(problem)
