@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pydantic import ValidationError
-from pydantic_core import to_jsonable_python
+from pydantic_core import to_json, to_jsonable_python
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -38,6 +38,9 @@ from workflows.contracts import (
     Usage,
 )
 from workflows.converter import describe_validation_error
+
+MAX_TOOL_RESULT_BYTES = 1024 * 1024
+"""A tool result larger than this (as JSON) becomes a tool error: Temporal rejects payloads near 2 MB."""
 
 DELTA_FLUSH_SECONDS = 0.1
 """Streamed text deltas are written to the event log at most this often (one transaction per flush)."""
@@ -221,6 +224,12 @@ class AgentActivities:
             result, is_error = {"error": f"{type(err).__name__}: {err}"}, True
         finally:
             heartbeat.cancel()
+        size = len(to_json(result))
+        if size > MAX_TOOL_RESULT_BYTES:
+            # Deterministic: re-running would produce the same oversized result and Temporal would refuse it
+            # (payload limit) on every attempt. The model is told instead.
+            result = {"error": f"Tool {input.tool_name} returned {size} bytes, more than {MAX_TOOL_RESULT_BYTES}"}
+            is_error = True
         payload: dict[str, Any] = {
             "toolCallId": input.tool_call_id,
             "toolName": input.tool_name,

@@ -107,6 +107,12 @@ class BoomInput(BaseModel):
     n: int
 
 
+@tool("huge")
+async def huge(args: BoomInput, ctx: ToolContext) -> str:
+    """Returns n MiB of text."""
+    return "x" * (args.n * 1024 * 1024)
+
+
 @tool("boom")
 async def boom(args: BoomInput, ctx: ToolContext) -> None:
     """Always raises."""
@@ -122,12 +128,13 @@ def mistakes_script(request: ModelRequest) -> ModelResponse:
                 ModelToolCall(id="call_a", name="no_such_tool", args={}),
                 ModelToolCall(id="call_b", name="boom", args={"n": "not a number"}),
                 ModelToolCall(id="call_c", name="boom", args={"n": 7}),
+                ModelToolCall(id="call_d", name="huge", args={"n": 3}),
             ]
         )
     return ModelResponse(text=" | ".join(str(r.result) for r in results))
 
 
-mistakes = Agent(id="mistakes", model=ScriptedModel(mistakes_script, name="mistakes"), tools=(boom,))
+mistakes = Agent(id="mistakes", model=ScriptedModel(mistakes_script, name="mistakes"), tools=(boom, huge))
 
 
 class PayInput(BaseModel):
