@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import ValidationError
 from pydantic_core import to_json, to_jsonable_python
@@ -28,7 +28,6 @@ from workflows.contracts import (
     MessageRecord,
     ModelStepInput,
     ModelStepResult,
-    PendingWrites,
     PlannedToolCall,
     TextPart,
     ToolCallInput,
@@ -46,8 +45,12 @@ DELTA_FLUSH_SECONDS = 0.1
 """Streamed text deltas are written to the event log at most this often (one transaction per flush)."""
 
 
-class _EventWriter:
-    """Buffers a single activity attempt's events and appends them in batches, tagged with source and attempt."""
+class _StepWriter:
+    """What one activity execution writes: its messages and its events, tagged with a source and an attempt.
+
+    Events are buffered and written with the step's messages in one storage transaction; a slow stream flushes
+    its deltas on the way. The first write numbers the attempt after any earlier execution of the same source.
+    """
 
     def __init__(self, storage: Storage, run_id: str, source: str) -> None:
         self._storage = storage
@@ -68,21 +71,22 @@ class _EventWriter:
         if time.monotonic() - self._last_flush >= DELTA_FLUSH_SECONDS:
             await self.flush()
 
-    async def flush(self) -> None:
+    async def flush(self, messages: list[StoredMessage] | None = None, *, replace: bool = False) -> None:
         self._last_flush = time.monotonic()
-        if not self._buffer:
+        if not self._buffer and not messages:
             return
         batch, self._buffer = self._buffer, []
-        if self._attempt is None:
-            self._attempt = await self._attempt_number()
-        await self._storage.append_events(self._run_id, batch, source=self._source, attempt=self._attempt)
-
-    async def _attempt_number(self) -> int:
-        # A local activity re-executed after a lost workflow task starts again at attempt 1: number it after
-        # what its source already wrote, so readers see it as a retry rather than as more output.
-        attempt = activity.info().attempt
-        written = await self._storage.last_attempt(self._run_id, self._source)
-        return attempt if written < attempt else written + 1
+        used = await self._storage.write(
+            self._run_id,
+            messages=messages,
+            replace=replace,
+            events=batch,
+            source=self._source,
+            attempt=self._attempt or activity.info().attempt,
+            renumber=self._attempt is None,
+        )
+        if batch:
+            self._attempt = used
 
 
 class AgentActivities:
@@ -99,25 +103,17 @@ class AgentActivities:
         except UnknownAgent as err:
             raise ApplicationError(str(err), type="UnknownAgent", non_retryable=True) from None
 
-    async def _persist(
-        self, writes: PendingWrites, *, thread_id: str, resource_id: str, run_id: str, replace: bool = False
-    ) -> None:
-        if writes.messages:
-            await self._storage.save_messages(
-                [_stored(m, thread_id=thread_id, resource_id=resource_id, run_id=run_id) for m in writes.messages],
-                replace=replace,
-            )
-
     @activity.defn(name=MODEL_STEP)
     async def model_step(self, input: ModelStepInput) -> ModelStepResult:
         agent = self._agent(input.agent_id)
-        events = _EventWriter(self._storage, input.run_id, f"model:{input.step}")
+        events = _StepWriter(self._storage, input.run_id, f"model:{input.step}")
         if input.step == 1:
             await self._storage.create_thread(input.thread_id, input.resource_id)
             events.add("start", {"id": agent.id, "runId": input.run_id, "messageId": input.message_id})
-        await self._persist(input.writes, thread_id=input.thread_id, resource_id=input.resource_id, run_id=input.run_id)
         events.add_records(input.writes.events)
         events.add("step-start", {"messageId": input.message_id, "step": input.step})
+        if input.writes.messages:  # the caller's messages, or declined calls' results: context for this step
+            await events.flush(self._stored(input.writes.messages, input))
         request = ModelRequest(
             instructions=agent.instructions,
             messages=await self._threads.messages(input.thread_id, before=input.message_id),
@@ -152,13 +148,6 @@ class AgentActivities:
             parts.append(TextPart(text=response.text))
         parts.extend(ToolCallPart(tool_call_id=p.tool_call_id, tool_name=p.tool_name, args=p.args) for p in planned)
         assistant = MessageRecord(id=input.message_id, role="assistant", content=parts)
-        await self._persist(
-            PendingWrites(messages=[assistant]),
-            thread_id=input.thread_id,
-            resource_id=input.resource_id,
-            run_id=input.run_id,
-            replace=True,  # this step owns the message: a retry's answer is the one the workflow records
-        )
         for p in planned:
             call = {"toolCallId": p.tool_call_id, "toolName": p.tool_name, "args": p.args}
             events.add("tool-call", call)
@@ -174,7 +163,8 @@ class AgentActivities:
         if not planned:
             total = (input.usage_before or Usage()).plus(response.usage)
             events.add("finish", {**step_finish, "usage": to_jsonable_python(total, by_alias=True)})
-        await events.flush()
+        # This step owns its message: replacing it makes a re-execution's answer the one the workflow records.
+        await events.flush(self._stored([assistant], input), replace=True)
         return ModelStepResult(
             message_id=input.message_id,
             text=response.text,
@@ -240,28 +230,36 @@ class AgentActivities:
             tool_call_id=input.tool_call_id, tool_name=input.tool_name, result=result, is_error=is_error
         )
         result_message = MessageRecord(id=input.result_message_id, role="tool", content=[part])
-        await self._persist(
-            PendingWrites(messages=[result_message]),
-            thread_id=input.thread_id,
-            resource_id=input.resource_id,
-            run_id=input.run_id,
-            replace=True,
-        )
-        events = _EventWriter(self._storage, input.run_id, f"tool:{input.step}:{input.tool_call_id}")
+        events = _StepWriter(self._storage, input.run_id, f"tool:{input.step}:{input.tool_call_id}")
         events.add("tool-error" if is_error else "tool-result", payload)
-        await events.flush()
+        await events.flush(self._stored([result_message], input), replace=True)
         return ToolCallResult(
             tool_call_id=input.tool_call_id, tool_name=input.tool_name, result=result, is_error=is_error
         )
 
     @activity.defn(name=FINISH_RUN)
     async def finish_run(self, input: FinishRunInput) -> None:
-        await self._persist(input.writes, thread_id=input.thread_id, resource_id=input.resource_id, run_id=input.run_id)
-        events = _EventWriter(self._storage, input.run_id, "finish")
+        events = _StepWriter(self._storage, input.run_id, "finish")
         events.add_records(input.writes.events)
         usage = to_jsonable_python(input.usage, by_alias=True)
         events.add("finish", {"stepResult": {"reason": input.finish_reason, "isContinued": False}, "usage": usage})
-        await events.flush()
+        await events.flush(self._stored(input.writes.messages, input))
+
+    @staticmethod
+    def _stored(messages: list[MessageRecord], where: _Where) -> list[StoredMessage]:
+        now = datetime.now(UTC)
+        return [
+            StoredMessage(
+                id=m.id,
+                thread_id=where.thread_id,
+                resource_id=where.resource_id,
+                role=m.role,
+                content=m.content,
+                run_id=where.run_id,
+                created_at=now,
+            )
+            for m in messages
+        ]
 
     def all(self) -> list[Any]:
         return [self.model_step, self.tool_call, self.finish_run]
@@ -290,13 +288,7 @@ def _make_ids_unique(calls: list[PlannedToolCall]) -> None:
         seen.add(call.tool_call_id)
 
 
-def _stored(m: MessageRecord, *, thread_id: str, resource_id: str, run_id: str) -> StoredMessage:
-    return StoredMessage(
-        id=m.id,
-        thread_id=thread_id,
-        resource_id=resource_id,
-        role=m.role,
-        content=m.content,
-        run_id=run_id,
-        created_at=datetime.now(UTC),
-    )
+class _Where(Protocol):
+    run_id: str
+    thread_id: str
+    resource_id: str

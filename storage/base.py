@@ -166,8 +166,24 @@ class Storage(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def last_attempt(self, run_id: str, source: str) -> int:
-        """The highest `attempt` among the run's events from `source`; 0 if it wrote none."""
+    async def write(
+        self,
+        run_id: str,
+        *,
+        messages: list[StoredMessage] | None = None,
+        replace: bool = False,
+        events: list[NewEvent] | None = None,
+        source: str | None = None,
+        attempt: int = 1,
+        renumber: bool = False,
+    ) -> int:
+        """Save messages (as `save_messages`) and append events (as `append_events`) in one transaction.
+
+        What an activity attempt writes, written at once: one round trip, and never the message without its
+        events. With `renumber`, the events get `attempt`, or one more than the highest attempt `source` already
+        wrote if that is not lower: a step executed again (a local activity re-run after a lost workflow task
+        starts again at attempt 1) then reads as a retry. Returns the attempt the events were written with.
+        """
 
     @abc.abstractmethod
     async def read_events(self, run_id: str, *, offset: int = 0, limit: int | None = None) -> list[RunEvent]:

@@ -223,9 +223,11 @@ class PostgresStorage(Storage):
     # --- messages -----------------------------------------------------------------------------------------
 
     async def save_messages(self, messages: list[StoredMessage], *, replace: bool = False) -> None:
-        if not messages:
-            return
-        pool = await self._get_pool()
+        if messages:
+            await self.write("", messages=messages, replace=replace)
+
+    @staticmethod
+    async def _save(conn: Any, messages: list[StoredMessage], replace: bool) -> None:
         thread_ids = list(dict.fromkeys(m.thread_id for m in messages))
         columns: tuple[list[Any], ...] = ([], [], [], [], [], [], [])
         for m in messages:
@@ -240,36 +242,35 @@ class PostgresStorage(Storage):
             )
             for column, value in zip(columns, row, strict=True):
                 column.append(value)
-        async with pool.acquire() as conn, conn.transaction():
-            # Touching updated_at doubles as the existence check, and its row locks keep a concurrent
-            # delete_thread from slipping in before the insert.
-            touched = await conn.fetch(
-                "UPDATE threads SET updated_at = $2 WHERE id = ANY($1::text[]) RETURNING id",
-                thread_ids,
-                datetime.now(UTC),
-            )
-            found = {r["id"] for r in touched}
-            for thread_id in thread_ids:
-                if thread_id not in found:
-                    raise ThreadNotFound(thread_id)
-            conflict = (
-                "DO UPDATE SET role = excluded.role, content = excluded.content, run_id = excluded.run_id"
-                if replace
-                else "DO NOTHING"
-            )
-            # ORDER BY ord: identity values (the insertion order) follow the order of the list.
-            await conn.execute(
-                f"""
-                INSERT INTO messages ({codec.MESSAGE_COLUMNS})
-                SELECT {codec.MESSAGE_COLUMNS}
-                FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::text[],
-                            $7::timestamptz[])
-                     WITH ORDINALITY AS u(id, thread_id, resource_id, role, content, run_id, created_at, ord)
-                ORDER BY ord
-                ON CONFLICT (id) {conflict}
-                """,
-                *columns,
-            )
+        # Touching updated_at doubles as the existence check, and its row locks keep a concurrent
+        # delete_thread from slipping in before the insert.
+        touched = await conn.fetch(
+            "UPDATE threads SET updated_at = $2 WHERE id = ANY($1::text[]) RETURNING id",
+            thread_ids,
+            datetime.now(UTC),
+        )
+        found = {r["id"] for r in touched}
+        for thread_id in thread_ids:
+            if thread_id not in found:
+                raise ThreadNotFound(thread_id)
+        conflict = (
+            "DO UPDATE SET role = excluded.role, content = excluded.content, run_id = excluded.run_id"
+            if replace
+            else "DO NOTHING"
+        )
+        # ORDER BY ord: identity values (the insertion order) follow the order of the list.
+        await conn.execute(
+            f"""
+            INSERT INTO messages ({codec.MESSAGE_COLUMNS})
+            SELECT {codec.MESSAGE_COLUMNS}
+            FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::text[],
+                        $7::timestamptz[])
+                 WITH ORDINALITY AS u(id, thread_id, resource_id, role, content, run_id, created_at, ord)
+            ORDER BY ord
+            ON CONFLICT (id) {conflict}
+            """,
+            *columns,
+        )
 
     async def list_messages(
         self, thread_id: str, *, offset: int = 0, limit: int | None = None
@@ -315,37 +316,69 @@ class PostgresStorage(Storage):
         if not events:
             return []
         pool = await self._get_pool()
-        types = [e.type for e in events]
-        payloads = [to_json(e.payload).decode() for e in events]
         async with pool.acquire() as conn, conn.transaction():
-            # Appenders to one run queue here until the holder commits. The next statement takes a fresh
-            # snapshot (READ COMMITTED), so it sees the holder's rows and max(offset) + 1 is free.
-            await conn.execute("SELECT pg_advisory_xact_lock($1, hashtext($2))", _RUN_LOCK_CLASS, run_id)
-            rows = await conn.fetch(
-                """
-                WITH head AS (
-                    SELECT coalesce(max("offset") + 1, 0) AS start FROM run_events WHERE run_id = $1
-                )
-                INSERT INTO run_events (run_id, "offset", type, payload, source, attempt, created_at)
-                SELECT $1, head.start + u.ord - 1, u.type, u.payload, $4, $5, $6
-                FROM head, unnest($2::text[], $3::jsonb[]) WITH ORDINALITY AS u(type, payload, ord)
-                RETURNING "offset"
-                """,
-                run_id,
-                types,
-                payloads,
-                source,
-                attempt,
-                datetime.now(UTC),
+            return await self._append(conn, run_id, events, source, attempt)
+
+    @staticmethod
+    async def _lock_run(conn: Any, run_id: str) -> None:
+        # Appenders to one run queue here until the holder commits. The next statement takes a fresh
+        # snapshot (READ COMMITTED), so it sees the holder's rows and max(offset) + 1 is free.
+        await conn.execute("SELECT pg_advisory_xact_lock($1, hashtext($2))", _RUN_LOCK_CLASS, run_id)
+
+    @classmethod
+    async def _append(
+        cls, conn: Any, run_id: str, events: list[NewEvent], source: str | None, attempt: int
+    ) -> list[int]:
+        await cls._lock_run(conn, run_id)
+        rows = await conn.fetch(
+            """
+            WITH head AS (
+                SELECT coalesce(max("offset") + 1, 0) AS start FROM run_events WHERE run_id = $1
             )
+            INSERT INTO run_events (run_id, "offset", type, payload, source, attempt, created_at)
+            SELECT $1, head.start + u.ord - 1, u.type, u.payload, $4, $5, $6
+            FROM head, unnest($2::text[], $3::jsonb[]) WITH ORDINALITY AS u(type, payload, ord)
+            RETURNING "offset"
+            """,
+            run_id,
+            [e.type for e in events],
+            [to_json(e.payload).decode() for e in events],
+            source,
+            attempt,
+            datetime.now(UTC),
+        )
         return sorted(int(r["offset"]) for r in rows)
 
-    async def last_attempt(self, run_id: str, source: str) -> int:
+    async def write(
+        self,
+        run_id: str,
+        *,
+        messages: list[StoredMessage] | None = None,
+        replace: bool = False,
+        events: list[NewEvent] | None = None,
+        source: str | None = None,
+        attempt: int = 1,
+        renumber: bool = False,
+    ) -> int:
+        if not messages and not events:
+            return attempt
         pool = await self._get_pool()
-        value = await pool.fetchval(
-            "SELECT coalesce(max(attempt), 0) FROM run_events WHERE run_id = $1 AND source = $2", run_id, source
-        )
-        return int(value)
+        used = attempt
+        async with pool.acquire() as conn, conn.transaction():
+            if messages:
+                await self._save(conn, messages, replace)
+            if events:
+                if renumber:
+                    await self._lock_run(conn, run_id)
+                    written = await conn.fetchval(
+                        "SELECT coalesce(max(attempt), 0) FROM run_events"
+                        " WHERE run_id = $1 AND source IS NOT DISTINCT FROM $2",
+                        run_id,
+                        source,
+                    )
+                    used = attempt if int(written) < attempt else int(written) + 1
+                await self._append(conn, run_id, events, source, used)
+        return used
 
     async def read_events(self, run_id: str, *, offset: int = 0, limit: int | None = None) -> list[RunEvent]:
         codec.check_page(offset, limit)

@@ -265,12 +265,12 @@ class SQLiteStorage(Storage):
     # --- messages -----------------------------------------------------------------------------------------
 
     async def save_messages(self, messages: list[StoredMessage], *, replace: bool = False) -> None:
-        if not messages:
-            return
-        now = _ts(datetime.now(UTC))
-        thread_ids = list(dict.fromkeys(m.thread_id for m in messages))
-        # Serialise outside the DB thread: it is CPU work that need not hold the write lock.
-        rows = [
+        if messages:
+            await self.write("", messages=messages, replace=replace)
+
+    @staticmethod
+    def _message_rows(messages: list[StoredMessage]) -> list[tuple[Any, ...]]:
+        return [
             (
                 m.id,
                 m.thread_id,
@@ -283,24 +283,22 @@ class SQLiteStorage(Storage):
             for m in messages
         ]
 
-        def save(conn: sqlite3.Connection) -> None:
-            # Touching updated_at doubles as the existence check, inside the same write lock.
-            for thread_id in thread_ids:
-                cur = conn.execute("UPDATE threads SET updated_at = ? WHERE id = ?", (now, thread_id))
-                if cur.rowcount == 0:
-                    raise ThreadNotFound(thread_id)
-            conflict = (
-                "DO UPDATE SET role = excluded.role, content = excluded.content, run_id = excluded.run_id"
-                if replace
-                else "DO NOTHING"
-            )
-            conn.executemany(
-                f"INSERT INTO messages ({codec.MESSAGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
-                f" ON CONFLICT (id) {conflict}",
-                rows,
-            )
-
-        await self._write_tx(save)
+    @staticmethod
+    def _save(conn: sqlite3.Connection, rows: list[tuple[Any, ...]], replace: bool, now: str) -> None:
+        # Touching updated_at doubles as the existence check, inside the same write lock.
+        for thread_id in dict.fromkeys(row[1] for row in rows):
+            cur = conn.execute("UPDATE threads SET updated_at = ? WHERE id = ?", (now, thread_id))
+            if cur.rowcount == 0:
+                raise ThreadNotFound(thread_id)
+        conflict = (
+            "DO UPDATE SET role = excluded.role, content = excluded.content, run_id = excluded.run_id"
+            if replace
+            else "DO NOTHING"
+        )
+        conn.executemany(
+            f"INSERT INTO messages ({codec.MESSAGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) {conflict}",
+            rows,
+        )
 
     async def list_messages(
         self, thread_id: str, *, offset: int = 0, limit: int | None = None
@@ -352,34 +350,66 @@ class SQLiteStorage(Storage):
             return []
         now = _ts(datetime.now(UTC))
         encoded = [(e.type, to_json(e.payload).decode()) for e in events]
+        return await self._write_tx(lambda conn: self._append(conn, run_id, encoded, source, attempt, now))
 
-        def append(conn: sqlite3.Connection) -> list[int]:
-            # BEGIN IMMEDIATE holds the file's write lock, so no other process can take the same offsets
-            # between this read and the insert.
-            start: int = conn.execute(
-                'SELECT coalesce(max("offset") + 1, 0) FROM run_events WHERE run_id = ?', (run_id,)
-            ).fetchone()[0]
-            offsets = list(range(start, start + len(encoded)))
-            conn.executemany(
-                'INSERT INTO run_events (run_id, "offset", type, payload, source, attempt, created_at)'
-                " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [
-                    (run_id, off, type_, payload, source, attempt, now)
-                    for off, (type_, payload) in zip(offsets, encoded, strict=True)
-                ],
-            )
-            return offsets
+    @staticmethod
+    def _append(
+        conn: sqlite3.Connection,
+        run_id: str,
+        encoded: list[tuple[str, str]],
+        source: str | None,
+        attempt: int,
+        now: str,
+    ) -> list[int]:
+        # BEGIN IMMEDIATE holds the file's write lock, so no other process can take the same offsets
+        # between this read and the insert.
+        start: int = conn.execute(
+            'SELECT coalesce(max("offset") + 1, 0) FROM run_events WHERE run_id = ?', (run_id,)
+        ).fetchone()[0]
+        offsets = list(range(start, start + len(encoded)))
+        conn.executemany(
+            'INSERT INTO run_events (run_id, "offset", type, payload, source, attempt, created_at)'
+            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [
+                (run_id, off, type_, payload, source, attempt, now)
+                for off, (type_, payload) in zip(offsets, encoded, strict=True)
+            ],
+        )
+        return offsets
 
-        return await self._write_tx(append)
+    async def write(
+        self,
+        run_id: str,
+        *,
+        messages: list[StoredMessage] | None = None,
+        replace: bool = False,
+        events: list[NewEvent] | None = None,
+        source: str | None = None,
+        attempt: int = 1,
+        renumber: bool = False,
+    ) -> int:
+        now = _ts(datetime.now(UTC))
+        # Serialise outside the DB thread: it is CPU work that need not hold the write lock.
+        rows = self._message_rows(messages or [])
+        encoded = [(e.type, to_json(e.payload).decode()) for e in events or []]
 
-    async def last_attempt(self, run_id: str, source: str) -> int:
-        def read(conn: sqlite3.Connection) -> int:
-            row = conn.execute(
-                "SELECT coalesce(max(attempt), 0) FROM run_events WHERE run_id = ? AND source = ?", (run_id, source)
-            ).fetchone()
-            return int(row[0])
+        def write(conn: sqlite3.Connection) -> int:
+            used = attempt
+            if rows:
+                self._save(conn, rows, replace, now)
+            if encoded:
+                if renumber:
+                    written: int = conn.execute(
+                        "SELECT coalesce(max(attempt), 0) FROM run_events WHERE run_id = ? AND source IS ?",
+                        (run_id, source),
+                    ).fetchone()[0]
+                    used = attempt if written < attempt else written + 1
+                self._append(conn, run_id, encoded, source, used, now)
+            return used
 
-        return await self._run(read)
+        if not rows and not encoded:
+            return attempt
+        return await self._write_tx(write)
 
     async def read_events(self, run_id: str, *, offset: int = 0, limit: int | None = None) -> list[RunEvent]:
         codec.check_page(offset, limit)

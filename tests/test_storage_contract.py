@@ -315,13 +315,32 @@ async def test_appended_events_keep_type_payload_source_and_attempt(storage: Sto
     assert await storage.read_events("other-run") == []
 
 
-async def test_last_attempt_is_the_highest_attempt_a_source_wrote(storage: Storage) -> None:
-    assert await storage.last_attempt("run-1", "model:1") == 0
-    await storage.append_events("run-1", [NewEvent(type="a")], source="model:1", attempt=1)
-    await storage.append_events("run-1", [NewEvent(type="b")], source="model:1", attempt=3)
-    await storage.append_events("run-1", [NewEvent(type="c")], source="model:2", attempt=7)
-    await storage.append_events("run-2", [NewEvent(type="d")], source="model:1", attempt=9)
-    assert await storage.last_attempt("run-1", "model:1") == 3
+async def test_write_saves_messages_and_events_together(storage: Storage) -> None:
+    await storage.create_thread("t1", "user-1")
+    used = await storage.write(
+        "run-1", messages=[message("m1")], events=[NewEvent(type="a"), NewEvent(type="b")], source="s", attempt=2
+    )
+    assert used == 2
+    assert ids((await storage.list_messages("t1"))[0]) == ["m1"]
+    assert [(e.type, e.source, e.attempt) for e in await storage.read_events("run-1")] == [
+        ("a", "s", 2),
+        ("b", "s", 2),
+    ]
+
+
+async def test_write_to_a_missing_thread_writes_nothing(storage: Storage) -> None:
+    with pytest.raises(ThreadNotFound):
+        await storage.write("run-1", messages=[message("m1", thread_id="nope")], events=[NewEvent(type="a")])
+    assert await storage.read_events("run-1") == []
+
+
+async def test_renumbered_writes_come_after_the_attempts_a_source_already_wrote(storage: Storage) -> None:
+    first = await storage.write("run-1", events=[NewEvent(type="a")], source="model:1", attempt=1, renumber=True)
+    again = await storage.write("run-1", events=[NewEvent(type="a")], source="model:1", attempt=1, renumber=True)
+    retry = await storage.write("run-1", events=[NewEvent(type="a")], source="model:1", attempt=5, renumber=True)
+    other = await storage.write("run-1", events=[NewEvent(type="a")], source="model:2", attempt=1, renumber=True)
+    elsewhere = await storage.write("run-2", events=[NewEvent(type="a")], source="model:1", attempt=1, renumber=True)
+    assert (first, again, retry, other, elsewhere) == (1, 2, 5, 1, 1)
 
 
 async def test_read_events_from_an_offset_returns_the_rest_in_order(storage: Storage) -> None:
