@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSearchAttributesRequest
 from temporalio.client import Client
@@ -144,8 +145,6 @@ async def wait_until_ready(
 
 async def wait_for_ui(cfg: DevServerConfig, timeout: float = 20.0) -> bool:
     """Wait until the Web UI answers API calls (it dials the frontend lazily, with backoff); False on timeout."""
-    import httpx
-
     url = f"{cfg.ui_url}/api/v1/namespaces/{cfg.namespace}/workflows"
     deadline = time.monotonic() + timeout
     async with httpx.AsyncClient(timeout=2) as http:
