@@ -14,7 +14,14 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
 from app import App, AppError, load_app
-from client.devserver import DevServer, DevServerConfig, DevServerError, stop_detached, wait_for_ui
+from client.devserver import (
+    DevServer,
+    DevServerConfig,
+    DevServerError,
+    is_listening,
+    stop_detached,
+    wait_for_ui,
+)
 from client.errors import KeelClientError
 from client.keel_client import KeelClient
 from client.run_events import follow
@@ -208,8 +215,6 @@ async def cmd_server(args: argparse.Namespace) -> int:
     elif args.action == "stop":
         print("stopped" if stop_detached(cfg) else "no dev server started by `keel server start` is recorded")
     else:
-        from client.devserver import is_listening
-
         print(f"{cfg.address}: {'listening' if is_listening(cfg.host, cfg.port) else 'not running'}")
     return 0
 

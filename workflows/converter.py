@@ -12,7 +12,7 @@ from typing import Any
 
 import temporalio.api.common.v1
 from pydantic import ValidationError
-from temporalio.contrib.pydantic import PydanticJSONPlainPayloadConverter, PydanticPayloadConverter
+from temporalio.contrib.pydantic import PydanticJSONPlainPayloadConverter
 from temporalio.converter import (
     CompositePayloadConverter,
     DataConverter,
@@ -54,4 +54,4 @@ class KeelPayloadConverter(CompositePayloadConverter):
 
 DATA_CONVERTER = DataConverter(payload_converter_class=KeelPayloadConverter)
 
-__all__ = ["DATA_CONVERTER", "KeelPayloadConverter", "PydanticPayloadConverter", "describe_validation_error"]
+__all__ = ["DATA_CONVERTER", "KeelPayloadConverter", "describe_validation_error"]
