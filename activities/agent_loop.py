@@ -21,7 +21,7 @@ from activities.thread_cache import ThreadCache
 from app import Agent, App, ToolContext, UnknownAgent
 from model_providers import ModelError, ModelRequest, ModelRetryableError
 from storage import NewEvent, Storage, StoredMessage
-from workflows.agent_run import FINISH_RUN, MODEL_STEP, TOOL_CALL
+from workflows.agent_run import FINISH_RUN, MODEL_STEP, TOOL_CALL, TOOLS_THEN_MODEL
 from workflows.contracts import (
     EventRecord,
     FinishRunInput,
@@ -34,6 +34,8 @@ from workflows.contracts import (
     ToolCallPart,
     ToolCallResult,
     ToolResultPart,
+    ToolsThenModelInput,
+    ToolsThenModelResult,
     Usage,
 )
 from workflows.converter import describe_validation_error
@@ -105,6 +107,9 @@ class AgentActivities:
 
     @activity.defn(name=MODEL_STEP)
     async def model_step(self, input: ModelStepInput) -> ModelStepResult:
+        return await self._model_step(input)
+
+    async def _model_step(self, input: ModelStepInput) -> ModelStepResult:
         agent = self._agent(input.agent_id)
         events = _StepWriter(self._storage, input.run_id, f"model:{input.step}")
         if input.step == 1:
@@ -192,28 +197,80 @@ class AgentActivities:
 
     @activity.defn(name=TOOL_CALL)
     async def tool_call(self, input: ToolCallInput) -> ToolCallResult:
+        heartbeat = _start_heartbeat()
+        try:
+            result, is_error = await self._call_tool(input)
+        finally:
+            heartbeat.cancel()
+        return await self._record_tool_result(input, result, is_error)
+
+    @activity.defn(name=TOOLS_THEN_MODEL)
+    async def tools_then_model(self, input: ToolsThenModelInput) -> ToolsThenModelResult:
+        """A step's decided tool calls (concurrently), then the model step that reads their results.
+
+        Each tool result is stored before the model is called; a retry of this activity (a lost worker, a
+        rate-limited model) reuses the stored results and runs only the tools that had not finished.
+        """
+        heartbeat = _start_heartbeat()
+        try:
+            stored = await self._stored_tool_results(input.tools) if activity.info().attempt > 1 else {}
+            results = await asyncio.gather(
+                *(
+                    _already(stored[t.result_message_id])
+                    if t.result_message_id in stored
+                    else self._run_tool_in_step(t, input.tool_timeout_seconds)
+                    for t in input.tools
+                )
+            )
+            model = await self._model_step(input.model)
+        finally:
+            heartbeat.cancel()
+        return ToolsThenModelResult(tool_results=list(results), model=model)
+
+    async def _run_tool_in_step(self, input: ToolCallInput, timeout: float) -> ToolCallResult:
+        try:
+            result, is_error = await asyncio.wait_for(self._call_tool(input), timeout)
+        except TimeoutError:
+            result, is_error = {"error": f"Tool {input.tool_name} did not complete within {timeout:g} s"}, True
+        except ApplicationError as err:
+            if not err.non_retryable:
+                raise  # the step is retried; this tool's result was not stored, so it runs again
+            result, is_error = {"error": f"Tool {input.tool_name} did not complete: {err}"}, True
+        return await self._record_tool_result(input, result, is_error)
+
+    async def _stored_tool_results(self, calls: list[ToolCallInput]) -> dict[str, ToolCallResult]:
+        found: dict[str, ToolCallResult] = {}
+        for message in await self._storage.get_messages([c.result_message_id for c in calls]):
+            parts = message.content if isinstance(message.content, list) else []
+            part = next((p for p in parts if isinstance(p, ToolResultPart)), None)
+            if part is not None:
+                found[message.id] = ToolCallResult(
+                    tool_call_id=part.tool_call_id, tool_name=part.tool_name, result=part.result, is_error=part.is_error
+                )
+        return found
+
+    async def _call_tool(self, input: ToolCallInput) -> tuple[Any, bool]:
+        """Run the tool; its own exceptions become an error result for the model. An `ApplicationError` it
+        raises is the tool asking Temporal for a retry (or, non-retryable, to give up) and propagates."""
         agent = self._agent(input.agent_id)
         tool = agent.tool(input.tool_name)
-        info = activity.info()
         ctx = ToolContext(
             run_id=input.run_id,
             tool_call_id=input.tool_call_id,
             agent_id=input.agent_id,
             thread_id=input.thread_id,
             resource_id=input.resource_id,
-            attempt=info.attempt,
+            attempt=activity.info().attempt,
             request_context=input.request_context or {},
         )
-        heartbeat = asyncio.create_task(_heartbeat_every((info.heartbeat_timeout or timedelta(seconds=20)) / 2))
         try:
-            result: Any = to_jsonable_python(await tool.execute(tool.parse_args(input.args), ctx), by_alias=True)
-            is_error = False
+            return to_jsonable_python(await tool.execute(tool.parse_args(input.args), ctx), by_alias=True), False
         except ApplicationError:
             raise
         except Exception as err:  # a tool's own failure is an answer for the model, not a retry
-            result, is_error = {"error": f"{type(err).__name__}: {err}"}, True
-        finally:
-            heartbeat.cancel()
+            return {"error": f"{type(err).__name__}: {err}"}, True
+
+    async def _record_tool_result(self, input: ToolCallInput, result: Any, is_error: bool) -> ToolCallResult:
         size = len(to_json(result))
         if size > MAX_TOOL_RESULT_BYTES:
             # Deterministic: re-running would produce the same oversized result and Temporal would refuse it
@@ -262,12 +319,21 @@ class AgentActivities:
         ]
 
     def all(self) -> list[Any]:
-        return [self.model_step, self.tool_call, self.finish_run]
+        return [self.model_step, self.tool_call, self.tools_then_model, self.finish_run]
 
 
 _APPROVAL_SCHEMA = (
     '{"type":"object","properties":{"approved":{"type":"boolean"},"reason":{"type":"string"}},"required":["approved"]}'
 )
+
+
+def _start_heartbeat() -> asyncio.Task[None]:
+    interval = (activity.info().heartbeat_timeout or timedelta(seconds=20)) / 2
+    return asyncio.create_task(_heartbeat_every(interval))
+
+
+async def _already(result: ToolCallResult) -> ToolCallResult:
+    return result
 
 
 async def _heartbeat_every(interval: timedelta) -> None:

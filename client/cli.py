@@ -88,15 +88,15 @@ async def _follow_run(keel: KeelClient, storage: Storage, run_id: str, offset: i
     ):
         _print_event(event, run_id)
         suspended = event.type == "tool-call-approval"
-    info = await keel.describe(run_id)
-    if suspended or info.status == "suspended":
+    if suspended or (await keel.describe(run_id)).status == "suspended":
         print(f"run {run_id} is suspended; pending: {[c.tool_call_id for c in await keel.pending_tool_calls(run_id)]}")
         return 0
     try:
-        result = await keel.result(run_id)
+        result = await keel.result(run_id)  # the finish event is written just before the run completes
     except KeelClientError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+    info = await keel.describe(run_id)
     print(f"run {run_id} {info.status}: finishReason={result.finish_reason} steps={result.steps}")
     return 0
 

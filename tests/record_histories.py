@@ -31,20 +31,20 @@ async def _approval(keel: KeelClient, run_id: str, approved: bool) -> None:
     await keel.approve(run_id, pending[0].tool_call_id, approved=approved)
 
 
-async def _approved(keel: KeelClient) -> str:
-    run_id = await keel.start_run("demo", "approve me", run_id="approved")
+async def _approved(keel: KeelClient, name: str) -> str:
+    run_id = await keel.start_run("demo", "approve me", run_id=name)
     await _approval(keel, run_id, True)
     return run_id
 
 
-async def _declined(keel: KeelClient) -> str:
-    run_id = await keel.start_run("demo", "decline me", run_id="declined")
+async def _declined(keel: KeelClient, name: str) -> str:
+    run_id = await keel.start_run("demo", "decline me", run_id=name)
     await _approval(keel, run_id, False)
     return run_id
 
 
-async def _reused_ids(keel: KeelClient) -> str:
-    run_id = await keel.start_run("reuser", "pay twice", run_id="reused_ids")
+async def _reused_ids(keel: KeelClient, name: str) -> str:
+    run_id = await keel.start_run("reuser", "pay twice", run_id=name)
     for _ in range(2):
         await _approval(keel, run_id, True)
         while await keel.pending_tool_calls(run_id) or (await keel.describe(run_id)).status == "suspended":
@@ -52,22 +52,29 @@ async def _reused_ids(keel: KeelClient) -> str:
     return run_id
 
 
-async def _parallel_partial_approval(keel: KeelClient) -> str:
-    run_id = await keel.start_run("payer", "pay both", run_id="parallel_partial_approval")
+async def _parallel_partial_approval(keel: KeelClient, name: str) -> str:
+    run_id = await keel.start_run("payer", "pay both", run_id=name)
     await _approval(keel, run_id, False)
     return run_id
 
 
-SCENARIOS: dict[str, Callable[[KeelClient], Awaitable[str]]] = {
+_SCENARIOS: dict[str, Callable[[KeelClient, str], Awaitable[str]]] = {
     "approved": _approved,
     "declined": _declined,
-    "multi_step": lambda keel: keel.start_run("multi", "steps=3", run_id="multi_step"),
-    "tool_errors": lambda keel: keel.start_run("mistakes", "go", run_id="tool_errors"),
-    "max_steps": lambda keel: keel.start_run("multi", "steps=5", max_steps=2, run_id="max_steps"),
+    "multi_step": lambda keel, name: keel.start_run("multi", "steps=3", run_id=name),
+    "tool_errors": lambda keel, name: keel.start_run("mistakes", "go", run_id=name),
+    "max_steps": lambda keel, name: keel.start_run("multi", "steps=5", max_steps=2, run_id=name),
     "reused_ids": _reused_ids,
     "parallel_partial_approval": _parallel_partial_approval,
 }
-"""Each scenario starts a run (and approves what it needs) and returns its id. Only missing files are recorded."""
+
+GENERATIONS = ["", "_tools_then_model"]
+"""One set of files per guarded workflow change (`workflow.patched`), named with its suffix: the files of
+every generation must keep replaying. "" is the first: each tool call and model step its own activity."""
+
+SCENARIOS = {name + gen: scenario for gen in GENERATIONS for name, scenario in _SCENARIOS.items()}
+"""Each scenario starts a run named after it (and approves what it needs) and returns its id. Only missing files
+are recorded, so only the newest generation's files are ever written."""
 
 
 async def record() -> None:
@@ -82,7 +89,7 @@ async def record() -> None:
             keel = KeelClient(client, task_queue="record", app=app)
             async with build_worker(client, app, storage, task_queue="record"):
                 wanted = {name for name in SCENARIOS if not (HISTORIES / f"{name}.json").exists()}
-                runs = {name: await SCENARIOS[name](keel) for name in sorted(wanted)}
+                runs = {name: await SCENARIOS[name](keel, name) for name in sorted(wanted)}
                 for run_id in runs.values():
                     await keel.result(run_id)
             HISTORIES.mkdir(exist_ok=True)

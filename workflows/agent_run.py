@@ -39,6 +39,8 @@ from workflows.contracts import (
     ToolResultChunk,
     ToolResultPart,
     ToolResultPayload,
+    ToolsThenModelInput,
+    ToolsThenModelResult,
 )
 from workflows.options import DEFAULT_OPTIONS, AgentActivityOptions
 from workflows.search_attributes import (
@@ -52,6 +54,10 @@ from workflows.search_attributes import (
 MODEL_STEP = "keel.model_step"
 TOOL_CALL = "keel.tool_call"
 FINISH_RUN = "keel.finish_run"
+TOOLS_THEN_MODEL = "keel.tools_then_model"
+
+FUSED_STEPS_PATCH = "tools-then-model-activity"
+"""Runs recorded before this patch ran every tool call and every model step as activities of their own."""
 
 DECLINED_REASON = "Tool call was not approved by the user"
 MAX_REJECTED_SIGNALS = 20
@@ -195,9 +201,11 @@ class _Loop:
 
     async def run(self) -> AgentRunResult:
         c = self.carry
+        step: ModelStepResult | None = None
         while True:
-            c.step += 1
-            step = await self._model_step()
+            if step is None:
+                c.step += 1
+                step = await self._model_step()
             c.usage = c.usage.plus(step.usage)
             c.max_steps = self.input.max_steps or c.max_steps or step.max_steps
             if not step.tool_calls:
@@ -209,15 +217,18 @@ class _Loop:
                 )
                 for t in step.tool_calls
             )
-            await self._run_tools(step)
+            answered = step
+            step = await self._run_tools(answered)
+            if step is not None:  # the tools ran together with the next model step
+                continue
             if c.step >= c.max_steps:
                 await self._finish("tool-calls")
-                return self._result(step.text, "tool-calls")
+                return self._result(answered.text, "tool-calls")
             if workflow.info().is_continue_as_new_suggested():
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(self.input.model_copy(update={"carry": c}))
 
-    async def _model_step(self) -> ModelStepResult:
+    def _next_model_input(self) -> ModelStepInput:
         c = self.carry
         step_input = ModelStepInput(
             run_id=self.run_id,
@@ -231,24 +242,49 @@ class _Loop:
             usage_before=c.usage,
         )
         c.pending = PendingWrites()
+        return step_input
+
+    async def _model_step(self) -> ModelStepResult:
         # A local activity's result is recorded in the workflow task that schedules the tools (one round trip
         # fewer per step); a regular one is the choice for model calls that may outlive a workflow task timeout.
         execute = workflow.execute_local_activity if self.opts.model_as_local_activity else workflow.execute_activity
         result: ModelStepResult = await execute(
             MODEL_STEP,
-            step_input,
+            self._next_model_input(),
             result_type=ModelStepResult,
             start_to_close_timeout=self.opts.model_start_to_close,
             retry_policy=self.opts.model_retry,
-            summary=f"model step {c.step}",
+            summary=f"model step {self.carry.step}",
         )
         return result
 
-    async def _run_tools(self, step: ModelStepResult) -> None:
+    async def _run_tools(self, step: ModelStepResult) -> ModelStepResult | None:
+        """Run the step's tool calls and record their results; returns the next model step's result when it ran
+        in the same activity as the tools (see `_fuse`), else None."""
         needs_approval = [t for t in step.tool_calls if t.requires_approval and t.error is None]
         decisions = await self.wf.wait_for_decisions(needs_approval) if needs_approval else {}
-        outcomes = await asyncio.gather(*(self._run_tool(t, decisions.get(t.tool_call_id)) for t in step.tool_calls))
-        for call, outcome in zip(step.tool_calls, outcomes, strict=True):
+        outcomes: dict[str, ToolCallResult] = {}
+        runnable: list[PlannedToolCall] = []
+        for call in step.tool_calls:
+            decision = decisions.get(call.tool_call_id)
+            if call.error is not None:
+                outcomes[call.tool_call_id] = self._synthesized(
+                    call, {"error": call.error}, is_error=True, event="tool-error"
+                )
+            elif decision is not None and not decision.approved:
+                outcomes[call.tool_call_id] = self._declined(call, decision.reason or DECLINED_REASON)
+            else:
+                runnable.append(call)
+        next_step: ModelStepResult | None = None
+        if self._fuse(runnable):
+            fused = await self._tools_then_model(runnable)
+            outcomes.update((r.tool_call_id, r) for r in fused.tool_results)
+            next_step = fused.model
+        else:
+            results = await asyncio.gather(*(self._run_tool(t) for t in runnable))
+            outcomes.update((r.tool_call_id, r) for r in results)
+        for call in step.tool_calls:
+            outcome = outcomes[call.tool_call_id]
             self.carry.tool_results.append(
                 ToolResultChunk(
                     run_id=self.run_id,
@@ -261,27 +297,45 @@ class _Loop:
                     ),
                 )
             )
+        return next_step
 
-    async def _run_tool(self, call: PlannedToolCall, decision: ToolApproval | None) -> ToolCallResult:
-        if call.error is not None:
-            return self._synthesized(call, {"error": call.error}, is_error=True, event="tool-error")
-        if decision is not None and not decision.approved:
-            return self._declined(call, decision.reason or DECLINED_REASON)
+    def _fuse(self, runnable: list[PlannedToolCall]) -> bool:
+        """Whether the tool calls and the next model step run as one activity: one server round trip per step
+        instead of two workflow activations and a round trip. Only idempotent tools qualify (a retry of the
+        activity re-runs a tool whose result was not stored yet), and only when a next step will follow."""
+        return (
+            self.opts.fuse_tools_with_next_model_step
+            and bool(runnable)
+            and all(t.idempotent for t in runnable)
+            and self.carry.step < (self.carry.max_steps or 0)
+            and not workflow.info().is_continue_as_new_suggested()
+            and workflow.patched(FUSED_STEPS_PATCH)
+        )
+
+    async def _tools_then_model(self, calls: list[PlannedToolCall]) -> ToolsThenModelResult:
+        tools = [self._tool_input(t) for t in calls]
+        self.carry.step += 1
+        names = ", ".join(f"{t.tool_name} ({t.tool_call_id})" for t in calls)
+        result: ToolsThenModelResult = await workflow.execute_activity(
+            TOOLS_THEN_MODEL,
+            ToolsThenModelInput(
+                tools=tools,
+                tool_timeout_seconds=self.opts.tool_start_to_close.total_seconds(),
+                model=self._next_model_input(),
+            ),
+            result_type=ToolsThenModelResult,
+            start_to_close_timeout=self.opts.tool_start_to_close + self.opts.model_start_to_close,
+            heartbeat_timeout=self.opts.tool_heartbeat,
+            retry_policy=self.opts.model_retry,
+            summary=f"{names}, then model step {self.carry.step}",
+        )
+        return result
+
+    async def _run_tool(self, call: PlannedToolCall) -> ToolCallResult:
         try:
             result: ToolCallResult = await workflow.execute_activity(
                 TOOL_CALL,
-                ToolCallInput(
-                    run_id=self.run_id,
-                    agent_id=self.input.agent_id,
-                    thread_id=self.thread_id,
-                    resource_id=self.resource_id,
-                    step=self.carry.step,
-                    tool_call_id=call.tool_call_id,
-                    tool_name=call.tool_name,
-                    args=call.args,
-                    result_message_id=self._tool_message_id(call),
-                    request_context=self.input.request_context,
-                ),
+                self._tool_input(call),
                 result_type=ToolCallResult,
                 start_to_close_timeout=self.opts.tool_start_to_close,
                 heartbeat_timeout=self.opts.tool_heartbeat,
@@ -294,6 +348,20 @@ class _Loop:
             # (crashed workers, timeouts). The model is told, and the run goes on.
             message = f"Tool {call.tool_name} did not complete: {err.cause or err}"
             return self._synthesized(call, {"error": message}, is_error=True, event="tool-error")
+
+    def _tool_input(self, call: PlannedToolCall) -> ToolCallInput:
+        return ToolCallInput(
+            run_id=self.run_id,
+            agent_id=self.input.agent_id,
+            thread_id=self.thread_id,
+            resource_id=self.resource_id,
+            step=self.carry.step,
+            tool_call_id=call.tool_call_id,
+            tool_name=call.tool_name,
+            args=call.args,
+            result_message_id=self._tool_message_id(call),
+            request_context=self.input.request_context,
+        )
 
     def _tool_message_id(self, call: PlannedToolCall) -> str:
         # Scoped by step: some models reuse tool call ids across steps.

@@ -247,6 +247,19 @@ class ToolCallResult(Contract):
     is_error: bool = False
 
 
+class ToolsThenModelInput(Contract):
+    """One activity for a step's decided tool calls and the model step that reads their results."""
+
+    tools: list[ToolCallInput]
+    tool_timeout_seconds: float
+    model: ModelStepInput
+
+
+class ToolsThenModelResult(Contract):
+    tool_results: list[ToolCallResult]
+    model: ModelStepResult
+
+
 class FinishRunInput(Contract):
     run_id: str
     thread_id: str

@@ -22,6 +22,11 @@ class AgentActivityOptions:
     """Run the model step as a local activity: its result is recorded (a marker) in the same workflow task that
     schedules the tools, saving one server round trip per step while every step stays durable."""
 
+    fuse_tools_with_next_model_step: bool = True
+    """Run a step's approved tool calls and the next model step as one regular activity when every tool is
+    idempotent: the model reads the results in the same activity, so a step costs one server round trip. The
+    activity stores each tool result before the model call, and a retry reuses the stored results."""
+
     model_start_to_close: timedelta = timedelta(minutes=5)
     """Upper bound of one model call attempt, streaming included."""
 
