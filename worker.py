@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from temporalio.client import Client
-from temporalio.worker import Interceptor, Worker
+from temporalio.worker import Interceptor, UnsandboxedWorkflowRunner, Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities import AgentActivities
@@ -34,7 +34,22 @@ models, constants and a converter (no state, no I/O), and re-importing the contr
 schema building per new run (bench/README.md)."""
 
 
-def workflow_runner() -> SandboxedWorkflowRunner:
+SANDBOX_ENV = "KEEL_WORKFLOW_SANDBOX"
+
+
+def workflow_runner(sandboxed: bool | None = None) -> WorkflowRunner:
+    """The runner for Keel's workflows: Temporal's sandbox when `sandboxed` (default: $KEEL_WORKFLOW_SANDBOX=1).
+
+    Keel's workflows are Keel's own code, never an app's: agents and tools run in activities, and dynamic
+    workflows are data. The sandbox is how that code is checked for non-determinism: the test suite runs every
+    workflow under it and replays recorded histories with it. Production workers run the same code without it,
+    because the sandbox re-enters its module context for every payload of every workflow task (in temporalio
+    1.35), which costs ~4 ms of CPU per agent step, a quarter of a step (bench/README.md).
+    """
+    if sandboxed is None:
+        sandboxed = os.environ.get(SANDBOX_ENV, "").lower() in ("1", "true", "yes")
+    if not sandboxed:
+        return UnsandboxedWorkflowRunner()
     return SandboxedWorkflowRunner(
         restrictions=SandboxRestrictions.default.with_passthrough_modules(*SANDBOX_PASSTHROUGH)
     )

@@ -38,7 +38,7 @@ from bench.bare import BareInput, BareResult, BareRun, build_bare_worker
 from client import KeelClient
 from client.devserver import TUNED_DYNAMIC_CONFIG, DevServer, DevServerConfig
 from storage import SQLiteStorage
-from worker import build_worker
+from worker import SANDBOX_ENV, build_worker, workflow_runner
 from workflows import DATA_CONVERTER
 
 HERE = Path(__file__).resolve().parent
@@ -76,11 +76,14 @@ class Runner:
             raise RuntimeError(f"keel run {run_id}: {result.steps} steps, {len(result.tool_results)} tool results")
         return elapsed, run_id
 
-    async def bare_run(self, steps: int, *, model_local: bool = False) -> tuple[float, str]:
+    async def bare_run(self, steps: int, *, model_local: bool = False, fused: bool = False) -> tuple[float, str]:
         wf_id = f"bare-{uuid.uuid4()}"
         t0 = time.perf_counter()
         handle = await self.bare_client.start_workflow(
-            BareRun.run, BareInput(steps=steps, model_local=model_local), id=wf_id, task_queue=self.bare_queue
+            BareRun.run,
+            BareInput(steps=steps, model_local=model_local, fused=fused),
+            id=wf_id,
+            task_queue=self.bare_queue,
         )
         result: BareResult = await handle.result()
         elapsed = time.perf_counter() - t0
@@ -155,34 +158,32 @@ async def bench_server(tuned: bool, args: argparse.Namespace) -> dict[str, Any]:
                 await r.keel_run(2)
                 await r.bare_run(2)
                 await r.bare_run(2, model_local=True)
+                await r.bare_run(2, fused=True)
 
             # --- ms per step -----------------------------------------------------------------------------
             steps_rows = []
             for n in args.steps:
-                keel_s: list[float] = []
-                bare_s: list[float] = []
-                bare_la_s: list[float] = []
-                keel_id = bare_id = bare_la_id = ""
+                runners: dict[str, Callable[[], Awaitable[tuple[float, str]]]] = {
+                    "keel": lambda n=n: r.keel_run(n),  # type: ignore[misc]
+                    "bare": lambda n=n: r.bare_run(n),  # type: ignore[misc]
+                    "bare_la": lambda n=n: r.bare_run(n, model_local=True),  # type: ignore[misc]
+                    "bare_fused": lambda n=n: r.bare_run(n, fused=True),  # type: ignore[misc]
+                }
+                secs: dict[str, list[float]] = {who: [] for who in runners}
+                last_id: dict[str, str] = {}
                 for rep in range(args.reps if n >= 50 else args.reps_small):
                     # Interleaved, and the order rotates so no side always runs first after a pause.
-                    order = ["keel", "bare", "bare_la"]
-                    order = order[rep % 3 :] + order[: rep % 3]
+                    order = list(runners)
+                    order = order[rep % len(order) :] + order[: rep % len(order)]
                     for who in order:
-                        if who == "keel":
-                            t, keel_id = await r.keel_run(n)
-                            keel_s.append(t)
-                        elif who == "bare":
-                            t, bare_id = await r.bare_run(n)
-                            bare_s.append(t)
-                        else:
-                            t, bare_la_id = await r.bare_run(n, model_local=True)
-                            bare_la_s.append(t)
-                keel_ev, keel_bytes = await r.history(keel_client, keel_id)
-                bare_ev, bare_bytes = await r.history(bare_client, bare_id)
-                bare_la_ev, bare_la_bytes = await r.history(bare_client, bare_la_id)
-                keel_ms = med(keel_s) * 1000 / n
-                bare_ms = med(bare_s) * 1000 / n
-                bare_la_ms = med(bare_la_s) * 1000 / n
+                        t, last_id[who] = await runners[who]()
+                        secs[who].append(t)
+                keel_ev, keel_bytes = await r.history(keel_client, last_id["keel"])
+                bare_ev, bare_bytes = await r.history(bare_client, last_id["bare"])
+                bare_la_ev, bare_la_bytes = await r.history(bare_client, last_id["bare_la"])
+                keel_ms, bare_ms, bare_la_ms, bare_fused_ms = (
+                    med(secs[who]) * 1000 / n for who in ("keel", "bare", "bare_la", "bare_fused")
+                )
                 row = {
                     "n": n,
                     "keel_ms_per_step": keel_ms,
@@ -190,9 +191,12 @@ async def bench_server(tuned: bool, args: argparse.Namespace) -> dict[str, Any]:
                     "keel_over_bare": keel_ms / bare_ms,
                     "bare_local_model_ms_per_step": bare_la_ms,
                     "keel_over_bare_local_model": keel_ms / bare_la_ms,
-                    "keel_run_seconds": keel_s,
-                    "bare_run_seconds": bare_s,
-                    "bare_local_model_run_seconds": bare_la_s,
+                    "bare_fused_ms_per_step": bare_fused_ms,
+                    "keel_over_bare_fused": keel_ms / bare_fused_ms,
+                    "keel_run_seconds": secs["keel"],
+                    "bare_run_seconds": secs["bare"],
+                    "bare_local_model_run_seconds": secs["bare_la"],
+                    "bare_fused_run_seconds": secs["bare_fused"],
                     "keel_history_events": keel_ev,
                     "keel_history_bytes": keel_bytes,
                     "keel_events_per_step": keel_ev / n,
@@ -205,7 +209,7 @@ async def bench_server(tuned: bool, args: argparse.Namespace) -> dict[str, Any]:
                 steps_rows.append(row)
                 log(
                     f"[{label}] N={n}: keel {keel_ms:.1f} ms/step, bare {bare_ms:.1f}, bare(LA model) "
-                    f"{bare_la_ms:.1f}; keel history {keel_ev} events / {keel_bytes} B"
+                    f"{bare_la_ms:.1f}, bare(fused) {bare_fused_ms:.1f}; keel history {keel_ev} events / {keel_bytes} B"
                 )
             out["steps"] = steps_rows
             if len(steps_rows) >= 2:
@@ -296,20 +300,22 @@ def run_mastra(steps: list[int], reps: int) -> dict[str, Any]:
 
 
 def render(results: dict[str, Any]) -> str:
-    lines = []
+    lines = [f"workflow runner (Keel and bare): {results['params']['workflow_runner']}"]
     for srv in results["servers"]:
         cfg = ", ".join(f"{k}={v}" for k, v in srv["dynamic_config"].items()) or "no dynamic config"
         lines.append(f"\n== {srv['server']} dev server ({cfg}) ==")
         lines.append(
             f"{'N':>4} | {'Keel ms/step':>12} | {'bare ms/step':>12} | {'Keel/bare':>9} | "
-            f"{'bare(LA) ms/step':>16} | {'Keel/bare(LA)':>13} | {'Keel ev/step':>12} | {'Keel B/step':>11}"
+            f"{'bare(LA) ms/step':>16} | {'Keel/bare(LA)':>13} | {'bare(fused) ms/step':>19} | "
+            f"{'Keel/bare(fused)':>16} | {'Keel ev/step':>12} | {'Keel B/step':>11}"
         )
-        lines.append("-" * 114)
+        lines.append("-" * 155)
         for row in srv["steps"]:
             lines.append(
                 f"{row['n']:>4} | {row['keel_ms_per_step']:>12.1f} | {row['bare_ms_per_step']:>12.1f} | "
                 f"{row['keel_over_bare']:>9.2f} | {row['bare_local_model_ms_per_step']:>16.1f} | "
-                f"{row['keel_over_bare_local_model']:>13.2f} | {row['keel_events_per_step']:>12.1f} | "
+                f"{row['keel_over_bare_local_model']:>13.2f} | {row['bare_fused_ms_per_step']:>19.1f} | "
+                f"{row['keel_over_bare_fused']:>16.2f} | {row['keel_events_per_step']:>12.1f} | "
                 f"{row['keel_bytes_per_step']:>11.0f}"
             )
         m = srv.get("keel_marginal_per_step")
@@ -368,6 +374,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             "throughput_runs": args.tp_runs,
             "throughput_reps": args.tp_reps,
             "concurrency": args.concurrency,
+            "workflow_runner": type(workflow_runner()).__name__,
         },
         "servers": [],
     }
@@ -386,7 +393,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default=str(HERE / "results.json"), help="where to write the JSON results")
     parser.add_argument("--mastra", action="store_true", help="also run bench/mastra/loop.mjs (npm install first)")
     parser.add_argument("--server", choices=["both", "default", "tuned"], default="both")
+    parser.add_argument(
+        "--sandboxed", action="store_true", help="run both workers' workflows in Temporal's sandbox (as the tests do)"
+    )
     args = parser.parse_args(argv)
+    if args.sandboxed:
+        os.environ[SANDBOX_ENV] = "1"
     if args.quick:
         args.steps, args.reps, args.reps_small, args.approvals, args.tp_runs, args.tp_reps = [1, 10], 1, 1, 3, 40, 1
     else:

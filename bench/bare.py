@@ -3,8 +3,9 @@
 Per step it runs one "model" activity (returns the next scripted decision; no storage, no message history) and
 one "tool" activity (the same small file write + read as `write_read`), both regular activities. Like the bench
 agent it makes N+1 model calls and N tool calls for N steps. With `model_local=True` the model call is a local
-activity instead, which is the shape Keel uses (a second baseline, to separate Keel's own cost from that
-architectural choice).
+activity instead (the shape of Keel's first step). With `fused=True` each step is one regular activity that runs
+the tool and then the next model call, the shape of Keel's later steps (`keel.tools_then_model`): a third
+baseline, to separate Keel's own cost from its choice of activity kinds.
 
 Inputs are dataclasses on the pydantic data converter (`temporalio.contrib.pydantic`).
 """
@@ -24,12 +25,14 @@ with workflow.unsafe.imports_passed_through():
 
 BARE_MODEL = "bare.model"
 BARE_TOOL = "bare.tool"
+BARE_TOOL_THEN_MODEL = "bare.tool_then_model"
 
 
 @dataclass
 class BareInput:
     steps: int
     model_local: bool = False
+    fused: bool = False
 
 
 @dataclass
@@ -60,6 +63,12 @@ class ToolOut:
 
 
 @dataclass
+class ToolThenModelIn:
+    tool: ToolIn
+    model: ModelIn
+
+
+@dataclass
 class BareResult:
     text: str
     steps: int
@@ -76,6 +85,12 @@ async def bare_model(input: ModelIn) -> Decision:
 @activity.defn(name=BARE_TOOL)
 async def bare_tool(input: ToolIn) -> ToolOut:
     return ToolOut(call_id=input.call_id, length=write_read_file(input.path, input.content))
+
+
+@activity.defn(name=BARE_TOOL_THEN_MODEL)
+async def bare_tool_then_model(input: ToolThenModelIn) -> Decision:
+    await bare_tool(input.tool)
+    return await bare_model(input.model)
 
 
 @workflow.defn(name="BareRun")
@@ -96,20 +111,28 @@ class BareRun:
             if decision.text is not None:
                 return BareResult(text=decision.text, steps=done)
             assert decision.call_id and decision.path and decision.content is not None
-            await workflow.execute_activity(
-                bare_tool,
-                ToolIn(call_id=decision.call_id, path=decision.path, content=decision.content),
-                start_to_close_timeout=timedelta(seconds=60),
-            )
+            tool_in = ToolIn(call_id=decision.call_id, path=decision.path, content=decision.content)
+            while input.fused:
+                done += 1
+                decision = await workflow.execute_activity(
+                    bare_tool_then_model,
+                    ToolThenModelIn(tool=tool_in, model=ModelIn(steps=input.steps, done=done)),
+                    start_to_close_timeout=timedelta(seconds=60),
+                )
+                if decision.text is not None:
+                    return BareResult(text=decision.text, steps=done)
+                assert decision.call_id and decision.path and decision.content is not None
+                tool_in = ToolIn(call_id=decision.call_id, path=decision.path, content=decision.content)
+            await workflow.execute_activity(bare_tool, tool_in, start_to_close_timeout=timedelta(seconds=60))
             done += 1
 
 
 def build_bare_worker(client: Client, task_queue: str) -> Worker:
-    """The baseline's worker, with the same sandbox runner as Keel's worker and SDK defaults otherwise."""
+    """The baseline's worker, with the same workflow runner as Keel's worker and SDK defaults otherwise."""
     return Worker(
         client,
         task_queue=task_queue,
         workflows=[BareRun],
-        activities=[bare_model, bare_tool],
+        activities=[bare_model, bare_tool, bare_tool_then_model],
         workflow_runner=workflow_runner(),
     )

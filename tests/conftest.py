@@ -18,8 +18,12 @@ from app import App
 from client import KeelClient
 from client.devserver import DevServer, DevServerConfig
 from storage import SQLiteStorage, Storage
-from worker import build_worker
+from worker import SANDBOX_ENV, build_worker
 from workflows import DATA_CONVERTER
+
+# Every workflow the tests run (in-process and in worker subprocesses) runs in Temporal's sandbox, which fails
+# a workflow task on non-deterministic calls; production workers skip it (worker.workflow_runner).
+os.environ.setdefault(SANDBOX_ENV, "1")
 
 
 def free_port() -> int:

@@ -10,6 +10,7 @@ from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
 from tests.changed_workflow import ReorderedAgentRun
+from tests.record_histories import SCENARIOS
 from worker import workflow_runner
 from workflows import DATA_CONVERTER, AgentRun
 
@@ -21,20 +22,12 @@ def load(path: Path) -> WorkflowHistory:
 
 
 def replayer(*workflows: type) -> Replayer:
-    return Replayer(workflows=list(workflows), data_converter=DATA_CONVERTER, workflow_runner=workflow_runner())
+    runner = workflow_runner(sandboxed=True)
+    return Replayer(workflows=list(workflows), data_converter=DATA_CONVERTER, workflow_runner=runner)
 
 
 def test_the_expected_histories_are_recorded() -> None:
-    expected = {
-        "approved",
-        "declined",
-        "multi_step",
-        "tool_errors",
-        "max_steps",
-        "reused_ids",
-        "parallel_partial_approval",
-    }
-    assert {p.stem for p in HISTORIES} >= expected
+    assert {p.stem for p in HISTORIES} == set(SCENARIOS)
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=lambda p: p.stem)
