@@ -337,9 +337,10 @@ async def _already(result: ToolCallResult) -> ToolCallResult:
 
 
 async def _heartbeat_every(interval: timedelta) -> None:
+    # Not at once: an activity that ends within the interval needs no heartbeat (each one is a server call).
     while True:
-        activity.heartbeat()
         await asyncio.sleep(interval.total_seconds())
+        activity.heartbeat()
 
 
 def _make_ids_unique(calls: list[PlannedToolCall]) -> None:
