@@ -44,7 +44,7 @@ def workflow_runner(sandboxed: bool | None = None) -> WorkflowRunner:
     workflows are data. The sandbox is how that code is checked for non-determinism: the test suite runs every
     workflow under it and replays recorded histories with it. Production workers run the same code without it,
     because the sandbox re-enters its module context for every payload of every workflow task (in temporalio
-    1.35), which costs ~4 ms of CPU per agent step, a quarter of a step (bench/README.md).
+    1.35), which costs 3-6 ms of worker CPU per agent step, a quarter of its wall time (bench/README.md).
     """
     if sandboxed is None:
         sandboxed = os.environ.get(SANDBOX_ENV, "").lower() in ("1", "true", "yes")
