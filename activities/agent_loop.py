@@ -214,18 +214,26 @@ class AgentActivities:
         heartbeat = _start_heartbeat()
         try:
             stored = await self._stored_tool_results(input.tools) if activity.info().attempt > 1 else {}
-            results = await asyncio.gather(
+            # Every tool finishes (and stores its result) before a failure is raised: a retry then re-runs only
+            # the tool that failed, and no tool is left running after this attempt ends.
+            outcomes = await asyncio.gather(
                 *(
                     _already(stored[t.result_message_id])
                     if t.result_message_id in stored
                     else self._run_tool_in_step(t, input.tool_timeout_seconds)
                     for t in input.tools
-                )
+                ),
+                return_exceptions=True,
             )
+            results: list[ToolCallResult] = []
+            for outcome in outcomes:
+                if isinstance(outcome, BaseException):
+                    raise outcome
+                results.append(outcome)
             model = await self._model_step(input.model)
         finally:
             heartbeat.cancel()
-        return ToolsThenModelResult(tool_results=list(results), model=model)
+        return ToolsThenModelResult(tool_results=results, model=model)
 
     async def _run_tool_in_step(self, input: ToolCallInput, timeout: float) -> ToolCallResult:
         try:

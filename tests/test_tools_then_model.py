@@ -72,6 +72,8 @@ class Harness:
             self.runs.append(args.mode)
             if args.mode == "hang":
                 await asyncio.sleep(30)
+            if args.mode == "slow":
+                await asyncio.sleep(0.3)
             if args.mode == "give-up":
                 raise ApplicationError("the service said no", non_retryable=True)
             if args.mode == "retry-me":
@@ -143,3 +145,10 @@ async def test_a_tool_asking_for_a_retry_retries_the_step_without_storing_a_resu
         await h.attempt(1, step_input("retry-me"))
     assert h.model_calls == 0
     assert await storage.get_messages(["r1-s1-call_0"]) == []
+
+
+async def test_when_one_tool_asks_for_a_retry_the_others_finish_and_are_kept(storage: Storage) -> None:
+    h = Harness(storage)
+    with pytest.raises(ApplicationError, match="try again later"):
+        await h.attempt(1, step_input("retry-me", "slow"))
+    assert [m.id for m in await storage.get_messages(["r1-s1-call_0", "r1-s1-call_1"])] == ["r1-s1-call_1"]
