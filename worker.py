@@ -64,15 +64,17 @@ def build_worker(
     max_cached_workflows: int = 1000,
     interceptors: Sequence[Interceptor] = (),
     activity_executor: concurrent.futures.Executor | None = None,
+    sandboxed: bool | None = None,
 ) -> Worker:
-    """A worker running Keel's workflows and the app's activities on `task_queue`."""
+    """A worker running Keel's workflows and the app's activities on `task_queue` (`sandboxed`: see
+    `workflow_runner`)."""
     activities = AgentActivities(app, storage)
     return Worker(
         client,
         task_queue=task_queue,
         workflows=WORKFLOWS,
         activities=activities.all(),
-        workflow_runner=workflow_runner(),
+        workflow_runner=workflow_runner(sandboxed),
         max_cached_workflows=max_cached_workflows,
         interceptors=interceptors,
         activity_executor=activity_executor,

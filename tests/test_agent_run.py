@@ -167,3 +167,16 @@ async def test_a_tool_call_id_reused_in_a_later_step_waits_for_its_own_approval(
     assert result.text == "{'paid': 200}, {'paid': 201}"
     messages, _ = await storage.list_messages("t-reuse")
     assert [m.role for m in messages] == ["user", "assistant", "tool", "assistant", "tool", "assistant"]
+
+
+async def test_production_workers_run_the_same_turns_without_the_sandbox(
+    client: Client, storage: Storage, task_queue: str, data_dir: Path
+) -> None:
+    """The tests run workflows in Temporal's sandbox; workers run them unsandboxed (worker.workflow_runner)."""
+    async with running_worker(client, test_app, storage, task_queue, sandboxed=False) as keel:
+        multi = await keel.start_run("multi", "steps=3")
+        demo = await keel.start_run("demo", "unsandboxed")
+        [call_id] = await wait_for_pending(keel, demo)
+        await keel.approve(demo, call_id)
+        assert (await keel.result(multi)).text == "done after 3 tool calls"
+        assert "Tool result" in (await keel.result(demo)).text
