@@ -25,6 +25,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -164,10 +165,10 @@ async def bench_server(tuned: bool, args: argparse.Namespace) -> dict[str, Any]:
             steps_rows = []
             for n in args.steps:
                 runners: dict[str, Callable[[], Awaitable[tuple[float, str]]]] = {
-                    "keel": lambda n=n: r.keel_run(n),  # type: ignore[misc]
-                    "bare": lambda n=n: r.bare_run(n),  # type: ignore[misc]
-                    "bare_la": lambda n=n: r.bare_run(n, model_local=True),  # type: ignore[misc]
-                    "bare_fused": lambda n=n: r.bare_run(n, fused=True),  # type: ignore[misc]
+                    "keel": partial(r.keel_run, n),
+                    "bare": partial(r.bare_run, n),
+                    "bare_la": partial(r.bare_run, n, model_local=True),
+                    "bare_fused": partial(r.bare_run, n, fused=True),
                 }
                 secs: dict[str, list[float]] = {who: [] for who in runners}
                 last_id: dict[str, str] = {}

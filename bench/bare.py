@@ -98,33 +98,29 @@ class BareRun:
     @workflow.run
     async def run(self, input: BareInput) -> BareResult:
         done = 0
-        while True:
-            model_in = ModelIn(steps=input.steps, done=done)
-            if input.model_local:
-                decision = await workflow.execute_local_activity(
-                    bare_model, model_in, start_to_close_timeout=timedelta(seconds=60)
-                )
-            else:
-                decision = await workflow.execute_activity(
-                    bare_model, model_in, start_to_close_timeout=timedelta(seconds=60)
-                )
-            if decision.text is not None:
-                return BareResult(text=decision.text, steps=done)
+        decision = await self._model(input, done)
+        while decision.text is None:
             assert decision.call_id and decision.path and decision.content is not None
             tool_in = ToolIn(call_id=decision.call_id, path=decision.path, content=decision.content)
-            while input.fused:
-                done += 1
+            done += 1
+            if input.fused:
                 decision = await workflow.execute_activity(
                     bare_tool_then_model,
                     ToolThenModelIn(tool=tool_in, model=ModelIn(steps=input.steps, done=done)),
                     start_to_close_timeout=timedelta(seconds=60),
                 )
-                if decision.text is not None:
-                    return BareResult(text=decision.text, steps=done)
-                assert decision.call_id and decision.path and decision.content is not None
-                tool_in = ToolIn(call_id=decision.call_id, path=decision.path, content=decision.content)
-            await workflow.execute_activity(bare_tool, tool_in, start_to_close_timeout=timedelta(seconds=60))
-            done += 1
+            else:
+                await workflow.execute_activity(bare_tool, tool_in, start_to_close_timeout=timedelta(seconds=60))
+                decision = await self._model(input, done)
+        return BareResult(text=decision.text, steps=done)
+
+    async def _model(self, input: BareInput, done: int) -> Decision:
+        model_in = ModelIn(steps=input.steps, done=done)
+        if input.model_local:
+            return await workflow.execute_local_activity(
+                bare_model, model_in, start_to_close_timeout=timedelta(seconds=60)
+            )
+        return await workflow.execute_activity(bare_model, model_in, start_to_close_timeout=timedelta(seconds=60))
 
 
 def build_bare_worker(client: Client, task_queue: str) -> Worker:

@@ -27,6 +27,7 @@ from workflows.contracts import (
     ModelStepInput,
     ToolCallInput,
     ToolsThenModelInput,
+    ToolsThenModelResult,
 )
 
 
@@ -91,7 +92,7 @@ class Harness:
         app = App.of(Agent(id="a", model=ScriptedModel(script), tools=(work,)))
         self.activities = AgentActivities(app, storage)
 
-    async def attempt(self, n: int, input: ToolsThenModelInput) -> object:
+    async def attempt(self, n: int, input: ToolsThenModelInput) -> ToolsThenModelResult:
         # What step 1 of the run did: the thread and the user's message.
         await self.storage.create_thread("t1", "u1")
         user = StoredMessage(
@@ -117,24 +118,24 @@ async def test_a_retried_step_reuses_stored_tool_results_and_runs_the_model_agai
 
     result = await h.attempt(2, step_input("a", "b"))
     assert sorted(h.runs) == ["a", "b"]  # not run again
-    assert [r.result for r in result.tool_results] == ["did a", "did b"]  # type: ignore[attr-defined]
-    assert result.model.text == "did a; did b"  # type: ignore[attr-defined]
+    assert [r.result for r in result.tool_results] == ["did a", "did b"]
+    assert result.model.text == "did a; did b"
     assert h.model_calls == 2
 
 
 async def test_a_hanging_tool_becomes_a_tool_error_and_the_model_still_runs(storage: Storage) -> None:
     h = Harness(storage)
     result = await h.attempt(1, step_input("hang", "quick", timeout=0.2))
-    hung, quick = result.tool_results  # type: ignore[attr-defined]
+    hung, quick = result.tool_results
     assert hung.is_error and "did not complete within 0.2 s" in hung.result["error"]
     assert (quick.is_error, quick.result) == (False, "did quick")
-    assert h.model_calls == 1 and "did quick" in result.model.text  # type: ignore[attr-defined]
+    assert h.model_calls == 1 and "did quick" in result.model.text
 
 
 async def test_a_tool_that_gives_up_is_reported_to_the_model(storage: Storage) -> None:
     h = Harness(storage)
     result = await h.attempt(1, step_input("give-up"))
-    [outcome] = result.tool_results  # type: ignore[attr-defined]
+    [outcome] = result.tool_results
     assert outcome.is_error and "the service said no" in outcome.result["error"]
     assert h.model_calls == 1
 

@@ -245,8 +245,9 @@ class _Loop:
         return step_input
 
     async def _model_step(self) -> ModelStepResult:
-        # A local activity's result is recorded in the workflow task that schedules the tools (one round trip
-        # fewer per step); a regular one is the choice for model calls that may outlive a workflow task timeout.
+        # A model step of its own: the first one, or one after tools that ran apart (see `_fuse`). As a local
+        # activity its result is recorded in the workflow task that schedules what follows (one round trip
+        # fewer); a regular one is the choice for model calls that may outlive a workflow task timeout.
         execute = workflow.execute_local_activity if self.opts.model_as_local_activity else workflow.execute_activity
         result: ModelStepResult = await execute(
             MODEL_STEP,

@@ -19,8 +19,9 @@ class AgentActivityOptions:
     """Timeouts and retry policies of the agent loop's activities."""
 
     model_as_local_activity: bool = True
-    """Run the model step as a local activity: its result is recorded (a marker) in the same workflow task that
-    schedules the tools, saving one server round trip per step while every step stays durable."""
+    """Run a model step of its own (the first step, and any step after tools that ran apart) as a local activity:
+    its result is recorded (a marker) in the same workflow task that schedules what follows, saving a server
+    round trip while the step stays durable."""
 
     fuse_tools_with_next_model_step: bool = True
     """Run a step's approved tool calls and the next model step as one regular activity when every tool is
