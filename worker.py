@@ -14,20 +14,20 @@ from temporalio.client import Client
 from temporalio.worker import Interceptor, UnsandboxedWorkflowRunner, Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from activities import AgentActivities
-from app import App, load_app
-from client.connection import DEFAULT_TASK_QUEUE, connect, task_queue
-from storage import Storage, open_storage
-from workflows import WORKFLOWS
+from keel.activities import AgentActivities
+from keel.app import App, load_app
+from keel.client.connection import DEFAULT_TASK_QUEUE, connect, task_queue
+from keel.storage import Storage, open_storage
+from keel.workflows import WORKFLOWS
 
 SANDBOX_PASSTHROUGH = (
     "pydantic",
     "pydantic_core",
     "annotated_types",
-    "workflows.contracts",
-    "workflows.converter",
-    "workflows.options",
-    "workflows.search_attributes",
+    "keel.workflows.contracts",
+    "keel.workflows.converter",
+    "keel.workflows.options",
+    "keel.workflows.search_attributes",
 )
 """Modules shared with the workflow sandbox instead of re-imported for each workflow run: they only define
 models, constants and a converter (no state, no I/O), and re-importing the contract models cost ~45 ms of

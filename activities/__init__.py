@@ -1,5 +1,5 @@
 """Every side effect of a Keel run, as Temporal activities."""
 
-from activities.agent_loop import AgentActivities
+from keel.activities.agent_loop import AgentActivities
 
 __all__ = ["AgentActivities"]

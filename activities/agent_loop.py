@@ -17,12 +17,12 @@ from pydantic_core import to_json, to_jsonable_python
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.thread_cache import ThreadCache
-from app import Agent, App, ToolContext, UnknownAgent
-from model_providers import ModelError, ModelRequest, ModelRetryableError
-from storage import NewEvent, Storage, StoredMessage
-from workflows.agent_run import FINISH_RUN, MODEL_STEP, TOOL_CALL, TOOLS_THEN_MODEL
-from workflows.contracts import (
+from keel.activities.thread_cache import ThreadCache
+from keel.app import Agent, App, ToolContext, UnknownAgent
+from keel.model_providers import ModelError, ModelRequest, ModelRetryableError
+from keel.storage import NewEvent, Storage, StoredMessage
+from keel.workflows.agent_run import FINISH_RUN, MODEL_STEP, TOOL_CALL, TOOLS_THEN_MODEL
+from keel.workflows.contracts import (
     EventRecord,
     FinishRunInput,
     MessageRecord,
@@ -38,7 +38,7 @@ from workflows.contracts import (
     ToolsThenModelResult,
     Usage,
 )
-from workflows.converter import describe_validation_error
+from keel.workflows.converter import describe_validation_error
 
 MAX_TOOL_RESULT_BYTES = 1024 * 1024
 """A tool result larger than this (as JSON) becomes a tool error: Temporal rejects payloads near 2 MB."""

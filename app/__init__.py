@@ -1,6 +1,6 @@
 """The app model: agents, tools and the `App` that the worker, CLI and HTTP API load."""
 
-from app.definitions import (
+from keel.app.definitions import (
     Agent,
     App,
     AppError,
@@ -11,7 +11,7 @@ from app.definitions import (
     UnknownTool,
     tool,
 )
-from app.loader import DEFAULT_APP, app_reference, load_app
+from keel.app.loader import DEFAULT_APP, app_reference, load_app
 
 __all__ = [
     "DEFAULT_APP",

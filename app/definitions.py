@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from model_providers import ChatModel, ToolSpec
+from keel.model_providers import ChatModel, ToolSpec
 
 
 class AppError(Exception):

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from app.definitions import Agent, App, ToolContext, tool
-from model_providers import (
+from keel.app.definitions import Agent, App, ToolContext, tool
+from keel.model_providers import (
     ModelRequest,
     ModelResponse,
     ModelToolCall,

@@ -5,9 +5,9 @@ from __future__ import annotations
 import importlib
 import os
 
-from app.definitions import App, AppLoadError
+from keel.app.definitions import App, AppLoadError
 
-DEFAULT_APP = "app.demo:app"
+DEFAULT_APP = "keel.app.demo:app"
 
 
 def app_reference(ref: str | None = None) -> str:

@@ -36,11 +36,11 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 from bench.apps import app as bench_app
 from bench.bare import BareInput, BareResult, BareRun, build_bare_worker
-from client import KeelClient
-from client.devserver import TUNED_DYNAMIC_CONFIG, DevServer, DevServerConfig
-from storage import SQLiteStorage
-from worker import SANDBOX_ENV, build_worker, workflow_runner
-from workflows import DATA_CONVERTER
+from keel.client import KeelClient
+from keel.client.devserver import TUNED_DYNAMIC_CONFIG, DevServer, DevServerConfig
+from keel.storage import SQLiteStorage
+from keel.worker import SANDBOX_ENV, build_worker, workflow_runner
+from keel.workflows import DATA_CONVERTER
 
 HERE = Path(__file__).resolve().parent
 MASTRA_DIR = HERE / "mastra"

@@ -21,7 +21,7 @@ from temporalio.worker import Worker
 
 with workflow.unsafe.imports_passed_through():
     from bench.apps import write_read_file
-    from worker import workflow_runner
+    from keel.worker import workflow_runner
 
 BARE_MODEL = "bare.model"
 BARE_TOOL = "bare.tool"

@@ -1,6 +1,6 @@
 """Everything that talks to Temporal: the Python client, the CLI and the local dev server set-up."""
 
-from client.errors import (
+from keel.client.errors import (
     InvalidRunInput,
     KeelClientError,
     RunClosed,
@@ -8,7 +8,7 @@ from client.errors import (
     RunNotFound,
     ToolCallRejected,
 )
-from client.keel_client import KeelClient, RunInfo, RunStatus
+from keel.client.keel_client import KeelClient, RunInfo, RunStatus
 
 __all__ = [
     "InvalidRunInput",

@@ -13,8 +13,8 @@ import sys
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
-from app import App, AppError, load_app
-from client.devserver import (
+from keel.app import App, AppError, load_app
+from keel.client.devserver import (
     DevServer,
     DevServerConfig,
     DevServerError,
@@ -22,10 +22,10 @@ from client.devserver import (
     stop_detached,
     wait_for_ui,
 )
-from client.errors import KeelClientError
-from client.keel_client import KeelClient
-from client.run_events import follow
-from storage import RunEvent, Storage, StorageError, open_storage
+from keel.client.errors import KeelClientError
+from keel.client.keel_client import KeelClient
+from keel.client.run_events import follow
+from keel.storage import RunEvent, Storage, StorageError, open_storage
 
 
 class CliError(Exception):
@@ -229,7 +229,7 @@ async def _until_interrupted() -> None:
 
 async def _with_stack(args: argparse.Namespace, body: Callable[[KeelClient, App, DevServer], Awaitable[int]]) -> int:
     """Run `body` with a dev server (started or reused) and an in-process worker; stop what was started."""
-    from worker import build_worker
+    from keel.worker import build_worker
 
     app = load_app(args.app)
     cfg = DevServerConfig()
@@ -259,7 +259,7 @@ async def cmd_dev(args: argparse.Namespace) -> int:
 
 
 async def cmd_demo(args: argparse.Namespace) -> int:
-    from client.demo import run_demo
+    from keel.client.demo import run_demo
 
     return await _with_stack(args, run_demo)
 

@@ -6,7 +6,7 @@ import os
 
 from temporalio.client import Client
 
-from workflows import DATA_CONVERTER
+from keel.workflows import DATA_CONVERTER
 
 DEFAULT_TASK_QUEUE = "keel"
 

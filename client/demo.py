@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
-from app import App
-from client.devserver import DevServer
-from client.keel_client import KeelClient
-from workflows import ToolApproval
+from keel.app import App
+from keel.client.devserver import DevServer
+from keel.client.keel_client import KeelClient
+from keel.workflows import ToolApproval
 
 
 async def _wait_for_pending(keel: KeelClient, run_id: str, timeout: float = 30.0) -> str:

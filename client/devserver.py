@@ -26,7 +26,7 @@ from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSearchAttributesRequest
 from temporalio.client import Client
 
-from workflows.search_attributes import ALL_KEYS
+from keel.workflows.search_attributes import ALL_KEYS
 
 TUNED_DYNAMIC_CONFIG = {"history.transferProcessorMaxPollRPS": "10000"}
 

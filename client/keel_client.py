@@ -24,10 +24,10 @@ from temporalio.client import (
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.service import RPCError, RPCStatusCode
 
-from app import App
-from client.connection import connect
-from client.connection import task_queue as default_task_queue
-from client.errors import (
+from keel.app import App
+from keel.client.connection import connect
+from keel.client.connection import task_queue as default_task_queue
+from keel.client.errors import (
     InvalidRunInput,
     KeelClientError,
     RunClosed,
@@ -35,10 +35,10 @@ from client.errors import (
     RunNotFound,
     ToolCallRejected,
 )
-from workflows import AgentRun, AgentRunInput, AgentRunResult, ApprovalAccepted, PendingToolCall, ToolApproval
-from workflows.contracts import InputMessage
-from workflows.converter import describe_validation_error
-from workflows.search_attributes import (
+from keel.workflows import AgentRun, AgentRunInput, AgentRunResult, ApprovalAccepted, PendingToolCall, ToolApproval
+from keel.workflows.contracts import InputMessage
+from keel.workflows.converter import describe_validation_error
+from keel.workflows.search_attributes import (
     KEEL_AGENT_ID,
     KEEL_KIND,
     KEEL_RESOURCE_ID,

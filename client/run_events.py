@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-from storage import RunEvent, Storage
+from keel.storage import RunEvent, Storage
 
 POLL_SECONDS = 0.05
 

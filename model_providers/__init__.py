@@ -1,6 +1,6 @@
 """Chat model providers: the `ChatModel` interface, an OpenAI-compatible provider and a scripted model."""
 
-from model_providers.base import (
+from keel.model_providers.base import (
     ChatModel,
     ModelError,
     ModelRequest,
@@ -11,8 +11,8 @@ from model_providers.base import (
     OnDelta,
     ToolSpec,
 )
-from model_providers.openai_compat import OpenAIChatModel
-from model_providers.scripted import ScriptedModel, last_user_text, tool_results_since_last_user
+from keel.model_providers.openai_compat import OpenAIChatModel
+from keel.model_providers.scripted import ScriptedModel, last_user_text, tool_results_since_last_user
 
 __all__ = [
     "ChatModel",

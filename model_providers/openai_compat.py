@@ -26,7 +26,7 @@ from typing import Any
 
 import httpx
 
-from model_providers.base import (
+from keel.model_providers.base import (
     ChatModel,
     ModelError,
     ModelRequest,
@@ -37,7 +37,7 @@ from model_providers.base import (
     OnDelta,
     ToolSpec,
 )
-from workflows.contracts import FinishReason, MessageRecord, TextPart, ToolCallPart, ToolResultPart, Usage
+from keel.workflows.contracts import FinishReason, MessageRecord, TextPart, ToolCallPart, ToolResultPart, Usage
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 _OFFICIAL_HOST = "api.openai.com"

@@ -11,8 +11,8 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable
 
-from model_providers.base import ChatModel, ModelRequest, ModelResponse, OnDelta
-from workflows.contracts import MessageRecord, TextPart, ToolCallPart, ToolResultPart, Usage
+from keel.model_providers.base import ChatModel, ModelRequest, ModelResponse, OnDelta
+from keel.workflows.contracts import MessageRecord, TextPart, ToolCallPart, ToolResultPart, Usage
 
 Script = Callable[[ModelRequest], ModelResponse | Awaitable[ModelResponse]]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from urllib.parse import urlsplit
 
-from storage.base import (
+from keel.storage.base import (
     NewEvent,
     RunEvent,
     Storage,
@@ -15,8 +15,8 @@ from storage.base import (
     Thread,
     ThreadNotFound,
 )
-from storage.postgres import PostgresStorage
-from storage.sqlite import SQLiteStorage
+from keel.storage.postgres import PostgresStorage
+from keel.storage.sqlite import SQLiteStorage
 
 __all__ = [
     "DEFAULT_STORAGE_URL",

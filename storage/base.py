@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from workflows.contracts import Part, Role
+from keel.workflows.contracts import Part, Role
 
 
 class StorageError(Exception):

@@ -11,8 +11,8 @@ from typing import Any, Protocol
 
 from pydantic import TypeAdapter
 
-from storage.base import RunEvent, StoredMessage, Thread
-from workflows.contracts import Part
+from keel.storage.base import RunEvent, StoredMessage, Thread
+from keel.workflows.contracts import Part
 
 CONTENT: TypeAdapter[str | list[Part]] = TypeAdapter(str | list[Part])
 """A message's content: a string or a list of parts, stored as JSON."""

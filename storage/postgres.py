@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic_core import to_json
 
-from storage import codec
-from storage.base import (
+from keel.storage import codec
+from keel.storage.base import (
     NewEvent,
     RunEvent,
     Storage,

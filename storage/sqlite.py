@@ -20,8 +20,8 @@ from typing import Any, TypeVar
 
 from pydantic_core import to_json
 
-from storage import codec
-from storage.base import NewEvent, RunEvent, Storage, StorageError, StoredMessage, Thread, ThreadNotFound
+from keel.storage import codec
+from keel.storage.base import NewEvent, RunEvent, Storage, StorageError, StoredMessage, Thread, ThreadNotFound
 
 T = TypeVar("T")
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from app import Agent, App, ToolContext, tool
-from app.demo import demo
-from model_providers import (
+from keel.app import Agent, App, ToolContext, tool
+from keel.app.demo import demo
+from keel.model_providers import (
     ModelRequest,
     ModelResponse,
     ModelToolCall,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from temporalio import workflow
 
-from workflows import AgentRun, AgentRunInput, AgentRunResult
+from keel.workflows import AgentRun, AgentRunInput, AgentRunResult
 
 
 @workflow.defn(name="AgentRun")

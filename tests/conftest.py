@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from app import App
-from client import KeelClient
-from client.devserver import DevServer, DevServerConfig
-from storage import SQLiteStorage, Storage
-from worker import SANDBOX_ENV, build_worker
-from workflows import DATA_CONVERTER
+from keel.app import App
+from keel.client import KeelClient
+from keel.client.devserver import DevServer, DevServerConfig
+from keel.storage import SQLiteStorage, Storage
+from keel.worker import SANDBOX_ENV, build_worker
+from keel.workflows import DATA_CONVERTER
 
 # Every workflow the tests run (in-process and in worker subprocesses) runs in Temporal's sandbox, which fails
 # a workflow task on non-deterministic calls; production workers skip it (worker.workflow_runner).

@@ -14,13 +14,13 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from client import KeelClient
-from client.devserver import DevServer, DevServerConfig
-from storage import SQLiteStorage
+from keel.client import KeelClient
+from keel.client.devserver import DevServer, DevServerConfig
+from keel.storage import SQLiteStorage
+from keel.worker import build_worker
+from keel.workflows import DATA_CONVERTER
 from tests.apps import app
 from tests.conftest import free_port
-from worker import build_worker
-from workflows import DATA_CONVERTER
 
 HISTORIES = Path(__file__).parent / "histories"
 

@@ -16,7 +16,7 @@ from temporalio.worker import (
     Interceptor,
 )
 
-from storage import Storage
+from keel.storage import Storage
 from tests.apps import app as test_app
 from tests.conftest import running_worker
 from tests.test_agent_run import wait_for_pending

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from temporalio.testing import ActivityEnvironment
 
-from activities import AgentActivities
-from app import Agent, App
-from client.run_events import follow
-from model_providers import ModelRequest, ModelResponse, ModelToolCall, ScriptedModel
-from storage import Storage
+from keel.activities import AgentActivities
+from keel.app import Agent, App
+from keel.client.run_events import follow
+from keel.model_providers import ModelRequest, ModelResponse, ModelToolCall, ScriptedModel
+from keel.storage import Storage
+from keel.workflows.contracts import MessageRecord, ModelStepInput, PendingWrites, TextPart, ToolCallPart
 from tests.apps import echo
-from workflows.contracts import MessageRecord, ModelStepInput, PendingWrites, TextPart, ToolCallPart
 
 
 async def test_a_re_executed_model_step_replaces_its_message_and_supersedes_its_events(storage: Storage) -> None:

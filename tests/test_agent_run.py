@@ -7,9 +7,9 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from app.demo import app as demo_app
-from client import KeelClient
-from storage import Storage
+from keel.app.demo import app as demo_app
+from keel.client import KeelClient
+from keel.storage import Storage
 from tests.apps import app as test_app
 from tests.conftest import running_worker
 

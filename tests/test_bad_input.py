@@ -10,9 +10,9 @@ from temporalio.api.common.v1 import Payload
 from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
 from temporalio.common import RawValue
 
-from app import UnknownAgent
-from client import InvalidRunInput, KeelClient, RunClosed, RunNotFound, ToolCallRejected
-from storage import Storage
+from keel.app import UnknownAgent
+from keel.client import InvalidRunInput, KeelClient, RunClosed, RunNotFound, ToolCallRejected
+from keel.storage import Storage
 from tests.apps import app as test_app
 from tests.conftest import running_worker
 from tests.test_agent_run import wait_for_pending

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from client.devserver import DevServer
-from storage import Storage
+from keel.client.devserver import DevServer
+from keel.storage import Storage
 from tests.apps import app as test_app
 from tests.conftest import running_worker
 
@@ -29,7 +29,7 @@ class Keel:
         import os
 
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "client.cli", *args,
+            sys.executable, "-m", "keel.client.cli", *args,
             env={**os.environ, **self.env}, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip
         out, err = await proc.communicate()
@@ -84,7 +84,7 @@ async def test_cli_errors_are_one_clear_line_with_exit_code_2(
     async with running_worker(client, test_app, storage, task_queue):
         code, _, err = await keel("run", "nope", "hi")
         assert code == 2 and "Unknown agent 'nope'" in err and "demo" in err and "payer" in err
-        code, _, err = await keel("run", "nope", "hi", "--app", "app.demo:app")
+        code, _, err = await keel("run", "nope", "hi", "--app", "keel.app.demo:app")
         assert code == 2 and "(known agents: demo)" in err
 
         code, out, _ = await keel("run", "demo", "hi", "--no-follow")

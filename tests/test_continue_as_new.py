@@ -7,11 +7,11 @@ from pathlib import Path
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from client.devserver import DevServer, DevServerConfig
-from storage import Storage
+from keel.client.devserver import DevServer, DevServerConfig
+from keel.storage import Storage
+from keel.workflows import DATA_CONVERTER
 from tests.apps import app as test_app
 from tests.conftest import free_port, running_worker
-from workflows import DATA_CONVERTER
 
 
 async def test_a_run_continues_as_new_when_suggested_and_keeps_its_whole_result(

@@ -13,13 +13,13 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from client import KeelClient
-from client.devserver import DevServer, DevServerConfig
-from storage import Storage
+from keel.client import KeelClient
+from keel.client.devserver import DevServer, DevServerConfig
+from keel.storage import Storage
+from keel.workflows import DATA_CONVERTER
 from tests.apps import app as test_app
 from tests.conftest import free_port, running_worker
 from tests.test_agent_run import wait_for_pending
-from workflows import DATA_CONVERTER
 
 ROOT = Path(__file__).resolve().parent.parent
 

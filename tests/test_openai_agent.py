@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from app import Agent, App
-from client import RunFailed
-from model_providers import OpenAIChatModel
-from storage import Storage
+from keel.app import Agent, App
+from keel.client import RunFailed
+from keel.model_providers import OpenAIChatModel
+from keel.storage import Storage
 from tests.apps import echo
 from tests.conftest import running_worker
 

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from model_providers import (
+from keel.model_providers import (
     ModelError,
     ModelRequest,
     ModelRequestError,
@@ -24,8 +24,8 @@ from model_providers import (
     last_user_text,
     tool_results_since_last_user,
 )
-from model_providers.openai_compat import retry_after_seconds
-from workflows.contracts import MessageRecord, TextPart, ToolCallPart, ToolResultPart
+from keel.model_providers.openai_compat import retry_after_seconds
+from keel.workflows.contracts import MessageRecord, TextPart, ToolCallPart, ToolResultPart
 
 BASE_URL = "http://llm.test/v1"
 Handler = Callable[[httpx.Request], httpx.Response]

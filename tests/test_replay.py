@@ -9,10 +9,10 @@ from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
+from keel.worker import workflow_runner
+from keel.workflows import DATA_CONVERTER, AgentRun
 from tests.changed_workflow import ReorderedAgentRun
 from tests.record_histories import SCENARIOS
-from worker import workflow_runner
-from workflows import DATA_CONVERTER, AgentRun
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 

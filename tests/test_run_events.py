@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from client.run_events import AttemptFilter, follow
-from storage import NewEvent, Storage
+from keel.client.run_events import AttemptFilter, follow
+from keel.storage import NewEvent, Storage
 
 
 def text(*parts: str) -> list[NewEvent]:

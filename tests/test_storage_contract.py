@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 import asyncpg
 import pytest
 
-from storage import (
+from keel.storage import (
     NewEvent,
     PostgresStorage,
     SQLiteStorage,
@@ -27,15 +27,15 @@ from storage import (
     ThreadNotFound,
     open_storage,
 )
+from keel.workflows.contracts import TextPart, ToolCallPart, ToolResultPart
 from tests.pg import postgres_server
-from workflows.contracts import TextPart, ToolCallPart, ToolResultPart
 
 REPO = Path(__file__).resolve().parents[1]
 
 # Appends events one call at a time from a separate interpreter: argv = url, run_id, count.
 APPEND_SCRIPT = """
 import asyncio, sys
-from storage import NewEvent, open_storage
+from keel.storage import NewEvent, open_storage
 
 async def main(url, run_id, count):
     storage = open_storage(url)

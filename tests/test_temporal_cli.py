@@ -10,8 +10,8 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from client.devserver import DevServer, wait_for_ui
-from storage import Storage
+from keel.client.devserver import DevServer, wait_for_ui
+from keel.storage import Storage
 from tests.apps import app as test_app
 from tests.conftest import running_worker
 

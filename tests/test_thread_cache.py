@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from activities.thread_cache import ThreadCache
-from storage import Storage, StoredMessage
+from keel.activities.thread_cache import ThreadCache
+from keel.storage import Storage, StoredMessage
 
 
 def msg(i: int, thread: str = "t") -> StoredMessage:

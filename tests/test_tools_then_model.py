@@ -13,17 +13,17 @@ from pydantic import BaseModel
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities import AgentActivities
-from app import Agent, App, ToolContext, tool
-from model_providers import (
+from keel.activities import AgentActivities
+from keel.app import Agent, App, ToolContext, tool
+from keel.model_providers import (
     ModelRequest,
     ModelResponse,
     ModelRetryableError,
     ScriptedModel,
     tool_results_since_last_user,
 )
-from storage import Storage, StoredMessage
-from workflows.contracts import (
+from keel.storage import Storage, StoredMessage
+from keel.workflows.contracts import (
     ModelStepInput,
     ToolCallInput,
     ToolsThenModelInput,

@@ -3,17 +3,17 @@
 Imports only the standard library, temporalio, pydantic and the contract models.
 """
 
-from workflows.agent_run import FINISH_RUN, MODEL_STEP, TOOL_CALL, AgentRun
-from workflows.contracts import (
+from keel.workflows.agent_run import FINISH_RUN, MODEL_STEP, TOOL_CALL, AgentRun
+from keel.workflows.contracts import (
     AgentRunInput,
     AgentRunResult,
     ApprovalAccepted,
     PendingToolCall,
     ToolApproval,
 )
-from workflows.converter import DATA_CONVERTER
-from workflows.options import DEFAULT_OPTIONS, AgentActivityOptions
-from workflows.search_attributes import ALL_KEYS as SEARCH_ATTRIBUTES
+from keel.workflows.converter import DATA_CONVERTER
+from keel.workflows.options import DEFAULT_OPTIONS, AgentActivityOptions
+from keel.workflows.search_attributes import ALL_KEYS as SEARCH_ATTRIBUTES
 
 WORKFLOWS: list[type] = [AgentRun]
 

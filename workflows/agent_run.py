@@ -16,7 +16,7 @@ from temporalio import workflow
 from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError, ApplicationError
 
-from workflows.contracts import (
+from keel.workflows.contracts import (
     AgentRunInput,
     AgentRunResult,
     ApprovalAccepted,
@@ -42,8 +42,8 @@ from workflows.contracts import (
     ToolsThenModelInput,
     ToolsThenModelResult,
 )
-from workflows.options import DEFAULT_OPTIONS, AgentActivityOptions
-from workflows.search_attributes import (
+from keel.workflows.options import DEFAULT_OPTIONS, AgentActivityOptions
+from keel.workflows.search_attributes import (
     KEEL_AGENT_ID,
     KEEL_KIND,
     KEEL_RESOURCE_ID,

@@ -1,0 +1,1 @@
+"""Keel: durable agents and workspaces on Temporal."""
