@@ -24,6 +24,7 @@ SANDBOX_PASSTHROUGH = (
     "pydantic",
     "pydantic_core",
     "annotated_types",
+    "keel.protocol",
     "keel.workflows.contracts",
     "keel.workflows.converter",
     "keel.workflows.options",

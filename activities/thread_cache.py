@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+from keel.protocol import MessageRecord
 from keel.storage import Storage, StoredMessage
-from keel.workflows.contracts import MessageRecord
 
 DEFAULT_MAX_THREADS = 256
 

@@ -25,6 +25,15 @@ from keel.client.devserver import (
 from keel.client.errors import KeelClientError
 from keel.client.keel_client import KeelClient
 from keel.client.run_events import follow
+from keel.protocol import (
+    TextDeltaChunk,
+    TextEndChunk,
+    ToolCallApprovalChunk,
+    ToolCallChunk,
+    ToolErrorChunk,
+    ToolOutputDeniedChunk,
+    ToolResultChunk,
+)
 from keel.storage import RunEvent, Storage, StorageError, open_storage
 
 
@@ -54,21 +63,22 @@ async def _storage() -> Storage:
 
 
 def _print_event(event: RunEvent, run_id: str) -> None:
-    p = event.payload
-    if event.type == "text-delta":
-        print(p.get("text", ""), end="", flush=True)
-    elif event.type == "text-end":
+    chunk = event.chunk()
+    if isinstance(chunk, TextDeltaChunk):
+        print(chunk.payload.text, end="", flush=True)
+    elif isinstance(chunk, TextEndChunk):
         print(flush=True)
-    elif event.type == "tool-call":
-        print(f"  -> {p['toolName']}({json.dumps(p.get('args', {}))})  [{p['toolCallId']}]", flush=True)
-    elif event.type == "tool-call-approval":
-        print(f"  || waiting for approval: keel approve {run_id} {p['toolCallId']} [--decline]", flush=True)
-    elif event.type == "tool-result":
-        print(f"  <- {p['toolName']}: {json.dumps(p.get('result'))}", flush=True)
-    elif event.type == "tool-error":
-        print(f"  <- {p['toolName']} failed: {json.dumps(p.get('error'))}", flush=True)
-    elif event.type == "tool-output-denied":
-        print(f"  xx {p['toolName']} declined: {p.get('approval', {}).get('reason', '')}", flush=True)
+    elif isinstance(chunk, ToolCallChunk):
+        p = chunk.payload
+        print(f"  -> {p.tool_name}({json.dumps(p.args)})  [{p.tool_call_id}]", flush=True)
+    elif isinstance(chunk, ToolCallApprovalChunk):
+        print(f"  || waiting for approval: keel approve {run_id} {chunk.payload.tool_call_id} [--decline]", flush=True)
+    elif isinstance(chunk, ToolResultChunk):
+        print(f"  <- {chunk.payload.tool_name}: {json.dumps(chunk.payload.result)}", flush=True)
+    elif isinstance(chunk, ToolErrorChunk):
+        print(f"  <- {chunk.payload.tool_name} failed: {json.dumps(chunk.payload.error)}", flush=True)
+    elif isinstance(chunk, ToolOutputDeniedChunk):
+        print(f"  xx {chunk.payload.tool_name} declined: {chunk.payload.approval.reason or ''}", flush=True)
 
 
 async def _follow_run(keel: KeelClient, storage: Storage, run_id: str, offset: int) -> int:

@@ -35,9 +35,8 @@ from keel.client.errors import (
     RunNotFound,
     ToolCallRejected,
 )
+from keel.protocol import InputMessage, describe_validation_error
 from keel.workflows import AgentRun, AgentRunInput, AgentRunResult, ApprovalAccepted, PendingToolCall, ToolApproval
-from keel.workflows.contracts import InputMessage
-from keel.workflows.converter import describe_validation_error
 from keel.workflows.search_attributes import (
     KEEL_AGENT_ID,
     KEEL_KIND,

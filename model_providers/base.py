@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from keel.workflows.contracts import FinishReason, MessageRecord, Usage
+from keel.protocol import FinishReason, MessageRecord, Usage
 
 
 class ModelError(Exception):

@@ -37,7 +37,7 @@ from keel.model_providers.base import (
     OnDelta,
     ToolSpec,
 )
-from keel.workflows.contracts import FinishReason, MessageRecord, TextPart, ToolCallPart, ToolResultPart, Usage
+from keel.protocol import FinishReason, MessageRecord, TextPart, ToolCallPart, ToolResultPart, Usage
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 _OFFICIAL_HOST = "api.openai.com"

@@ -12,7 +12,7 @@ import json
 from collections.abc import Awaitable, Callable
 
 from keel.model_providers.base import ChatModel, ModelRequest, ModelResponse, OnDelta
-from keel.workflows.contracts import MessageRecord, TextPart, ToolCallPart, ToolResultPart, Usage
+from keel.protocol import MessageRecord, TextPart, ToolCallPart, ToolResultPart, Usage
 
 Script = Callable[[ModelRequest], ModelResponse | Awaitable[ModelResponse]]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from urllib.parse import urlsplit
 
+from keel.protocol import EventRecord
 from keel.storage.base import (
-    NewEvent,
     RunEvent,
     Storage,
     StorageConfigError,
@@ -20,7 +20,7 @@ from keel.storage.sqlite import SQLiteStorage
 
 __all__ = [
     "DEFAULT_STORAGE_URL",
-    "NewEvent",
+    "EventRecord",
     "PostgresStorage",
     "RunEvent",
     "SQLiteStorage",

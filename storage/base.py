@@ -17,10 +17,7 @@ import abc
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-from pydantic.alias_generators import to_camel
-
-from keel.workflows.contracts import Part, Role
+from keel.protocol import AgentChunk, Content, EventRecord, Role, WireModel, parse_chunk
 
 
 class StorageError(Exception):
@@ -37,13 +34,7 @@ class StorageConfigError(StorageError):
     """A storage URL or option that cannot work."""
 
 
-class Record(BaseModel):
-    model_config = ConfigDict(
-        alias_generator=to_camel, validate_by_name=True, validate_by_alias=True, serialize_by_alias=True
-    )
-
-
-class Thread(Record):
+class Thread(WireModel):
     id: str
     resource_id: str
     title: str | None = None
@@ -52,20 +43,20 @@ class Thread(Record):
     updated_at: datetime
 
 
-class StoredMessage(Record):
+class StoredMessage(WireModel):
     """A message in a thread. Ordered by `created_at`, then insertion order."""
 
     id: str
     thread_id: str
     resource_id: str
     role: Role
-    content: str | list[Part]
+    content: Content
     run_id: str | None = None
     created_at: datetime
 
 
-class RunEvent(Record):
-    """One entry of a run's append-only event log.
+class RunEvent(EventRecord):
+    """One entry of a run's append-only event log: a stored chunk.
 
     `offset` is dense from 0 per run. `source` names the activity that wrote it (e.g. `model:2`) and `attempt`
     its attempt number: a consumer that sees a higher attempt for a source ignores that source's lower attempts.
@@ -73,16 +64,13 @@ class RunEvent(Record):
 
     run_id: str
     offset: int
-    type: str
-    payload: dict[str, Any] = Field(default_factory=dict)
     source: str | None = None
     attempt: int = 1
     created_at: datetime
 
-
-class NewEvent(Record):
-    type: str
-    payload: dict[str, Any] = Field(default_factory=dict)
+    def chunk(self) -> AgentChunk | None:
+        """The typed Mastra chunk; None for a type or payload this version does not know."""
+        return parse_chunk(self.run_id, self)
 
 
 class Storage(abc.ABC):
@@ -158,7 +146,7 @@ class Storage(abc.ABC):
     # run events
     @abc.abstractmethod
     async def append_events(
-        self, run_id: str, events: list[NewEvent], *, source: str | None = None, attempt: int = 1
+        self, run_id: str, events: list[EventRecord], *, source: str | None = None, attempt: int = 1
     ) -> list[int]:
         """Append events atomically at the end of the run's log; returns their offsets.
 
@@ -172,7 +160,7 @@ class Storage(abc.ABC):
         *,
         messages: list[StoredMessage] | None = None,
         replace: bool = False,
-        events: list[NewEvent] | None = None,
+        events: list[EventRecord] | None = None,
         source: str | None = None,
         attempt: int = 1,
         renumber: bool = False,

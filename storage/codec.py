@@ -11,10 +11,10 @@ from typing import Any, Protocol
 
 from pydantic import TypeAdapter
 
+from keel.protocol import Content
 from keel.storage.base import RunEvent, StoredMessage, Thread
-from keel.workflows.contracts import Part
 
-CONTENT: TypeAdapter[str | list[Part]] = TypeAdapter(str | list[Part])
+CONTENT: TypeAdapter[Content] = TypeAdapter(Content)
 """A message's content: a string or a list of parts, stored as JSON."""
 
 THREAD_COLUMNS = "id, resource_id, title, metadata, created_at, updated_at"

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic_core import to_json
 
+from keel.protocol import EventRecord
 from keel.storage import codec
 from keel.storage.base import (
-    NewEvent,
     RunEvent,
     Storage,
     StorageConfigError,
@@ -311,7 +311,7 @@ class PostgresStorage(Storage):
     # --- run events ---------------------------------------------------------------------------------------
 
     async def append_events(
-        self, run_id: str, events: list[NewEvent], *, source: str | None = None, attempt: int = 1
+        self, run_id: str, events: list[EventRecord], *, source: str | None = None, attempt: int = 1
     ) -> list[int]:
         if not events:
             return []
@@ -327,7 +327,7 @@ class PostgresStorage(Storage):
 
     @classmethod
     async def _append(
-        cls, conn: Any, run_id: str, events: list[NewEvent], source: str | None, attempt: int
+        cls, conn: Any, run_id: str, events: list[EventRecord], source: str | None, attempt: int
     ) -> list[int]:
         await cls._lock_run(conn, run_id)
         rows = await conn.fetch(
@@ -355,7 +355,7 @@ class PostgresStorage(Storage):
         *,
         messages: list[StoredMessage] | None = None,
         replace: bool = False,
-        events: list[NewEvent] | None = None,
+        events: list[EventRecord] | None = None,
         source: str | None = None,
         attempt: int = 1,
         renumber: bool = False,

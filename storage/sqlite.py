@@ -20,8 +20,9 @@ from typing import Any, TypeVar
 
 from pydantic_core import to_json
 
+from keel.protocol import EventRecord
 from keel.storage import codec
-from keel.storage.base import NewEvent, RunEvent, Storage, StorageError, StoredMessage, Thread, ThreadNotFound
+from keel.storage.base import RunEvent, Storage, StorageError, StoredMessage, Thread, ThreadNotFound
 
 T = TypeVar("T")
 
@@ -344,7 +345,7 @@ class SQLiteStorage(Storage):
     # --- run events ---------------------------------------------------------------------------------------
 
     async def append_events(
-        self, run_id: str, events: list[NewEvent], *, source: str | None = None, attempt: int = 1
+        self, run_id: str, events: list[EventRecord], *, source: str | None = None, attempt: int = 1
     ) -> list[int]:
         if not events:
             return []
@@ -383,7 +384,7 @@ class SQLiteStorage(Storage):
         *,
         messages: list[StoredMessage] | None = None,
         replace: bool = False,
-        events: list[NewEvent] | None = None,
+        events: list[EventRecord] | None = None,
         source: str | None = None,
         attempt: int = 1,
         renumber: bool = False,

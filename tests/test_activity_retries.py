@@ -9,8 +9,9 @@ from keel.activities import AgentActivities
 from keel.app import Agent, App
 from keel.client.run_events import follow
 from keel.model_providers import ModelRequest, ModelResponse, ModelToolCall, ScriptedModel
+from keel.protocol import MessageRecord, TextPart, ToolCallPart
 from keel.storage import Storage
-from keel.workflows.contracts import MessageRecord, ModelStepInput, PendingWrites, TextPart, ToolCallPart
+from keel.workflows.contracts import ModelStepInput, PendingWrites
 from tests.apps import echo
 
 

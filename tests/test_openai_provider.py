@@ -25,7 +25,7 @@ from keel.model_providers import (
     tool_results_since_last_user,
 )
 from keel.model_providers.openai_compat import retry_after_seconds
-from keel.workflows.contracts import MessageRecord, TextPart, ToolCallPart, ToolResultPart
+from keel.protocol import MessageRecord, TextPart, ToolCallPart, ToolResultPart
 
 BASE_URL = "http://llm.test/v1"
 Handler = Callable[[httpx.Request], httpx.Response]

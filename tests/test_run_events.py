@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 from keel.client.run_events import AttemptFilter, follow
-from keel.storage import NewEvent, Storage
+from keel.protocol import EventRecord
+from keel.storage import Storage
 
 
-def text(*parts: str) -> list[NewEvent]:
-    return [NewEvent(type="text-delta", payload={"text": p}) for p in parts]
+def text(*parts: str) -> list[EventRecord]:
+    return [EventRecord(type="text-delta", payload={"text": p}) for p in parts]
 
 
 async def test_a_finished_run_read_from_the_start_shows_only_the_last_attempt_of_each_step(storage: Storage) -> None:
-    await storage.append_events("r", [NewEvent(type="start")])
+    await storage.append_events("r", [EventRecord(type="start")])
     await storage.append_events("r", text("Hel"), source="model:1", attempt=1)  # the worker died here
     await storage.append_events("r", text("Hello", " there"), source="model:1", attempt=2)
     await storage.append_events("r", text("late"), source="model:1", attempt=1)  # a zombie attempt wakes up
-    await storage.append_events("r", [NewEvent(type="finish")], source="model:2")
+    await storage.append_events("r", [EventRecord(type="finish")], source="model:2")
     shown = [e async for e in follow(storage, "r")]
     assert [e.payload.get("text", e.type) for e in shown] == ["start", "Hello", " there", "finish"]
 

@@ -17,8 +17,8 @@ from urllib.parse import urlsplit
 import asyncpg
 import pytest
 
+from keel.protocol import EventRecord, TextPart, ToolCallPart, ToolResultPart
 from keel.storage import (
-    NewEvent,
     PostgresStorage,
     SQLiteStorage,
     Storage,
@@ -27,7 +27,6 @@ from keel.storage import (
     ThreadNotFound,
     open_storage,
 )
-from keel.workflows.contracts import TextPart, ToolCallPart, ToolResultPart
 from tests.pg import postgres_server
 
 REPO = Path(__file__).resolve().parents[1]
@@ -35,14 +34,14 @@ REPO = Path(__file__).resolve().parents[1]
 # Appends events one call at a time from a separate interpreter: argv = url, run_id, count.
 APPEND_SCRIPT = """
 import asyncio, sys
-from keel.storage import NewEvent, open_storage
+from keel.storage import EventRecord, open_storage
 
 async def main(url, run_id, count):
     storage = open_storage(url)
     try:
         await storage.init()
         for i in range(count):
-            await storage.append_events(run_id, [NewEvent(type="child", payload={"i": i})], source="child")
+            await storage.append_events(run_id, [EventRecord(type="child", payload={"i": i})], source="child")
     finally:
         await storage.close()
 
@@ -297,7 +296,7 @@ async def test_content_parts_round_trip(storage: Storage) -> None:
 async def test_appended_events_keep_type_payload_source_and_attempt(storage: Storage) -> None:
     offsets = await storage.append_events(
         "run-1",
-        [NewEvent(type="text-delta", payload={"text": "hi", "n": [1, {"x": None}]}), NewEvent(type="finish")],
+        [EventRecord(type="text-delta", payload={"text": "hi", "n": [1, {"x": None}]}), EventRecord(type="finish")],
         source="model:2",
         attempt=3,
     )
@@ -318,7 +317,7 @@ async def test_appended_events_keep_type_payload_source_and_attempt(storage: Sto
 async def test_write_saves_messages_and_events_together(storage: Storage) -> None:
     await storage.create_thread("t1", "user-1")
     used = await storage.write(
-        "run-1", messages=[message("m1")], events=[NewEvent(type="a"), NewEvent(type="b")], source="s", attempt=2
+        "run-1", messages=[message("m1")], events=[EventRecord(type="a"), EventRecord(type="b")], source="s", attempt=2
     )
     assert used == 2
     assert ids((await storage.list_messages("t1"))[0]) == ["m1"]
@@ -330,23 +329,23 @@ async def test_write_saves_messages_and_events_together(storage: Storage) -> Non
 
 async def test_write_to_a_missing_thread_writes_nothing(storage: Storage) -> None:
     with pytest.raises(ThreadNotFound):
-        await storage.write("run-1", messages=[message("m1", thread_id="nope")], events=[NewEvent(type="a")])
+        await storage.write("run-1", messages=[message("m1", thread_id="nope")], events=[EventRecord(type="a")])
     assert await storage.read_events("run-1") == []
 
 
 async def test_renumbered_writes_come_after_the_attempts_a_source_already_wrote(storage: Storage) -> None:
-    first = await storage.write("run-1", events=[NewEvent(type="a")], source="model:1", attempt=1, renumber=True)
-    again = await storage.write("run-1", events=[NewEvent(type="a")], source="model:1", attempt=1, renumber=True)
-    retry = await storage.write("run-1", events=[NewEvent(type="a")], source="model:1", attempt=5, renumber=True)
-    other = await storage.write("run-1", events=[NewEvent(type="a")], source="model:2", attempt=1, renumber=True)
-    elsewhere = await storage.write("run-2", events=[NewEvent(type="a")], source="model:1", attempt=1, renumber=True)
+    first = await storage.write("run-1", events=[EventRecord(type="a")], source="model:1", attempt=1, renumber=True)
+    again = await storage.write("run-1", events=[EventRecord(type="a")], source="model:1", attempt=1, renumber=True)
+    retry = await storage.write("run-1", events=[EventRecord(type="a")], source="model:1", attempt=5, renumber=True)
+    other = await storage.write("run-1", events=[EventRecord(type="a")], source="model:2", attempt=1, renumber=True)
+    elsewhere = await storage.write("run-2", events=[EventRecord(type="a")], source="model:1", attempt=1, renumber=True)
     assert (first, again, retry, other, elsewhere) == (1, 2, 5, 1, 1)
 
 
 async def test_read_events_from_an_offset_returns_the_rest_in_order(storage: Storage) -> None:
     for i in range(5):
-        await storage.append_events("run-1", [NewEvent(type="e", payload={"i": i})])
-    await storage.append_events("run-2", [NewEvent(type="other")])
+        await storage.append_events("run-1", [EventRecord(type="e", payload={"i": i})])
+    await storage.append_events("run-2", [EventRecord(type="other")])
 
     rest = await storage.read_events("run-1", offset=2)
 
@@ -364,7 +363,7 @@ async def test_concurrent_appenders_get_dense_unique_offsets(storage: Storage, u
         async def appender(store: Storage, task: int) -> list[int]:
             offsets: list[int] = []
             for i in range(20):
-                batch = [NewEvent(type="e", payload={"task": task, "i": i})] * (1 + i % 2)
+                batch = [EventRecord(type="e", payload={"task": task, "i": i})] * (1 + i % 2)
                 offsets += await store.append_events("run-1", batch, source=f"task:{task}")
             return offsets
 
@@ -384,11 +383,11 @@ async def test_concurrent_appenders_get_dense_unique_offsets(storage: Storage, u
 
 
 async def test_events_written_by_another_process_are_readable(storage: Storage, url: str) -> None:
-    await storage.append_events("run-1", [NewEvent(type="parent")])
+    await storage.append_events("run-1", [EventRecord(type="parent")])
 
     async def parent_appends() -> None:
         for _ in range(30):
-            await storage.append_events("run-1", [NewEvent(type="parent")])
+            await storage.append_events("run-1", [EventRecord(type="parent")])
 
     child = asyncio.to_thread(
         subprocess.run,

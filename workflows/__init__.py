@@ -1,9 +1,9 @@
-"""Deterministic orchestration: the agent run loop and the contract models.
+"""Deterministic orchestration: the agent run loop, and the contract models of its inputs and outputs.
 
-Imports only the standard library, temporalio, pydantic and the contract models.
+Imports only the standard library, temporalio, pydantic, `keel.protocol` and the contract models.
 """
 
-from keel.workflows.agent_run import FINISH_RUN, MODEL_STEP, TOOL_CALL, AgentRun
+from keel.workflows.agent_run import AgentRun
 from keel.workflows.contracts import (
     AgentRunInput,
     AgentRunResult,
@@ -20,10 +20,7 @@ WORKFLOWS: list[type] = [AgentRun]
 __all__ = [
     "DATA_CONVERTER",
     "DEFAULT_OPTIONS",
-    "FINISH_RUN",
-    "MODEL_STEP",
     "SEARCH_ATTRIBUTES",
-    "TOOL_CALL",
     "WORKFLOWS",
     "AgentActivityOptions",
     "AgentRun",

@@ -16,15 +16,27 @@ from temporalio import workflow
 from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError, ApplicationError
 
+from keel.protocol import (
+    ApprovalDecision,
+    FinishReason,
+    InputMessage,
+    MessageRecord,
+    ToolCallChunk,
+    ToolCallPayload,
+    ToolErrorChunk,
+    ToolErrorPayload,
+    ToolOutputDeniedChunk,
+    ToolOutputDeniedPayload,
+    ToolResultChunk,
+    ToolResultPart,
+    ToolResultPayload,
+    names,
+)
 from keel.workflows.contracts import (
     AgentRunInput,
     AgentRunResult,
     ApprovalAccepted,
-    EventRecord,
-    FinishReason,
     FinishRunInput,
-    InputMessage,
-    MessageRecord,
     ModelStepInput,
     ModelStepResult,
     PendingToolCall,
@@ -32,13 +44,8 @@ from keel.workflows.contracts import (
     PlannedToolCall,
     RunCarry,
     ToolApproval,
-    ToolCallChunk,
     ToolCallInput,
-    ToolCallPayload,
     ToolCallResult,
-    ToolResultChunk,
-    ToolResultPart,
-    ToolResultPayload,
     ToolsThenModelInput,
     ToolsThenModelResult,
 )
@@ -51,11 +58,6 @@ from keel.workflows.search_attributes import (
     KEEL_THREAD_ID,
 )
 
-MODEL_STEP = "keel.model_step"
-TOOL_CALL = "keel.tool_call"
-FINISH_RUN = "keel.finish_run"
-TOOLS_THEN_MODEL = "keel.tools_then_model"
-
 FUSED_STEPS_PATCH = "tools-then-model-activity"
 """Runs recorded before this patch ran every tool call and every model step as activities of their own."""
 
@@ -63,7 +65,7 @@ DECLINED_REASON = "Tool call was not approved by the user"
 MAX_REJECTED_SIGNALS = 20
 
 
-@workflow.defn(name="AgentRun")
+@workflow.defn(name=names.AGENT_RUN)
 class AgentRun:
     options: AgentActivityOptions = DEFAULT_OPTIONS
 
@@ -76,16 +78,16 @@ class AgentRun:
 
     # --- handlers ------------------------------------------------------------------------------------
 
-    @workflow.query(name="pending_tool_calls")
+    @workflow.query(name=names.PENDING_TOOL_CALLS_QUERY)
     def pending_tool_calls(self) -> list[PendingToolCall]:
         return [call for call_id, call in self._pending.items() if call_id not in self._decisions]
 
-    @workflow.query(name="rejected_signals")
+    @workflow.query(name=names.REJECTED_SIGNALS_QUERY)
     def rejected_signals(self) -> list[str]:
         """Why recent `tool_approval` signals were ignored (signals cannot answer their sender)."""
         return list(self._rejected)
 
-    @workflow.signal(name="tool_approval")
+    @workflow.signal(name=names.TOOL_APPROVAL_SIGNAL)
     def tool_approval(self, raw: RawValue) -> None:
         # Decoded by hand so a malformed payload is recorded and ignored instead of failing the task.
         try:
@@ -102,7 +104,7 @@ class AgentRun:
             return
         self._decisions[approval.tool_call_id] = approval
 
-    @workflow.update(name="approve_tool_call")
+    @workflow.update(name=names.APPROVE_TOOL_CALL_UPDATE)
     def approve_tool_call(self, approval: ToolApproval) -> ApprovalAccepted:
         self._decisions[approval.tool_call_id] = approval
         return ApprovalAccepted(tool_call_id=approval.tool_call_id)
@@ -250,7 +252,7 @@ class _Loop:
         # fewer); a regular one is the choice for model calls that may outlive a workflow task timeout.
         execute = workflow.execute_local_activity if self.opts.model_as_local_activity else workflow.execute_activity
         result: ModelStepResult = await execute(
-            MODEL_STEP,
+            names.MODEL_STEP,
             self._next_model_input(),
             result_type=ModelStepResult,
             start_to_close_timeout=self.opts.model_start_to_close,
@@ -269,9 +271,7 @@ class _Loop:
         for call in step.tool_calls:
             decision = decisions.get(call.tool_call_id)
             if call.error is not None:
-                outcomes[call.tool_call_id] = self._synthesized(
-                    call, {"error": call.error}, is_error=True, event="tool-error"
-                )
+                outcomes[call.tool_call_id] = self._tool_error(call, call.error)
             elif decision is not None and not decision.approved:
                 outcomes[call.tool_call_id] = self._declined(call, decision.reason or DECLINED_REASON)
             else:
@@ -316,9 +316,9 @@ class _Loop:
     async def _tools_then_model(self, calls: list[PlannedToolCall]) -> ToolsThenModelResult:
         tools = [self._tool_input(t) for t in calls]
         self.carry.step += 1
-        names = ", ".join(f"{t.tool_name} ({t.tool_call_id})" for t in calls)
+        ran = ", ".join(f"{t.tool_name} ({t.tool_call_id})" for t in calls)
         result: ToolsThenModelResult = await workflow.execute_activity(
-            TOOLS_THEN_MODEL,
+            names.TOOLS_THEN_MODEL,
             ToolsThenModelInput(
                 tools=tools,
                 tool_timeout_seconds=self.opts.tool_start_to_close.total_seconds(),
@@ -328,14 +328,14 @@ class _Loop:
             start_to_close_timeout=self.opts.tool_start_to_close + self.opts.model_start_to_close,
             heartbeat_timeout=self.opts.tool_heartbeat,
             retry_policy=self.opts.model_retry,
-            summary=f"{names}, then model step {self.carry.step}",
+            summary=f"{ran}, then model step {self.carry.step}",
         )
         return result
 
     async def _run_tool(self, call: PlannedToolCall) -> ToolCallResult:
         try:
             result: ToolCallResult = await workflow.execute_activity(
-                TOOL_CALL,
+                names.TOOL_CALL,
                 self._tool_input(call),
                 result_type=ToolCallResult,
                 start_to_close_timeout=self.opts.tool_start_to_close,
@@ -348,7 +348,7 @@ class _Loop:
             # The tool's own exceptions come back as results; reaching here means attempts were lost
             # (crashed workers, timeouts). The model is told, and the run goes on.
             message = f"Tool {call.tool_name} did not complete: {err.cause or err}"
-            return self._synthesized(call, {"error": message}, is_error=True, event="tool-error")
+            return self._tool_error(call, message)
 
     def _tool_input(self, call: PlannedToolCall) -> ToolCallInput:
         return ToolCallInput(
@@ -369,29 +369,31 @@ class _Loop:
         return f"{self.run_id}-s{self.carry.step}-{call.tool_call_id}"
 
     def _declined(self, call: PlannedToolCall, reason: str) -> ToolCallResult:
-        result = ToolCallResult(tool_call_id=call.tool_call_id, tool_name=call.tool_name, result=reason)
         self._write_tool_message(call, reason, is_error=False, denied=True)
-        self.carry.pending.events.append(
-            EventRecord(
-                type="tool-output-denied",
-                payload={
-                    "toolCallId": call.tool_call_id,
-                    "toolName": call.tool_name,
-                    "args": call.args,
-                    "approval": {"id": call.tool_call_id, "approved": False, "reason": reason},
-                },
-            )
+        denied = ToolOutputDeniedChunk(
+            run_id=self.run_id,
+            payload=ToolOutputDeniedPayload(
+                tool_call_id=call.tool_call_id,
+                tool_name=call.tool_name,
+                args=call.args,
+                approval=ApprovalDecision(id=call.tool_call_id, approved=False, reason=reason),
+            ),
         )
-        return result
+        self.carry.pending.events.append(denied.record())
+        return ToolCallResult(tool_call_id=call.tool_call_id, tool_name=call.tool_name, result=reason)
 
-    def _synthesized(self, call: PlannedToolCall, result: Any, *, is_error: bool, event: str) -> ToolCallResult:
-        self._write_tool_message(call, result, is_error=is_error, denied=False)
-        payload = {"toolCallId": call.tool_call_id, "toolName": call.tool_name, "args": call.args}
-        payload["error" if is_error else "result"] = result
-        self.carry.pending.events.append(EventRecord(type=event, payload=payload))
-        return ToolCallResult(
-            tool_call_id=call.tool_call_id, tool_name=call.tool_name, result=result, is_error=is_error
+    def _tool_error(self, call: PlannedToolCall, message: str) -> ToolCallResult:
+        """A call that never ran (unknown tool, bad arguments, attempts lost): the model sees the error."""
+        error = {"error": message}
+        self._write_tool_message(call, error, is_error=True, denied=False)
+        chunk = ToolErrorChunk(
+            run_id=self.run_id,
+            payload=ToolErrorPayload(
+                tool_call_id=call.tool_call_id, tool_name=call.tool_name, args=call.args, error=error
+            ),
         )
+        self.carry.pending.events.append(chunk.record())
+        return ToolCallResult(tool_call_id=call.tool_call_id, tool_name=call.tool_name, result=error, is_error=True)
 
     def _write_tool_message(self, call: PlannedToolCall, result: Any, *, is_error: bool, denied: bool) -> None:
         part = ToolResultPart(
@@ -406,7 +408,7 @@ class _Loop:
     async def _finish(self, reason: FinishReason) -> None:
         """Persist what no later model step will (declined results at `maxSteps`) and close the event log."""
         await workflow.execute_activity(
-            FINISH_RUN,
+            names.FINISH_RUN,
             FinishRunInput(
                 run_id=self.run_id,
                 thread_id=self.thread_id,

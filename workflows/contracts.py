@@ -2,76 +2,29 @@
 
 Field names are snake_case in Python and camelCase on the wire (the JSON that the `temporal` CLI, the Temporal
 UI and HTTP clients see). Rule for changes: new fields are optional with defaults, so histories in flight decode.
+Messages, usage and stream chunks are the shared data of `keel.protocol`.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
-from pydantic.alias_generators import to_camel
+from pydantic import Field
 
-
-class Contract(BaseModel):
-    """Base of every contract model: camelCase on the wire, snake_case in Python, unknown keys ignored."""
-
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        validate_by_name=True,
-        validate_by_alias=True,
-        serialize_by_alias=True,
-        extra="ignore",
-    )
+from keel.protocol import (
+    EventRecord,
+    FinishReason,
+    InputMessage,
+    MessageRecord,
+    ToolCallChunk,
+    ToolResultChunk,
+    Usage,
+    WireModel,
+)
 
 
-# --- Messages (AI-SDK style content parts) -------------------------------------------------------------
-
-
-class TextPart(Contract):
-    type: Literal["text"] = "text"
-    text: str
-
-
-class ToolCallPart(Contract):
-    type: Literal["tool-call"] = "tool-call"
-    tool_call_id: str
-    tool_name: str
-    args: dict[str, Any] = Field(default_factory=dict)
-
-
-class ToolResultPart(Contract):
-    type: Literal["tool-result"] = "tool-result"
-    tool_call_id: str
-    tool_name: str
-    result: Any = None
-    is_error: bool = False
-    denied: bool = False
-
-
-Part = Annotated[TextPart | ToolCallPart | ToolResultPart, Field(discriminator="type")]
-Role = Literal["system", "user", "assistant", "tool"]
-
-
-class InputMessage(Contract):
-    """A message as a caller sends it: `{"role", "content"}` with content a string or a list of parts."""
-
-    role: Role
-    content: str | list[Part]
-
-
-class MessageRecord(Contract):
-    """A message with its stable id, as the workflow asks activities to persist it."""
-
-    id: str
-    role: Role
-    content: str | list[Part]
-
-
-class EventRecord(Contract):
-    """An event for the run's event log (Mastra chunk types: text-delta, tool-call, tool-result, ...)."""
-
-    type: str
-    payload: dict[str, Any] = Field(default_factory=dict)
+class Contract(WireModel):
+    """Base of every contract model."""
 
 
 class PendingWrites(Contract):
@@ -79,21 +32,6 @@ class PendingWrites(Contract):
 
     messages: list[MessageRecord] = Field(default_factory=list)
     events: list[EventRecord] = Field(default_factory=list)
-
-
-class Usage(Contract):
-    input_tokens: int = 0
-    output_tokens: int = 0
-    total_tokens: int = 0
-
-    def plus(self, other: Usage | None) -> Usage:
-        if other is None:
-            return self
-        return Usage(
-            input_tokens=self.input_tokens + other.input_tokens,
-            output_tokens=self.output_tokens + other.output_tokens,
-            total_tokens=self.total_tokens + other.total_tokens,
-        )
 
 
 # --- AgentRun: the workflow's public contract -----------------------------------------------------------
@@ -122,41 +60,6 @@ class AgentRunInput(Contract):
     max_steps: int | None = Field(default=None, ge=1, le=1000)
     request_context: dict[str, Any] | None = None
     carry: RunCarry | None = None
-
-
-class ToolCallPayload(Contract):
-    tool_call_id: str
-    tool_name: str
-    args: dict[str, Any] = Field(default_factory=dict)
-
-
-class ToolResultPayload(Contract):
-    tool_call_id: str
-    tool_name: str
-    args: dict[str, Any] = Field(default_factory=dict)
-    result: Any = None
-    is_error: bool | None = None
-
-
-class ToolCallChunk(Contract):
-    """Mastra's `toolCalls[i]` shape: `{type, runId, from, payload}`."""
-
-    type: Literal["tool-call"] = "tool-call"
-    run_id: str
-    from_: Literal["AGENT"] = Field(default="AGENT", alias="from")
-    payload: ToolCallPayload
-
-
-class ToolResultChunk(Contract):
-    """Mastra's `toolResults[i]` shape."""
-
-    type: Literal["tool-result"] = "tool-result"
-    run_id: str
-    from_: Literal["AGENT"] = Field(default="AGENT", alias="from")
-    payload: ToolResultPayload
-
-
-FinishReason = Literal["stop", "tool-calls", "length", "content-filter", "error", "other"]
 
 
 class AgentRunResult(Contract):
@@ -267,6 +170,3 @@ class FinishRunInput(Contract):
     writes: PendingWrites = Field(default_factory=PendingWrites)
     finish_reason: FinishReason = "stop"
     usage: Usage | None = None
-
-
-RunCarry.model_rebuild()

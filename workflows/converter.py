@@ -21,13 +21,7 @@ from temporalio.converter import (
 )
 from temporalio.exceptions import ApplicationError
 
-
-def describe_validation_error(err: ValidationError) -> str:
-    parts = []
-    for e in err.errors(include_url=False):
-        where = ".".join(str(p) for p in e["loc"]) or "(root)"
-        parts.append(f"{where}: {e['msg']}")
-    return "; ".join(parts)
+from keel.protocol import describe_validation_error
 
 
 class _StrictJSONConverter(PydanticJSONPlainPayloadConverter):
@@ -54,4 +48,4 @@ class KeelPayloadConverter(CompositePayloadConverter):
 
 DATA_CONVERTER = DataConverter(payload_converter_class=KeelPayloadConverter)
 
-__all__ = ["DATA_CONVERTER", "KeelPayloadConverter", "describe_validation_error"]
+__all__ = ["DATA_CONVERTER", "KeelPayloadConverter"]

@@ -1,0 +1,170 @@
+"""One model step: load the thread, call the model (streaming its text to the event log), resolve each requested
+tool call's tool and policy, and save the assistant message."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from pydantic import ValidationError
+from temporalio.exceptions import ApplicationError
+
+from keel.activities.errors import find_agent
+from keel.activities.events import StepWriter
+from keel.activities.thread_cache import ThreadCache
+from keel.app import Agent, App
+from keel.model_providers import ModelError, ModelRequest, ModelRetryableError
+from keel.protocol import (
+    APPROVAL_RESUME_SCHEMA,
+    FinishChunk,
+    FinishPayload,
+    FinishReason,
+    MessageRecord,
+    StartChunk,
+    StartPayload,
+    StepFinishChunk,
+    StepFinishPayload,
+    StepOutput,
+    StepResult,
+    StepStartChunk,
+    StepStartPayload,
+    TextDeltaChunk,
+    TextDeltaPayload,
+    TextEndChunk,
+    TextEndPayload,
+    TextPart,
+    TextStartChunk,
+    TextStartPayload,
+    ToolCallApprovalChunk,
+    ToolCallApprovalPayload,
+    ToolCallChunk,
+    ToolCallPart,
+    ToolCallPayload,
+    ToolResultPart,
+    Usage,
+    describe_validation_error,
+)
+from keel.storage import Storage
+from keel.workflows.contracts import ModelStepInput, ModelStepResult, PlannedToolCall
+
+
+class ModelSteps:
+    """Runs model steps for one app against one storage."""
+
+    def __init__(self, app: App, storage: Storage) -> None:
+        self._app = app
+        self._storage = storage
+        self._threads = ThreadCache(storage)
+
+    async def run(self, input: ModelStepInput) -> ModelStepResult:
+        agent = find_agent(self._app, input.agent_id)
+        run_id = input.run_id
+        events = StepWriter(self._storage, input, f"model:{input.step}")
+        if input.step == 1:
+            await self._storage.create_thread(input.thread_id, input.resource_id)
+            events.add(
+                StartChunk(run_id=run_id, payload=StartPayload(id=agent.id, run_id=run_id, message_id=input.message_id))
+            )
+        events.add_records(input.writes.events)
+        events.add(
+            StepStartChunk(run_id=run_id, payload=StepStartPayload(message_id=input.message_id, step=input.step))
+        )
+        if input.writes.messages:  # the caller's messages, or declined calls' results: context for this step
+            await events.flush(input.writes.messages)
+        request = ModelRequest(
+            instructions=agent.instructions,
+            messages=await self._threads.messages(input.thread_id, before=input.message_id),
+            tools=[t.spec for t in agent.tools],
+        )
+        text_id = f"{input.message_id}-text"
+        started = False
+
+        async def on_delta(text: str) -> None:
+            nonlocal started
+            if not started:
+                started = True
+                events.add(TextStartChunk(run_id=run_id, payload=TextStartPayload(id=text_id)))
+            await events.delta(TextDeltaChunk(run_id=run_id, payload=TextDeltaPayload(id=text_id, text=text)))
+
+        try:
+            response = await agent.model.generate(request, on_delta)
+        except ModelRetryableError as err:
+            await events.flush()
+            delay = timedelta(seconds=err.retry_after) if err.retry_after is not None else None
+            raise ApplicationError(str(err), type="ModelRetryableError", next_retry_delay=delay) from err
+        except ModelError as err:
+            await events.flush()
+            raise ApplicationError(str(err), type="ModelRequestError", non_retryable=True) from err
+        if started:
+            events.add(TextEndChunk(run_id=run_id, payload=TextEndPayload(id=text_id)))
+
+        planned = [await _plan(agent, c.id, c.name, c.args) for c in response.tool_calls]
+        _make_ids_unique(planned)
+        parts: list[TextPart | ToolCallPart | ToolResultPart] = []
+        if response.text:
+            parts.append(TextPart(text=response.text))
+        parts.extend(ToolCallPart(tool_call_id=p.tool_call_id, tool_name=p.tool_name, args=p.args) for p in planned)
+        assistant = MessageRecord(id=input.message_id, role="assistant", content=parts)
+        for p in planned:
+            call = ToolCallPayload(tool_call_id=p.tool_call_id, tool_name=p.tool_name, args=p.args)
+            events.add(ToolCallChunk(run_id=run_id, payload=call))
+            if p.requires_approval and p.error is None:
+                approval = ToolCallApprovalPayload(
+                    tool_call_id=p.tool_call_id,
+                    tool_name=p.tool_name,
+                    args=p.args,
+                    resume_schema=APPROVAL_RESUME_SCHEMA,
+                )
+                events.add(ToolCallApprovalChunk(run_id=run_id, payload=approval))
+        finish_reason: FinishReason = "tool-calls" if planned else response.finish_reason
+        step_result = StepResult(reason=finish_reason, is_continued=bool(planned))
+        output = StepOutput(text=response.text, usage=response.usage)
+        events.add(
+            StepFinishChunk(
+                run_id=run_id,
+                payload=StepFinishPayload(message_id=input.message_id, step_result=step_result, output=output),
+            )
+        )
+        if not planned:
+            total = (input.usage_before or Usage()).plus(response.usage)
+            finish = FinishPayload(message_id=input.message_id, step_result=step_result, output=output, usage=total)
+            events.add(FinishChunk(run_id=run_id, payload=finish))
+        # This step owns its message: replacing it makes a re-execution's answer the one the workflow records.
+        await events.flush([assistant], replace=True)
+        return ModelStepResult(
+            message_id=input.message_id,
+            text=response.text,
+            tool_calls=planned,
+            finish_reason=finish_reason,
+            usage=response.usage,
+            max_steps=agent.max_steps,
+        )
+
+
+async def _plan(agent: Agent, call_id: str, name: str, args: dict[str, Any]) -> PlannedToolCall:
+    """Resolve a requested call's tool and policy; problems become an `error` the model will see."""
+    planned = PlannedToolCall(tool_call_id=call_id, tool_name=name, args=args)
+    tool = next((t for t in agent.tools if t.id == name), None)
+    if tool is None:
+        planned.error = f"Tool {name!r} not found. Available tools: {', '.join(t.id for t in agent.tools)}"
+        return planned
+    try:
+        tool.parse_args(args)
+    except ValidationError as err:
+        planned.error = f"Invalid arguments for tool {name!r}: {describe_validation_error(err)}"
+        return planned
+    planned.idempotent = tool.idempotent
+    planned.requires_approval = await tool.needs_approval(args)
+    return planned
+
+
+def _make_ids_unique(calls: list[PlannedToolCall]) -> None:
+    """Approval and results are keyed by tool call id: a model that repeats an id within one answer gets
+    the repeats renamed (`id-2`, `id-3`, ...), in the message it is shown later too."""
+    seen: set[str] = set()
+    for call in calls:
+        base, n = call.tool_call_id, 1
+        while call.tool_call_id in seen:
+            n += 1
+            call.tool_call_id = f"{base}-{n}"
+        seen.add(call.tool_call_id)

@@ -1,0 +1,68 @@
+"""Messages and their parts (AI-SDK style), token usage and finish reasons."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
+
+from keel.protocol.wire import WireModel
+
+Role = Literal["system", "user", "assistant", "tool"]
+FinishReason = Literal["stop", "tool-calls", "length", "content-filter", "error", "other"]
+
+
+class TextPart(WireModel):
+    type: Literal["text"] = "text"
+    text: str
+
+
+class ToolCallPart(WireModel):
+    type: Literal["tool-call"] = "tool-call"
+    tool_call_id: str
+    tool_name: str
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
+class ToolResultPart(WireModel):
+    type: Literal["tool-result"] = "tool-result"
+    tool_call_id: str
+    tool_name: str
+    result: Any = None
+    is_error: bool = False
+    denied: bool = False
+
+
+Part = Annotated[TextPart | ToolCallPart | ToolResultPart, Field(discriminator="type")]
+Content = str | list[Part]
+"""A message's content: a string, or a list of parts."""
+
+
+class InputMessage(WireModel):
+    """A message as a caller sends it: `{"role", "content"}` with content a string or a list of parts."""
+
+    role: Role
+    content: Content
+
+
+class MessageRecord(WireModel):
+    """A message with its stable id, as a run persists it and a model reads it."""
+
+    id: str
+    role: Role
+    content: Content
+
+
+class Usage(WireModel):
+    input_tokens: int = 0
+    output_tokens: int = 0
+    total_tokens: int = 0
+
+    def plus(self, other: Usage | None) -> Usage:
+        if other is None:
+            return self
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            total_tokens=self.total_tokens + other.total_tokens,
+        )

@@ -1,0 +1,35 @@
+"""The names users and their tools rely on: workflow types, activities, signals, updates, queries, search
+attributes and defaults. Fixed contract: never renamed (a rename strands every run in flight)."""
+
+from __future__ import annotations
+
+from typing import Final
+
+DEFAULT_NAMESPACE: Final = "default"
+DEFAULT_TASK_QUEUE: Final = "keel"
+
+# Workflows
+AGENT_RUN: Final = "AgentRun"
+
+# Activities of the agent loop
+MODEL_STEP: Final = "keel.model_step"
+TOOL_CALL: Final = "keel.tool_call"
+TOOLS_THEN_MODEL: Final = "keel.tools_then_model"
+FINISH_RUN: Final = "keel.finish_run"
+
+# Handlers of `AgentRun`
+TOOL_APPROVAL_SIGNAL: Final = "tool_approval"
+APPROVE_TOOL_CALL_UPDATE: Final = "approve_tool_call"
+PENDING_TOOL_CALLS_QUERY: Final = "pending_tool_calls"
+REJECTED_SIGNALS_QUERY: Final = "rejected_signals"
+
+# Search attributes (all Keyword)
+KEEL_KIND: Final = "KeelKind"
+"""`agent` or `workflow`."""
+KEEL_STATUS: Final = "KeelStatus"
+"""`running` or `suspended` while open; `completed` or `failed` once the run ends on its own."""
+KEEL_AGENT_ID: Final = "KeelAgentId"
+KEEL_WORKFLOW_ID: Final = "KeelWorkflowId"
+KEEL_RESOURCE_ID: Final = "KeelResourceId"
+KEEL_THREAD_ID: Final = "KeelThreadId"
+SEARCH_ATTRIBUTES: Final = (KEEL_KIND, KEEL_STATUS, KEEL_AGENT_ID, KEEL_WORKFLOW_ID, KEEL_RESOURCE_ID, KEEL_THREAD_ID)
