@@ -6,30 +6,28 @@ import os
 from urllib.parse import urlsplit
 
 from keel.protocol import EventRecord
-from keel.storage.base import (
-    RunEvent,
-    Storage,
-    StorageConfigError,
-    StorageError,
-    StoredMessage,
-    Thread,
-    ThreadNotFound,
-)
+from keel.storage.base import Storage
+from keel.storage.errors import SchemaError, StorageConfigError, StorageError, ThreadNotFound
+from keel.storage.events import EventStore, RunEvent
 from keel.storage.postgres import PostgresStorage
 from keel.storage.sqlite import SQLiteStorage
+from keel.storage.threads import StoredMessage, Thread, ThreadStore
 
 __all__ = [
     "DEFAULT_STORAGE_URL",
     "EventRecord",
+    "EventStore",
     "PostgresStorage",
     "RunEvent",
     "SQLiteStorage",
+    "SchemaError",
     "Storage",
     "StorageConfigError",
     "StorageError",
     "StoredMessage",
     "Thread",
     "ThreadNotFound",
+    "ThreadStore",
     "open_storage",
 ]
 

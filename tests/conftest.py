@@ -6,11 +6,13 @@ from __future__ import annotations
 import os
 import socket
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
+import asyncpg
 import pytest
 from temporalio.client import Client
 
@@ -20,6 +22,7 @@ from keel.client.devserver import DevServer, DevServerConfig
 from keel.storage import SQLiteStorage, Storage
 from keel.worker import SANDBOX_ENV, build_worker
 from keel.workflows import DATA_CONVERTER
+from tests.pg import postgres_server
 
 # Every workflow the tests run (in-process and in worker subprocesses) runs in Temporal's sandbox, which fails
 # a workflow task on non-deterministic calls; production workers skip it (worker.workflow_runner).
@@ -77,3 +80,24 @@ async def running_worker(
 
 def env_for_subprocess(dev_server: DevServer, **extra: str) -> dict[str, str]:
     return {**os.environ, "KEEL_TEMPORAL_ADDRESS": dev_server.cfg.address, **extra}
+
+
+@pytest.fixture(scope="session")
+def pg_dsn() -> Iterator[str]:
+    with postgres_server() as dsn:
+        yield dsn
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A storage URL naming an empty store."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'keel.db'}"
+    dsn: str = request.getfixturevalue("pg_dsn")
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+    return urlsplit(dsn)._replace(path=f"/{name}").geturl()

@@ -8,13 +8,10 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
-import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from urllib.parse import urlsplit
 
-import asyncpg
 import pytest
 
 from keel.protocol import EventRecord, TextPart, ToolCallPart, ToolResultPart
@@ -27,7 +24,6 @@ from keel.storage import (
     ThreadNotFound,
     open_storage,
 )
-from tests.pg import postgres_server
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -49,25 +45,10 @@ asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3])))
 """
 
 
-@pytest.fixture(scope="session")
-def pg_dsn() -> Iterator[str]:
-    with postgres_server() as dsn:
-        yield dsn
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-async def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A storage URL naming an empty store."""
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'keel.db'}"
-    dsn: str = request.getfixturevalue("pg_dsn")
-    name = f"t_{uuid.uuid4().hex[:16]}"
-    conn = await asyncpg.connect(dsn)
-    try:
-        await conn.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await conn.close()
-    return urlsplit(dsn)._replace(path=f"/{name}").geturl()
+@pytest.fixture
+def url(store_url: str) -> str:
+    """A storage URL naming an empty store (SQLite, then PostgreSQL)."""
+    return store_url
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
-"""Row mapping shared by the SQL backends: a row is anything indexable by column name.
+"""The rules both backends follow, in one place: paging, attempt numbering, and rows to records.
 
-Timestamps may arrive as datetimes (asyncpg) or ISO strings (SQLite); pydantic parses both.
-JSON columns arrive as text in both backends.
+Timestamps may arrive as datetimes (asyncpg) or ISO strings (SQLite); pydantic parses both. JSON columns
+arrive as text in both backends.
 """
 
 from __future__ import annotations
@@ -12,13 +12,18 @@ from typing import Any, Protocol
 from pydantic import TypeAdapter
 
 from keel.protocol import Content
-from keel.storage.base import RunEvent, StoredMessage, Thread
+from keel.storage.events import RunEvent
+from keel.storage.threads import StoredMessage, Thread
 
 CONTENT: TypeAdapter[Content] = TypeAdapter(Content)
 """A message's content: a string or a list of parts, stored as JSON."""
 
 THREAD_COLUMNS = "id, resource_id, title, metadata, created_at, updated_at"
 MESSAGE_COLUMNS = "id, thread_id, resource_id, role, content, run_id, created_at"
+EVENT_COLUMNS = 'run_id, "offset", type, payload, source, attempt, created_at'
+
+REPLACE_MESSAGE = "DO UPDATE SET role = excluded.role, content = excluded.content, run_id = excluded.run_id"
+"""The conflict clause of a replacing message insert: new role and content, same place in the thread."""
 
 
 class Row(Protocol):
@@ -30,6 +35,16 @@ def check_page(offset: int, limit: int | None) -> None:
         raise ValueError(f"offset must be >= 0, got {offset}")
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be >= 0, got {limit}")
+
+
+def next_attempt(written: int, attempt: int) -> int:
+    """The attempt number a renumbered write uses: its own, unless `source` already wrote that one or a later
+    one, then the next after the highest written."""
+    return attempt if written < attempt else written + 1
+
+
+def content_json(content: Content) -> str:
+    return CONTENT.dump_json(content).decode()
 
 
 def thread(row: Row) -> Thread:

@@ -1,0 +1,50 @@
+"""PostgreSQL backend (asyncpg), for installs where several hosts share storage."""
+
+from __future__ import annotations
+
+from keel.protocol import EventRecord
+from keel.storage import rules
+from keel.storage.base import Storage
+from keel.storage.postgres import events as sql_events
+from keel.storage.postgres import threads as sql_threads
+from keel.storage.postgres.events import PostgresEvents
+from keel.storage.postgres.threads import PostgresThreads
+from keel.storage.threads import StoredMessage
+
+
+class PostgresStorage(PostgresThreads, PostgresEvents, Storage):
+    """Storage in a PostgreSQL database, through a small asyncpg connection pool.
+
+    Args:
+        dsn: A libpq-style URL, e.g. `postgresql://user:pass@host:5432/keel`.
+        min_size: Connections the pool keeps open.
+        max_size: Most connections the pool opens at once.
+    """
+
+    async def write(
+        self,
+        run_id: str,
+        *,
+        messages: list[StoredMessage] | None = None,
+        replace: bool = False,
+        events: list[EventRecord] | None = None,
+        source: str | None = None,
+        attempt: int = 1,
+        renumber: bool = False,
+    ) -> int:
+        if not messages and not events:
+            return attempt
+        pool = await self._get_pool()
+        used = attempt
+        async with pool.acquire() as conn, conn.transaction():
+            if messages:
+                await sql_threads.save(conn, messages, replace)
+            if events:
+                if renumber:
+                    await sql_events.lock_run(conn, run_id)
+                    used = rules.next_attempt(await sql_events.written_attempt(conn, run_id, source), attempt)
+                await sql_events.append(conn, run_id, events, source, used)
+        return used
+
+
+__all__ = ["PostgresStorage"]

@@ -1,0 +1,75 @@
+"""PostgreSQL: run events."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic_core import to_json
+
+from keel.protocol import EventRecord
+from keel.storage import rules
+from keel.storage.events import EventStore, RunEvent
+from keel.storage.postgres.pool import RUN_LOCK_CLASS, PostgresPool
+
+
+async def lock_run(conn: Any, run_id: str) -> None:
+    # Appenders to one run queue here until the holder commits. The next statement takes a fresh
+    # snapshot (READ COMMITTED), so it sees the holder's rows and max(offset) + 1 is free.
+    await conn.execute("SELECT pg_advisory_xact_lock($1, hashtext($2))", RUN_LOCK_CLASS, run_id)
+
+
+async def append(conn: Any, run_id: str, events: list[EventRecord], source: str | None, attempt: int) -> list[int]:
+    """Append inside the caller's transaction."""
+    await lock_run(conn, run_id)
+    rows = await conn.fetch(
+        f"""
+        WITH head AS (
+            SELECT coalesce(max("offset") + 1, 0) AS start FROM run_events WHERE run_id = $1
+        )
+        INSERT INTO run_events ({rules.EVENT_COLUMNS})
+        SELECT $1, head.start + u.ord - 1, u.type, u.payload, $4, $5, $6
+        FROM head, unnest($2::text[], $3::jsonb[]) WITH ORDINALITY AS u(type, payload, ord)
+        RETURNING "offset"
+        """,
+        run_id,
+        [e.type for e in events],
+        [to_json(e.payload).decode() for e in events],
+        source,
+        attempt,
+        datetime.now(UTC),
+    )
+    return sorted(int(r["offset"]) for r in rows)
+
+
+async def written_attempt(conn: Any, run_id: str, source: str | None) -> int:
+    """The highest attempt `source` wrote to the run's log (0 if none). Hold `lock_run` first."""
+    written = await conn.fetchval(
+        "SELECT coalesce(max(attempt), 0) FROM run_events WHERE run_id = $1 AND source IS NOT DISTINCT FROM $2",
+        run_id,
+        source,
+    )
+    return int(written)
+
+
+class PostgresEvents(PostgresPool, EventStore):
+    async def append_events(
+        self, run_id: str, events: list[EventRecord], *, source: str | None = None, attempt: int = 1
+    ) -> list[int]:
+        if not events:
+            return []
+        pool = await self._get_pool()
+        async with pool.acquire() as conn, conn.transaction():
+            return await append(conn, run_id, events, source, attempt)
+
+    async def read_events(self, run_id: str, *, offset: int = 0, limit: int | None = None) -> list[RunEvent]:
+        rules.check_page(offset, limit)
+        pool = await self._get_pool()
+        rows = await pool.fetch(
+            f"SELECT {rules.EVENT_COLUMNS} FROM run_events"
+            ' WHERE run_id = $1 AND "offset" >= $2 ORDER BY "offset" LIMIT $3',
+            run_id,
+            offset,
+            limit,
+        )
+        return [rules.event(r) for r in rows]

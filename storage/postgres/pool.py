@@ -1,0 +1,92 @@
+"""PostgreSQL plumbing: a small asyncpg pool, created on first use, and migrations under an advisory lock."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from keel.storage import migrations
+from keel.storage.errors import StorageConfigError, StorageError
+
+if TYPE_CHECKING:
+    import asyncpg
+
+# Advisory lock keys. The two-argument form lives in a different key space from the one-argument form, so
+# per-run locks can never collide with the schema lock.
+SCHEMA_LOCK = 0x6B65656C_00000001
+RUN_LOCK_CLASS = 0x6B65656C  # "keel"
+
+
+def utc(value: datetime) -> datetime:
+    """Naive datetimes are taken as UTC (asyncpg would otherwise read them as local time)."""
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
+
+
+class PostgresPool:
+    """The connection pool of one PostgreSQL store.
+
+    Args:
+        dsn: A libpq-style URL, e.g. `postgresql://user:pass@host:5432/keel`.
+        min_size: Connections the pool keeps open.
+        max_size: Most connections the pool opens at once.
+    """
+
+    def __init__(self, dsn: str, *, min_size: int = 1, max_size: int = 5) -> None:
+        self.dsn = dsn
+        self._min_size = min_size
+        self._max_size = max_size
+        self._pool: asyncpg.Pool | None = None
+        self._pool_lock = asyncio.Lock()
+        self._closed = False
+
+    async def _get_pool(self) -> asyncpg.Pool:
+        if self._closed:
+            raise StorageError("PostgresStorage is closed")
+        if self._pool is not None:
+            return self._pool
+        async with self._pool_lock:
+            if self._pool is None:
+                try:
+                    import asyncpg
+                except ImportError as exc:
+                    raise StorageConfigError("PostgreSQL storage needs asyncpg: pip install 'keel[postgres]'") from exc
+                self._pool = await asyncpg.create_pool(self.dsn, min_size=self._min_size, max_size=self._max_size)
+            return self._pool
+
+    async def init(self) -> None:
+        pool = await self._get_pool()
+        async with pool.acquire() as conn, conn.transaction():
+            # Concurrent initialisers queue on the lock; the next one finds every migration applied.
+            await conn.execute("SELECT pg_advisory_xact_lock($1)", SCHEMA_LOCK)
+            await conn.execute(
+                f"CREATE TABLE IF NOT EXISTS {migrations.VERSION_TABLE}"
+                " (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TIMESTAMPTZ NOT NULL)"
+            )
+            for migration in migrations.pending("postgres", await self._version(conn)):
+                await conn.execute(migration.sql)
+                await conn.execute(
+                    f"INSERT INTO {migrations.VERSION_TABLE} (version, name, applied_at) VALUES ($1, $2, $3)",
+                    migration.version,
+                    migration.name,
+                    datetime.now(UTC),
+                )
+
+    async def schema_version(self) -> int:
+        pool = await self._get_pool()
+        async with pool.acquire() as conn:
+            return await self._version(conn)
+
+    @staticmethod
+    async def _version(conn: Any) -> int:
+        exists = await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", migrations.VERSION_TABLE)
+        if not exists:
+            return 0
+        return int(await conn.fetchval(f"SELECT coalesce(max(version), 0) FROM {migrations.VERSION_TABLE}"))
+
+    async def close(self) -> None:
+        self._closed = True
+        async with self._pool_lock:
+            if self._pool is not None:
+                await self._pool.close()
+                self._pool = None

@@ -1,0 +1,55 @@
+"""SQLite backend: one file shared by the worker that writes and the CLI that reads."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from keel.protocol import EventRecord
+from keel.storage import rules
+from keel.storage.base import Storage
+from keel.storage.sqlite import events as sql_events
+from keel.storage.sqlite import threads as sql_threads
+from keel.storage.sqlite.connection import now
+from keel.storage.sqlite.events import SQLiteEvents
+from keel.storage.sqlite.threads import SQLiteThreads
+from keel.storage.threads import StoredMessage
+
+
+class SQLiteStorage(SQLiteThreads, SQLiteEvents, Storage):
+    """Storage in one SQLite file (WAL mode), safe to share between processes.
+
+    Args:
+        path: The database file. Its parent directory is created on first use.
+    """
+
+    async def write(
+        self,
+        run_id: str,
+        *,
+        messages: list[StoredMessage] | None = None,
+        replace: bool = False,
+        events: list[EventRecord] | None = None,
+        source: str | None = None,
+        attempt: int = 1,
+        renumber: bool = False,
+    ) -> int:
+        at = now()
+        rows = sql_threads.message_rows(messages or [])
+        encoded = sql_events.encode(events or [])
+        if not rows and not encoded:
+            return attempt
+
+        def write(conn: sqlite3.Connection) -> int:
+            if rows:
+                sql_threads.save(conn, rows, replace, at)
+            used = attempt
+            if encoded:
+                if renumber:
+                    used = rules.next_attempt(sql_events.written_attempt(conn, run_id, source), attempt)
+                sql_events.append(conn, run_id, encoded, source, used, at)
+            return used
+
+        return await self._write_tx(write)
+
+
+__all__ = ["SQLiteStorage"]
