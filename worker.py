@@ -11,49 +11,14 @@ import sys
 from collections.abc import Sequence
 
 from temporalio.client import Client
-from temporalio.worker import Interceptor, UnsandboxedWorkflowRunner, Worker, WorkflowRunner
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+from temporalio.worker import Interceptor, Worker
 
-from keel.activities import AgentActivities
 from keel.app import App, load_app
-from keel.client.connection import DEFAULT_TASK_QUEUE, connect, task_queue
+from keel.client.connection import connect, task_queue
+from keel.plugin import KeelPlugin
+from keel.protocol import names
 from keel.storage import Storage, open_storage
-from keel.workflows import WORKFLOWS
-
-SANDBOX_PASSTHROUGH = (
-    "pydantic",
-    "pydantic_core",
-    "annotated_types",
-    "keel.protocol",
-    "keel.workflows.contracts",
-    "keel.workflows.converter",
-    "keel.workflows.options",
-    "keel.workflows.search_attributes",
-)
-"""Modules shared with the workflow sandbox instead of re-imported for each workflow run: they only define
-models, constants and a converter (no state, no I/O), and re-importing the contract models cost ~45 ms of
-schema building per new run (bench/README.md)."""
-
-
-SANDBOX_ENV = "KEEL_WORKFLOW_SANDBOX"
-
-
-def workflow_runner(sandboxed: bool | None = None) -> WorkflowRunner:
-    """The runner for Keel's workflows: Temporal's sandbox when `sandboxed` (default: $KEEL_WORKFLOW_SANDBOX=1).
-
-    Keel's workflows are Keel's own code, never an app's: agents and tools run in activities, and dynamic
-    workflows are data. The sandbox is how that code is checked for non-determinism: the test suite runs every
-    workflow under it and replays recorded histories with it. Production workers run the same code without it,
-    because the sandbox re-enters its module context for every payload of every workflow task (in temporalio
-    1.35), which costs 3-6 ms of worker CPU per agent step, a quarter of its wall time (bench/README.md).
-    """
-    if sandboxed is None:
-        sandboxed = os.environ.get(SANDBOX_ENV, "").lower() in ("1", "true", "yes")
-    if not sandboxed:
-        return UnsandboxedWorkflowRunner()
-    return SandboxedWorkflowRunner(
-        restrictions=SandboxRestrictions.default.with_passthrough_modules(*SANDBOX_PASSTHROUGH)
-    )
+from keel.workflows.options import DEFAULT_OPTIONS, AgentActivityOptions
 
 
 def build_worker(
@@ -61,21 +26,30 @@ def build_worker(
     app: App,
     storage: Storage,
     *,
-    task_queue: str = DEFAULT_TASK_QUEUE,
+    task_queue: str = names.DEFAULT_TASK_QUEUE,
+    options: AgentActivityOptions = DEFAULT_OPTIONS,
+    workflows: Sequence[type] = (),
     max_cached_workflows: int = 1000,
     interceptors: Sequence[Interceptor] = (),
     activity_executor: concurrent.futures.Executor | None = None,
     sandboxed: bool | None = None,
 ) -> Worker:
-    """A worker running Keel's workflows and the app's activities on `task_queue` (`sandboxed`: see
-    `workflow_runner`)."""
-    activities = AgentActivities(app, storage)
+    """A worker on `task_queue` running Keel's workflows, the app's activities on `storage` (initialised by the
+    caller) and `workflows` of your own, through `KeelPlugin`.
+
+    Keel's workflows run unsandboxed unless `sandboxed` (default `$KEEL_WORKFLOW_SANDBOX`); yours always run in
+    Temporal's sandbox. A client that already carries a `KeelPlugin` is not given a second one.
+    """
+    plugins = (
+        []
+        if any(isinstance(p, KeelPlugin) for p in client.config()["plugins"])
+        else [KeelPlugin(app, storage=storage, options=options, sandbox_keel_workflows=sandboxed)]
+    )
     return Worker(
         client,
         task_queue=task_queue,
-        workflows=WORKFLOWS,
-        activities=activities.all(),
-        workflow_runner=workflow_runner(sandboxed),
+        workflows=list(workflows),
+        plugins=plugins,
         max_cached_workflows=max_cached_workflows,
         interceptors=interceptors,
         activity_executor=activity_executor,

@@ -38,8 +38,9 @@ from bench.apps import app as bench_app
 from bench.bare import BareInput, BareResult, BareRun, build_bare_worker
 from keel.client import KeelClient
 from keel.client.devserver import TUNED_DYNAMIC_CONFIG, DevServer, DevServerConfig
+from keel.plugin import SANDBOX_ENV, keel_workflows_runner
 from keel.storage import SQLiteStorage
-from keel.worker import SANDBOX_ENV, build_worker, workflow_runner
+from keel.worker import build_worker
 from keel.workflows import DATA_CONVERTER
 
 HERE = Path(__file__).resolve().parent
@@ -375,7 +376,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             "throughput_runs": args.tp_runs,
             "throughput_reps": args.tp_reps,
             "concurrency": args.concurrency,
-            "workflow_runner": type(workflow_runner()).__name__,
+            "workflow_runner": type(keel_workflows_runner()).__name__,
         },
         "servers": [],
     }

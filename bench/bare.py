@@ -21,7 +21,7 @@ from temporalio.worker import Worker
 
 with workflow.unsafe.imports_passed_through():
     from bench.apps import write_read_file
-    from keel.worker import workflow_runner
+    from keel.plugin import keel_workflows_runner
 
 BARE_MODEL = "bare.model"
 BARE_TOOL = "bare.tool"
@@ -124,11 +124,11 @@ class BareRun:
 
 
 def build_bare_worker(client: Client, task_queue: str) -> Worker:
-    """The baseline's worker, with the same workflow runner as Keel's worker and SDK defaults otherwise."""
+    """The baseline's worker, with the runner Keel's workflows get and SDK defaults otherwise."""
     return Worker(
         client,
         task_queue=task_queue,
         workflows=[BareRun],
         activities=[bare_model, bare_tool, bare_tool_then_model],
-        workflow_runner=workflow_runner(),
+        workflow_runner=keel_workflows_runner(),
     )

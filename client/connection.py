@@ -6,9 +6,8 @@ import os
 
 from temporalio.client import Client
 
+from keel.protocol import names
 from keel.workflows import DATA_CONVERTER
-
-DEFAULT_TASK_QUEUE = "keel"
 
 
 def temporal_address() -> str:
@@ -16,11 +15,11 @@ def temporal_address() -> str:
 
 
 def temporal_namespace() -> str:
-    return os.environ.get("KEEL_NAMESPACE", "default")
+    return os.environ.get("KEEL_NAMESPACE", names.DEFAULT_NAMESPACE)
 
 
 def task_queue() -> str:
-    return os.environ.get("KEEL_TASK_QUEUE", DEFAULT_TASK_QUEUE)
+    return os.environ.get("KEEL_TASK_QUEUE", names.DEFAULT_TASK_QUEUE)
 
 
 async def connect(address: str | None = None, namespace: str | None = None) -> Client:

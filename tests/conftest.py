@@ -19,13 +19,14 @@ from temporalio.client import Client
 from keel.app import App
 from keel.client import KeelClient
 from keel.client.devserver import DevServer, DevServerConfig
+from keel.plugin import SANDBOX_ENV
 from keel.storage import SQLiteStorage, Storage
-from keel.worker import SANDBOX_ENV, build_worker
+from keel.worker import build_worker
 from keel.workflows import DATA_CONVERTER
 from tests.pg import postgres_server
 
-# Every workflow the tests run (in-process and in worker subprocesses) runs in Temporal's sandbox, which fails
-# a workflow task on non-deterministic calls; production workers skip it (worker.workflow_runner).
+# Every workflow the tests run (in-process and in worker subprocesses) runs in Temporal's sandbox, Keel's own
+# too, which fails a workflow task on non-deterministic calls; production workers run Keel's unsandboxed.
 os.environ.setdefault(SANDBOX_ENV, "1")
 
 

@@ -1,7 +1,8 @@
 """Record the histories that `tests/test_replay.py` replays: `make record-histories`.
 
-Re-record only when a workflow change is meant to be incompatible *and* is guarded (workflow.patched); the old
-files must keep replaying with the new code, so add new files rather than overwrite old ones.
+After a workflow change guarded by `workflow.patched`, add a generation (a new suffix in `GENERATIONS`) and run
+this: it records only the missing files. The old files must keep replaying with the new code, so files are added,
+never overwritten. The recording worker runs with the sandbox, as every test does.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from keel.client.devserver import DevServer, DevServerConfig
 from keel.storage import SQLiteStorage
 from keel.worker import build_worker
 from keel.workflows import DATA_CONVERTER
+from keel.workflows.contracts import ALL_SHAPES, RunShape
+from keel.workflows.options import DEFAULT_OPTIONS, AgentActivityOptions
 from tests.apps import app
 from tests.conftest import free_port
 
@@ -68,16 +71,46 @@ _SCENARIOS: dict[str, Callable[[KeelClient, str], Awaitable[str]]] = {
     "parallel_partial_approval": _parallel_partial_approval,
 }
 
-GENERATIONS = ["", "_tools_then_model"]
-"""One set of files per guarded workflow change (`workflow.patched`), named with its suffix: the files of
-every generation must keep replaying. "" is the first: each tool call and model step its own activity."""
+TASK_QUEUE = "record"
 
-SCENARIOS = {name + gen: scenario for gen in GENERATIONS for name, scenario in _SCENARIOS.items()}
-"""Each scenario starts a run named after it (and approves what it needs) and returns its id. Only missing files
-are recorded, so only the newest generation's files are ever written."""
+GENERATIONS = ["", "_tools_then_model", "_pinned"]
+"""One set of files per guarded workflow change, named with its suffix: the files of every generation must keep
+replaying. "": each tool call and model step its own activity; "_tools_then_model": a step's tools and the next
+model call fused (`workflow.patched`); "_pinned": the run shape recorded as a marker at the start."""
+
+SHAPE_SCENARIOS = ["approved", "multi_step"]
+"""Recorded once per run shape other than the default, for the replay tests with other worker settings."""
+
+
+def shape_suffix(shape: RunShape) -> str:
+    model = "local" if shape.model_as_local_activity else "activity"
+    steps = "fused" if shape.fuse_tools_with_next_model_step else "apart"
+    return f"_shape_{model}_{steps}"
+
+
+DEFAULT_SHAPE = DEFAULT_OPTIONS.shape()
+SCENARIOS: dict[str, tuple[Callable[[KeelClient, str], Awaitable[str]], RunShape | None]] = {
+    **{
+        name + gen: (scenario, DEFAULT_SHAPE if gen == GENERATIONS[-1] else None)
+        for gen in GENERATIONS
+        for name, scenario in _SCENARIOS.items()
+    },
+    **{
+        name + shape_suffix(shape): (_SCENARIOS[name], shape)
+        for shape in ALL_SHAPES
+        if shape != DEFAULT_SHAPE
+        for name in SHAPE_SCENARIOS
+    },
+}
+"""Each scenario starts a run named after it (and approves what it needs) and returns its id, on a worker with
+the given run shape; None marks a file of an older generation, which today's code cannot record."""
 
 
 async def record() -> None:
+    missing = {name for name in SCENARIOS if not (HISTORIES / f"{name}.json").exists()}
+    stale = sorted(name for name in missing if SCENARIOS[name][1] is None)
+    if stale:
+        raise SystemExit(f"Histories of an older generation are missing and cannot be re-recorded: {stale}")
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["KEEL_DATA_DIR"] = tmp
         cfg = DevServerConfig(port=free_port(), ui_port=free_port(), state_dir=Path(tmp))
@@ -86,12 +119,18 @@ async def record() -> None:
         await storage.init()
         try:
             client = await Client.connect(cfg.address, data_converter=DATA_CONVERTER)
-            keel = KeelClient(client, task_queue="record", app=app)
-            async with build_worker(client, app, storage, task_queue="record"):
-                wanted = {name for name in SCENARIOS if not (HISTORIES / f"{name}.json").exists()}
-                runs = {name: await SCENARIOS[name](keel, name) for name in sorted(wanted)}
-                for run_id in runs.values():
-                    await keel.result(run_id)
+            keel = KeelClient(client, task_queue=TASK_QUEUE, app=app)
+            runs: dict[str, str] = {}
+            for shape in dict.fromkeys(SCENARIOS[name][1] for name in missing):
+                assert shape is not None
+                options = AgentActivityOptions(
+                    model_as_local_activity=shape.model_as_local_activity,
+                    fuse_tools_with_next_model_step=shape.fuse_tools_with_next_model_step,
+                )
+                async with build_worker(client, app, storage, task_queue=TASK_QUEUE, options=options):
+                    for name in sorted(n for n in missing if SCENARIOS[n][1] == shape):
+                        runs[name] = await SCENARIOS[name][0](keel, name)
+                        await keel.result(runs[name])
             HISTORIES.mkdir(exist_ok=True)
             for name, run_id in runs.items():
                 history = await client.get_workflow_handle(run_id).fetch_history()

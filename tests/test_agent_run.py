@@ -172,7 +172,7 @@ async def test_a_tool_call_id_reused_in_a_later_step_waits_for_its_own_approval(
 async def test_production_workers_run_the_same_turns_without_the_sandbox(
     client: Client, storage: Storage, task_queue: str, data_dir: Path
 ) -> None:
-    """The tests run workflows in Temporal's sandbox; workers run them unsandboxed (worker.workflow_runner)."""
+    """The tests run Keel's workflows in Temporal's sandbox; production workers run them unsandboxed."""
     async with running_worker(client, test_app, storage, task_queue, sandboxed=False) as keel:
         multi = await keel.start_run("multi", "steps=3")
         demo = await keel.start_run("demo", "unsandboxed")

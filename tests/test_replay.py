@@ -1,4 +1,5 @@
-"""Recorded histories replay with the current workflow code; a deliberately changed workflow does not."""
+"""Recorded histories replay with the current workflow code, in the sandbox and without it, whatever the
+replaying worker's run shape; a deliberately changed workflow does not replay."""
 
 from __future__ import annotations
 
@@ -9,10 +10,13 @@ from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
-from keel.worker import workflow_runner
-from keel.workflows import DATA_CONVERTER, AgentRun
+from keel.plugin import KeelPlugin, sandboxed_runner
+from keel.workflows import DATA_CONVERTER
+from keel.workflows import options as run_options
+from keel.workflows.contracts import ALL_SHAPES, RunShape
+from keel.workflows.options import AgentActivityOptions
 from tests.changed_workflow import ReorderedAgentRun
-from tests.record_histories import SCENARIOS
+from tests.record_histories import SCENARIOS, TASK_QUEUE
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 
@@ -21,20 +25,41 @@ def load(path: Path) -> WorkflowHistory:
     return WorkflowHistory.from_json(path.stem, path.read_text())
 
 
-def replayer(*workflows: type) -> Replayer:
-    runner = workflow_runner(sandboxed=True)
-    return Replayer(workflows=list(workflows), data_converter=DATA_CONVERTER, workflow_runner=runner)
-
-
 def test_the_expected_histories_are_recorded() -> None:
     assert {p.stem for p in HISTORIES} == set(SCENARIOS)
 
 
+@pytest.mark.parametrize("sandboxed", [True, False], ids=["sandboxed", "unsandboxed"])
 @pytest.mark.parametrize("path", HISTORIES, ids=lambda p: p.stem)
-async def test_recorded_history_replays_with_the_current_workflow(path: Path) -> None:
-    await replayer(AgentRun).replay_workflow(load(path))
+async def test_recorded_history_replays_with_the_current_workflow(path: Path, sandboxed: bool) -> None:
+    replayer = Replayer(workflows=[], plugins=[KeelPlugin(sandbox_keel_workflows=sandboxed)])
+    await replayer.replay_workflow(load(path))
+
+
+def options_of(shape: RunShape) -> AgentActivityOptions:
+    return AgentActivityOptions(
+        model_as_local_activity=shape.model_as_local_activity,
+        fuse_tools_with_next_model_step=shape.fuse_tools_with_next_model_step,
+    )
+
+
+@pytest.mark.parametrize("worker_shape", ALL_SHAPES, ids=lambda s: s.marker().split(":")[1])
+@pytest.mark.parametrize(
+    "path", [p for p in HISTORIES if "_shape_" in p.stem or p.stem.endswith("_pinned")], ids=lambda p: p.stem
+)
+async def test_a_worker_with_other_run_shape_settings_replays_a_run_as_it_began(
+    path: Path, worker_shape: RunShape
+) -> None:
+    run_options.register(TASK_QUEUE, options_of(worker_shape))
+    try:
+        await Replayer(workflows=[], plugins=[KeelPlugin()]).replay_workflow(load(path))
+    finally:
+        run_options.unregister(TASK_QUEUE, run_options.options_for(TASK_QUEUE))
 
 
 async def test_a_changed_workflow_fails_replay_with_a_nondeterminism_error() -> None:
+    replayer = Replayer(
+        workflows=[ReorderedAgentRun], data_converter=DATA_CONVERTER, workflow_runner=sandboxed_runner()
+    )
     with pytest.raises(NondeterminismError):
-        await replayer(ReorderedAgentRun).replay_workflow(load(HISTORIES[0]))
+        await replayer.replay_workflow(load(HISTORIES[0]))

@@ -33,6 +33,7 @@ from keel.protocol import (
     names,
 )
 from keel.workflows.contracts import (
+    ALL_SHAPES,
     AgentRunInput,
     AgentRunResult,
     ApprovalAccepted,
@@ -43,13 +44,14 @@ from keel.workflows.contracts import (
     PendingWrites,
     PlannedToolCall,
     RunCarry,
+    RunShape,
     ToolApproval,
     ToolCallInput,
     ToolCallResult,
     ToolsThenModelInput,
     ToolsThenModelResult,
 )
-from keel.workflows.options import DEFAULT_OPTIONS, AgentActivityOptions
+from keel.workflows.options import options_for
 from keel.workflows.search_attributes import (
     KEEL_AGENT_ID,
     KEEL_KIND,
@@ -59,16 +61,22 @@ from keel.workflows.search_attributes import (
 )
 
 FUSED_STEPS_PATCH = "tools-then-model-activity"
-"""Runs recorded before this patch ran every tool call and every model step as activities of their own."""
+"""Runs recorded before this patch ran every tool call and every model step as activities of their own. Only
+runs whose history holds no `RunShape` marker (started before shapes were pinned) still consult it."""
+
+LEGACY_SHAPE = RunShape(model_as_local_activity=True, fuse_tools_with_next_model_step=True)
+"""What every worker ran before shapes were pinned (fusing still gated by `FUSED_STEPS_PATCH`)."""
 
 DECLINED_REASON = "Tool call was not approved by the user"
 MAX_REJECTED_SIGNALS = 20
 
 
-@workflow.defn(name=names.AGENT_RUN)
+# Unsandboxed: this is Keel's own code, and it runs no app code (agents and tools run in activities). Temporal's
+# sandbox re-enters its module context for every payload of every workflow task (temporalio 1.35), which
+# measured 3-6 ms of worker CPU per agent step, a quarter of its wall time (bench/README.md). The test suite runs
+# it, and replays every recorded history, inside the sandbox as well (KeelPlugin(sandbox_keel_workflows=True)).
+@workflow.defn(name=names.AGENT_RUN, sandboxed=False)
 class AgentRun:
-    options: AgentActivityOptions = DEFAULT_OPTIONS
-
     def __init__(self) -> None:
         self._pending: dict[str, PendingToolCall] = {}  # the current step's calls awaiting a decision
         self._decisions: dict[str, ToolApproval] = {}  # decisions on those calls
@@ -187,8 +195,14 @@ class _Loop:
         self.run_id = run_id
         self.thread_id = thread_id
         self.resource_id = resource_id
-        self.opts = wf.options
+        self.opts = options_for(workflow.info().task_queue)  # live: timeouts and retry policies
+        pinned = input.carry.shape if input.carry is not None else None
+        if pinned is None:
+            pinned = _pin_shape(self.opts.shape())
+        self.shape = pinned or LEGACY_SHAPE
+        self.legacy = pinned is None
         self.carry = input.carry or RunCarry(step=0, message_seq=0)
+        self.carry.shape = self.shape
         if input.carry is None:
             messages = input.messages
             if isinstance(messages, str):
@@ -250,7 +264,8 @@ class _Loop:
         # A model step of its own: the first one, or one after tools that ran apart (see `_fuse`). As a local
         # activity its result is recorded in the workflow task that schedules what follows (one round trip
         # fewer); a regular one is the choice for model calls that may outlive a workflow task timeout.
-        execute = workflow.execute_local_activity if self.opts.model_as_local_activity else workflow.execute_activity
+        local = self.shape.model_as_local_activity
+        execute = workflow.execute_local_activity if local else workflow.execute_activity
         result: ModelStepResult = await execute(
             names.MODEL_STEP,
             self._next_model_input(),
@@ -305,12 +320,12 @@ class _Loop:
         instead of two workflow activations and a round trip. Only idempotent tools qualify (a retry of the
         activity re-runs a tool whose result was not stored yet), and only when a next step will follow."""
         return (
-            self.opts.fuse_tools_with_next_model_step
+            self.shape.fuse_tools_with_next_model_step
             and bool(runnable)
             and all(t.idempotent for t in runnable)
             and self.carry.step < (self.carry.max_steps or 0)
             and not workflow.info().is_continue_as_new_suggested()
-            and workflow.patched(FUSED_STEPS_PATCH)
+            and (not self.legacy or workflow.patched(FUSED_STEPS_PATCH))
         )
 
     async def _tools_then_model(self, calls: list[PlannedToolCall]) -> ToolsThenModelResult:
@@ -434,3 +449,14 @@ class _Loop:
             usage=c.usage,
             steps=c.step,
         )
+
+
+def _pin_shape(preferred: RunShape) -> RunShape | None:
+    """The run's shape as its history records it; None for a run started before shapes were pinned.
+
+    A run's first workflow task records the starting worker's `preferred` shape as a `workflow.patched` marker.
+    Replaying, `patched` is true only for the marker the history holds and adds no command for the others, so a
+    worker that prefers another shape finds the recorded one and issues the same commands.
+    """
+    candidates = (preferred, *(s for s in ALL_SHAPES if s != preferred))
+    return next((s for s in candidates if workflow.patched(s.marker())), None)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from keel.protocol import (
     EventRecord,
@@ -37,9 +37,35 @@ class PendingWrites(Contract):
 # --- AgentRun: the workflow's public contract -----------------------------------------------------------
 
 
+class RunShape(Contract):
+    """The settings that decide which commands a run issues. The worker that starts a run picks them (its
+    `AgentActivityOptions`); they are recorded in the run's history as a marker and carried across
+    continue-as-new, so a worker with other settings continues the run exactly as it began."""
+
+    model_config = ConfigDict(frozen=True)
+
+    model_as_local_activity: bool = True
+    fuse_tools_with_next_model_step: bool = True
+
+    def marker(self) -> str:
+        """The id of the `workflow.patched` marker that records this shape (visible in the UI's history)."""
+        model = "local-activity" if self.model_as_local_activity else "activity"
+        steps = "fused" if self.fuse_tools_with_next_model_step else "apart"
+        return f"keel-run-shape:model-{model},steps-{steps}"
+
+
+ALL_SHAPES = tuple(
+    RunShape(model_as_local_activity=local, fuse_tools_with_next_model_step=fused)
+    for local in (True, False)
+    for fused in (True, False)
+)
+
+
 class RunCarry(Contract):
     """State carried across continue-as-new. Internal: callers never set it."""
 
+    shape: RunShape | None = None
+    """None only in runs carried by code from before shapes were pinned."""
     step: int
     message_seq: int
     last_message_id: str | None = None

@@ -1,7 +1,12 @@
-"""Activity options for the agent loop, in one place.
+"""Activity options of the agent loop, in one place, and the options each worker registers for its task queue.
 
-Changing a field here changes how runs *already in flight* schedule their next activities; that is replay-safe
-(options are not checked on replay) but say so in the commit when a field's meaning changes.
+Two kinds of field (each docstring says which):
+
+* **Pinned per run**: decides which commands a run issues. Read once, when a run starts, recorded in its
+  history (`RunShape`) and carried across continue-as-new; a worker with other values continues old runs as
+  they began. Changing one on a worker affects only the runs it starts from then on.
+* **Live**: timeouts and retry policies, read each time an activity is scheduled. Replay never checks them,
+  so a change applies to runs in flight from their next activity on.
 """
 
 from __future__ import annotations
@@ -11,25 +16,28 @@ from datetime import timedelta
 
 from temporalio.common import RetryPolicy
 
+from keel.workflows.contracts import RunShape
+
 NON_RETRYABLE_TYPES = ["UnknownAgent", "ModelRequestError", "InvalidInput", "StorageConfigError"]
 
 
 @dataclass(frozen=True)
 class AgentActivityOptions:
-    """Timeouts and retry policies of the agent loop's activities."""
+    """Run shape, timeouts and retry policies of the agent loop's activities."""
 
     model_as_local_activity: bool = True
-    """Run a model step of its own (the first step, and any step after tools that ran apart) as a local activity:
-    its result is recorded (a marker) in the same workflow task that schedules what follows, saving a server
-    round trip while the step stays durable."""
+    """Pinned per run. Run a model step of its own (the first step, and any step after tools that ran apart)
+    as a local activity: its result is recorded (a marker) in the same workflow task that schedules what
+    follows, saving a server round trip while the step stays durable. False makes it a regular activity, the
+    choice for model calls that may outlive a workflow task timeout."""
 
     fuse_tools_with_next_model_step: bool = True
-    """Run a step's approved tool calls and the next model step as one regular activity when every tool is
-    idempotent: the model reads the results in the same activity, so a step costs one server round trip. The
-    activity stores each tool result before the model call, and a retry reuses the stored results."""
+    """Pinned per run. Run a step's approved tool calls and the next model step as one regular activity when
+    every tool is idempotent: the model reads the results in the same activity, so a step costs one server
+    round trip. The activity stores each tool result before the model call, and a retry reuses them."""
 
     model_start_to_close: timedelta = timedelta(minutes=5)
-    """Upper bound of one model call attempt, streaming included."""
+    """Live. Upper bound of one model call attempt, streaming included."""
 
     model_retry: RetryPolicy = field(
         default_factory=lambda: RetryPolicy(
@@ -40,13 +48,13 @@ class AgentActivityOptions:
             non_retryable_error_types=NON_RETRYABLE_TYPES,
         )
     )
-    """Rate limits and 5xx are retried with backoff (a provider's retry-after overrides the interval)."""
+    """Live. Rate limits and 5xx are retried with backoff (a provider's retry-after overrides the interval)."""
 
     tool_start_to_close: timedelta = timedelta(minutes=10)
-    """Upper bound of one tool attempt."""
+    """Live. Upper bound of one tool attempt."""
 
     tool_heartbeat: timedelta = timedelta(seconds=10)
-    """A tool attempt whose worker stops heartbeating for this long is considered lost (worker crash)."""
+    """Live. A tool attempt whose worker stops heartbeating for this long is considered lost (worker crash)."""
 
     idempotent_tool_retry: RetryPolicy = field(
         default_factory=lambda: RetryPolicy(
@@ -56,13 +64,42 @@ class AgentActivityOptions:
             non_retryable_error_types=NON_RETRYABLE_TYPES,
         )
     )
-    """A lost attempt of an idempotent tool is re-run."""
+    """Live. A lost attempt of an idempotent tool is re-run."""
 
     once_tool_retry: RetryPolicy = field(default_factory=lambda: RetryPolicy(maximum_attempts=1))
-    """A non-idempotent tool is never re-run: a lost attempt becomes a tool error the model sees."""
+    """Live. A non-idempotent tool is never re-run: a lost attempt becomes a tool error the model sees."""
 
     storage_start_to_close: timedelta = timedelta(seconds=30)
-    """Upper bound of the small storage-only activity that persists a run's last messages."""
+    """Live. Upper bound of the small storage-only activity that persists a run's last messages."""
+
+    def shape(self) -> RunShape:
+        """The pinned-per-run fields: what a run started with these options records."""
+        return RunShape(
+            model_as_local_activity=self.model_as_local_activity,
+            fuse_tools_with_next_model_step=self.fuse_tools_with_next_model_step,
+        )
 
 
 DEFAULT_OPTIONS = AgentActivityOptions()
+
+_BY_TASK_QUEUE: dict[str, AgentActivityOptions] = {}
+
+
+def register(task_queue: str, options: AgentActivityOptions) -> None:
+    """Use `options` for the runs this process's worker on `task_queue` executes (`KeelPlugin` calls it).
+
+    A process-wide table, not per workflow instance, because a workflow can read nothing of its worker but its
+    `workflow.info()`; this module passes through the sandbox, so sandboxed runs see the same table.
+    """
+    _BY_TASK_QUEUE[task_queue] = options
+
+
+def unregister(task_queue: str, options: AgentActivityOptions) -> None:
+    if _BY_TASK_QUEUE.get(task_queue) is options:
+        del _BY_TASK_QUEUE[task_queue]
+
+
+def options_for(task_queue: str) -> AgentActivityOptions:
+    """The options registered for `task_queue`, else the defaults (a replayer, a worker built without Keel's
+    plugin)."""
+    return _BY_TASK_QUEUE.get(task_queue, DEFAULT_OPTIONS)

@@ -1,0 +1,154 @@
+"""`KeelPlugin`: Keel added to your own Temporal client and worker in one line.
+
+    client = await Client.connect("127.0.0.1:7233", plugins=[KeelPlugin(app)])
+    worker = Worker(client, task_queue="keel", workflows=[MyWorkflow])  # + AgentRun and the app's activities
+
+On a client it sets Keel's data converter. On a worker (and on a `Replayer`) it adds Keel's workflows, the
+app's activities (bound to its storage, opened and migrated while the worker runs) and the workflow runners:
+Keel's own workflows opt out of the sandbox (`@workflow.defn(sandboxed=False)`), every other workflow, yours,
+runs in it, with Keel's data modules passed through. The options it is given are registered for the worker's
+task queue (`keel.workflows.options`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+from temporalio.converter import DataConverter
+from temporalio.plugin import SimplePlugin
+from temporalio.worker import ReplayerConfig, UnsandboxedWorkflowRunner, Worker, WorkerConfig, WorkflowRunner
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+from keel.activities import AgentActivities
+from keel.app import App
+from keel.storage import Storage, open_storage
+from keel.workflows import DATA_CONVERTER, WORKFLOWS
+from keel.workflows import options as run_options
+from keel.workflows.converter import KeelPayloadConverter
+from keel.workflows.options import DEFAULT_OPTIONS, AgentActivityOptions
+
+SANDBOX_PASSTHROUGH: dict[str, str] = {
+    "pydantic": "the contract models' library: no per-run state, and re-importing it per run is slow",
+    "pydantic_core": "pydantic's compiled core",
+    "annotated_types": "pydantic's constraint types",
+    "keel.protocol": "models, names and an error formatter: no state, no I/O",
+    "keel.workflows.contracts": "models only; re-importing them cost ~45 ms of schema building per new run",
+    "keel.workflows.converter": "converter classes only; payloads are converted outside the sandbox",
+    "keel.workflows.options": "the options each worker registered for its task queue: a fresh import has none",
+    "keel.workflows.search_attributes": "constant search attribute keys",
+}
+"""Modules shared with the sandbox instead of re-imported for each workflow run, each with why that is safe."""
+
+SANDBOX_ENV = "KEEL_WORKFLOW_SANDBOX"
+"""`1` runs Keel's own workflows in the sandbox too (the test suite sets it): the sandbox then checks them for
+non-deterministic calls, at the measured cost in `AgentRun`'s comment."""
+
+
+def sandboxed_runner(runner: WorkflowRunner | None = None) -> SandboxedWorkflowRunner:
+    """`runner` (a sandbox the worker was given, else the default one) with Keel's passthrough modules."""
+    base = runner if isinstance(runner, SandboxedWorkflowRunner) else SandboxedWorkflowRunner()
+    restrictions: SandboxRestrictions = base.restrictions.with_passthrough_modules(*SANDBOX_PASSTHROUGH)
+    return dataclasses.replace(base, restrictions=restrictions)
+
+
+def _sandbox_keel_workflows(value: bool | None) -> bool:
+    if value is not None:
+        return value
+    return os.environ.get(SANDBOX_ENV, "").lower() in ("1", "true", "yes")
+
+
+def keel_workflows_runner(sandboxed: bool | None = None) -> WorkflowRunner:
+    """The runner Keel's own workflows get: none (they run unsandboxed), or the sandbox when `sandboxed`
+    (default `$KEEL_WORKFLOW_SANDBOX`)."""
+    return sandboxed_runner() if _sandbox_keel_workflows(sandboxed) else UnsandboxedWorkflowRunner()
+
+
+class KeelPlugin(SimplePlugin):
+    """Keel's workflows, an app's activities and Keel's data converter for a Temporal client and worker.
+
+    Args:
+        app: the agents and tools whose activities a worker runs; None registers only the workflows (a
+            replayer, or a worker for workflows alone).
+        storage: where the activities read and write threads and events; default `open_storage()` (from
+            `KEEL_STORAGE_URL`), initialised (migrated) when a worker starts and closed when it stops. A storage
+            passed in is the caller's to initialise and close.
+        options: run shape, timeouts and retry policies of the agent loop, registered for the task queue of
+            each worker the plugin configures.
+        sandbox_keel_workflows: run Keel's own workflows in the sandbox too; default `$KEEL_WORKFLOW_SANDBOX`.
+    """
+
+    def __init__(
+        self,
+        app: App | None = None,
+        *,
+        storage: Storage | None = None,
+        options: AgentActivityOptions = DEFAULT_OPTIONS,
+        sandbox_keel_workflows: bool | None = None,
+    ) -> None:
+        self.app = app
+        self.options = options
+        self.sandbox_keel_workflows = _sandbox_keel_workflows(sandbox_keel_workflows)
+        self._owns_storage = storage is None and app is not None
+        self.storage = storage if storage is not None or app is None else open_storage()
+        self._initialised = False
+        self._init_lock = asyncio.Lock()
+        activities = AgentActivities(app, self.storage).all() if app is not None and self.storage else None
+        super().__init__(
+            "keel.KeelPlugin",
+            data_converter=_with_keel_payloads,
+            workflows=WORKFLOWS,
+            activities=activities,
+            workflow_runner=sandboxed_runner,
+            run_context=contextlib.asynccontextmanager(self._storage_ready),
+        )
+
+    def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
+        config = super().configure_worker(config)
+        if self.sandbox_keel_workflows:
+            config["unsandboxed_workflow_runner"] = sandboxed_runner(config.get("workflow_runner"))
+        run_options.register(config["task_queue"], self.options)
+        return config
+
+    def configure_replayer(self, config: ReplayerConfig) -> ReplayerConfig:
+        config = super().configure_replayer(config)
+        config["unsandboxed_workflow_runner"] = (
+            sandboxed_runner(config.get("workflow_runner"))
+            if self.sandbox_keel_workflows
+            else UnsandboxedWorkflowRunner()
+        )
+        return config
+
+    async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
+        try:
+            await super().run_worker(worker, next)
+        finally:
+            run_options.unregister(worker.task_queue, self.options)
+
+    async def _storage_ready(self) -> AsyncIterator[None]:
+        """Before a worker polls: the plugin's own storage initialised (its migrations applied) once."""
+        if self._owns_storage and self.storage is not None:
+            async with self._init_lock:
+                if not self._initialised:
+                    await self.storage.init()
+                    self._initialised = True
+        yield
+
+    async def aclose(self) -> None:
+        """Close the storage the plugin opened itself (a passed-in storage is the caller's to close)."""
+        if self._owns_storage and self.storage is not None:
+            await self.storage.close()
+
+
+def _with_keel_payloads(existing: DataConverter | None) -> DataConverter:
+    """The caller's converter with Keel's payload converter (pydantic, strict input errors), keeping its codec
+    and failure converter; Keel's own converter when there is none."""
+    if existing is None:
+        return DATA_CONVERTER
+    return dataclasses.replace(existing, payload_converter_class=KeelPayloadConverter)
+
+
+__all__ = ["SANDBOX_ENV", "SANDBOX_PASSTHROUGH", "KeelPlugin", "keel_workflows_runner", "sandboxed_runner"]
