@@ -1,4 +1,5 @@
-"""Build and run a Keel worker for an app: `python worker.py --app myproject.app:app`."""
+"""Build and run a Keel worker for an app: `keel worker --app myproject.app:app` (or, from a checkout,
+`python worker.py --app myproject.app:app`)."""
 
 from __future__ import annotations
 
@@ -56,9 +57,8 @@ def build_worker(
     )
 
 
-async def run_worker(app_ref: str | None, address: str | None, namespace: str | None, queue: str | None) -> None:
-    app = load_app(app_ref)
-    client = await connect(address, namespace)
+async def serve(app: App, client: Client, *, task_queue: str) -> None:
+    """Run a worker for `app` on `task_queue`, with the storage of `$KEEL_STORAGE_URL`, until SIGINT or SIGTERM."""
     storage = open_storage()
     await storage.init()
     stop = asyncio.Event()
@@ -66,12 +66,16 @@ async def run_worker(app_ref: str | None, address: str | None, namespace: str | 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     try:
-        worker = build_worker(client, app, storage, task_queue=queue or task_queue())
-        async with worker:
+        async with build_worker(client, app, storage, task_queue=task_queue) as worker:
             print(f"keel worker: task queue {worker.task_queue!r}, agents: {', '.join(app.agents)}", flush=True)
             await stop.wait()
     finally:
         await storage.close()
+
+
+async def run_worker(app_ref: str | None, address: str | None, namespace: str | None, queue: str | None) -> None:
+    app = load_app(app_ref)
+    await serve(app, await connect(address, namespace), task_queue=queue or task_queue())
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -81,6 +85,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--namespace", help="Temporal namespace (default: $KEEL_NAMESPACE or default)")
     parser.add_argument("--task-queue", help="task queue (default: $KEEL_TASK_QUEUE or keel)")
     args = parser.parse_args(argv)
+    # The current directory is importable, so `--app myproject.app:app` works from the project (like uvicorn).
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
     asyncio.run(run_worker(args.app, args.address, args.namespace, args.task_queue))
     sys.stdout.flush()
     os._exit(0)  # sdk-python#300: a Temporal client process can crash at interpreter exit

@@ -1,16 +1,16 @@
-"""The `keel` command line: dev stack, runs, approvals, listings and counts."""
+"""The client side of the `keel` command line: runs, approvals, listings, counts, events and the background dev
+server. The commands that run a worker (`worker`, `dev`, `demo`) are added by `keel.cli`, above this package."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import contextlib
-import functools
 import json
 import os
-import signal
 import sys
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from keel.app import App, AppError, load_app
@@ -45,7 +45,8 @@ def _json(value: Any) -> str:
     return json.dumps(value, indent=2, default=str)
 
 
-async def _connect(args: argparse.Namespace, app: App | None = None) -> KeelClient:
+async def connect_client(args: argparse.Namespace, app: App | None = None) -> KeelClient:
+    """A client for the command's --address, --namespace and --task-queue; `CliError` when Temporal is down."""
     try:
         return await KeelClient.connect(args.address, namespace=args.namespace, task_queue=args.task_queue, app=app)
     except RuntimeError as err:
@@ -53,7 +54,8 @@ async def _connect(args: argparse.Namespace, app: App | None = None) -> KeelClie
         raise CliError(f"Cannot reach Temporal at {address} ({err}); start it with `make dev` or `keel dev`") from None
 
 
-async def _storage() -> Storage:
+async def open_store() -> Storage:
+    """The storage of `$KEEL_STORAGE_URL`, initialised."""
     store = open_storage()
     await store.init()
     return store
@@ -116,7 +118,7 @@ async def _follow_run(keel: KeelClient, storage: Storage, run_id: str, offset: i
 
 async def cmd_run(args: argparse.Namespace) -> int:
     app = load_app(args.app)
-    keel = await _connect(args, app)
+    keel = await connect_client(args, app)
     messages: Any = args.message
     if args.message.lstrip().startswith("["):
         try:
@@ -134,7 +136,7 @@ async def cmd_run(args: argparse.Namespace) -> int:
     print(f"run {run_id} started (agent {args.agent})", flush=True)
     if args.no_follow:
         return 0
-    storage = await _storage()
+    storage = await open_store()
     try:
         return await _follow_run(keel, storage, run_id, 0)
     finally:
@@ -142,8 +144,8 @@ async def cmd_run(args: argparse.Namespace) -> int:
 
 
 async def cmd_approve(args: argparse.Namespace) -> int:
-    keel = await _connect(args)
-    storage = await _storage()
+    keel = await connect_client(args)
+    storage = await open_store()
     try:
         offset = len(await storage.read_events(args.run_id))
         accepted = await keel.approve(args.run_id, args.tool_call_id, approved=not args.decline, reason=args.reason)
@@ -157,21 +159,21 @@ async def cmd_approve(args: argparse.Namespace) -> int:
 
 
 async def cmd_pending(args: argparse.Namespace) -> int:
-    keel = await _connect(args)
+    keel = await connect_client(args)
     pending = await keel.pending_tool_calls(args.run_id)
     print(_json([p.model_dump(by_alias=True) for p in pending]))
     return 0
 
 
 async def cmd_result(args: argparse.Namespace) -> int:
-    keel = await _connect(args)
+    keel = await connect_client(args)
     result = await keel.result(args.run_id)
     print(_json(result.model_dump(by_alias=True)))
     return 0
 
 
 async def cmd_runs(args: argparse.Namespace) -> int:
-    keel = await _connect(args)
+    keel = await connect_client(args)
     runs = await keel.list_runs(status=args.status, agent_id=args.agent, limit=args.limit)
     if args.json:
         print(_json([r.__dict__ for r in runs]))
@@ -185,7 +187,7 @@ async def cmd_runs(args: argparse.Namespace) -> int:
 
 
 async def cmd_counts(args: argparse.Namespace) -> int:
-    keel = await _connect(args, load_app(args.app))
+    keel = await connect_client(args, load_app(args.app))
     counts = await keel.counts()
     if args.json:
         print(_json(counts))
@@ -197,13 +199,13 @@ async def cmd_counts(args: argparse.Namespace) -> int:
 
 
 async def cmd_events(args: argparse.Namespace) -> int:
-    storage = await _storage()
+    storage = await open_store()
     try:
         if not args.follow:
             for event in await storage.read_events(args.run_id, offset=args.offset):
                 print(json.dumps(event.model_dump(mode="json", by_alias=True)))
             return 0
-        keel = await _connect(args)
+        keel = await connect_client(args)
 
         async def closed() -> bool:
             return (await keel.describe(args.run_id)).status not in ("running", "suspended")
@@ -229,70 +231,23 @@ async def cmd_server(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _until_interrupted() -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-
-
-async def _with_stack(args: argparse.Namespace, body: Callable[[KeelClient, App, DevServer], Awaitable[int]]) -> int:
-    """Run `body` with a dev server (started or reused) and an in-process worker; stop what was started."""
-    from keel.worker import build_worker
-
-    app = load_app(args.app)
-    cfg = DevServerConfig()
-    server = DevServer(cfg)
-    await server.start()
-    storage = await _storage()
-    try:
-        keel = await _connect(args, app)
-        async with build_worker(keel.temporal, app, storage, task_queue=keel.task_queue):
-            return await body(keel, app, server)
-    finally:
-        await storage.close()
-        server.stop()
-
-
-async def cmd_dev(args: argparse.Namespace) -> int:
-    async def serve(keel: KeelClient, app: App, server: DevServer) -> int:
-        await wait_for_ui(server.cfg)
-        origin = "started" if server.owned else "reused"
-        print(f"Temporal {origin} at {server.cfg.address}; UI {server.cfg.ui_url}", flush=True)
-        print(f"worker on task queue {keel.task_queue!r}; agents: {', '.join(app.agents)}", flush=True)
-        print("Ctrl-C stops everything", flush=True)
-        await _until_interrupted()
-        return 0
-
-    return await _with_stack(args, serve)
-
-
-async def cmd_demo(args: argparse.Namespace) -> int:
-    from keel.client.demo import run_demo
-
-    return await _with_stack(args, run_demo)
-
-
 # --- parser --------------------------------------------------------------------------------------------
 
 
-def build_parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--address", help="Temporal address (default $KEEL_TEMPORAL_ADDRESS or 127.0.0.1:7233)")
-    common.add_argument("--namespace", help="Temporal namespace (default $KEEL_NAMESPACE or default)")
-    common.add_argument("--task-queue", help="task queue (default $KEEL_TASK_QUEUE or keel)")
-    common.add_argument("--app", help="app reference module:attr (default $KEEL_APP or the bundled demo app)")
-    parser = argparse.ArgumentParser(prog="keel", description="Durable agents on Temporal.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    add = functools.partial(sub.add_parser, parents=[common])
+@dataclass(frozen=True)
+class Command:
+    """A `keel` subcommand: its help, its arguments (besides the common ones) and what it runs."""
 
-    add("dev", help="run the dev server and a worker in the foreground (Ctrl-C stops all)")
-    add("demo", help="run the demo end to end (approve one run, decline another) and exit")
-    p = add("server", help="start/stop a background dev server")
+    help: str
+    run: Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
+    arguments: Callable[[argparse.ArgumentParser], None] = lambda parser: None
+
+
+def _server_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("action", choices=["start", "stop", "status"])
 
-    p = add("run", help="start an agent run and follow it until it finishes or waits for approval")
+
+def _run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("agent")
     p.add_argument("message", help="a user message, or a JSON list of {role, content}")
     p.add_argument("--thread-id")
@@ -301,52 +256,71 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-steps", type=int)
     p.add_argument("--no-follow", action="store_true", help="print the run id and return at once")
 
-    p = add("approve", help="approve (or --decline) a pending tool call")
+
+def _approve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_id")
     p.add_argument("tool_call_id")
     p.add_argument("--decline", action="store_true")
     p.add_argument("--reason")
     p.add_argument("--no-follow", action="store_true")
 
-    p = add("pending", help="list a run's pending tool calls")
-    p.add_argument("run_id")
-    p = add("result", help="wait for a run and print its result JSON")
+
+def _run_id_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_id")
 
-    p = add("runs", help="list agent runs")
+
+def _runs_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--status", choices=["running", "suspended", "completed", "failed", "canceled", "terminated"])
     p.add_argument("--agent")
     p.add_argument("--limit", type=int, default=50)
     p.add_argument("--json", action="store_true")
 
-    p = add("counts", help="running and suspended runs per agent")
+
+def _json_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true")
 
-    p = add("events", help="print a run's event log from an offset")
+
+def _events_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_id")
     p.add_argument("--offset", type=int, default=0)
     p.add_argument("--follow", action="store_true", help="keep following until the run finishes")
+
+
+COMMANDS: dict[str, Command] = {
+    "server": Command("start/stop a background dev server", cmd_server, _server_args),
+    "run": Command("start an agent run and follow it until it finishes or waits for approval", cmd_run, _run_args),
+    "approve": Command("approve (or --decline) a pending tool call", cmd_approve, _approve_args),
+    "pending": Command("list a run's pending tool calls", cmd_pending, _run_id_arg),
+    "result": Command("wait for a run and print its result JSON", cmd_result, _run_id_arg),
+    "runs": Command("list agent runs", cmd_runs, _runs_args),
+    "counts": Command("running and suspended runs per agent", cmd_counts, _json_arg),
+    "events": Command("print a run's event log from an offset", cmd_events, _events_args),
+}
+"""The commands that only talk to Temporal and storage; `keel.cli` adds the ones that run a worker."""
+
+
+def build_parser(commands: dict[str, Command]) -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--address", help="Temporal address (default $KEEL_TEMPORAL_ADDRESS or 127.0.0.1:7233)")
+    common.add_argument("--namespace", help="Temporal namespace (default $KEEL_NAMESPACE or default)")
+    common.add_argument("--task-queue", help="task queue (default $KEEL_TASK_QUEUE or keel)")
+    common.add_argument("--app", help="app reference module:attr (default $KEEL_APP or the bundled demo app)")
+    parser = argparse.ArgumentParser(prog="keel", description="Durable agents on Temporal.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, command in commands.items():
+        command.arguments(sub.add_parser(name, parents=[common], help=command.help))
     return parser
 
 
-COMMANDS: dict[str, Callable[[argparse.Namespace], Coroutine[Any, Any, int]]] = {
-    "dev": cmd_dev,
-    "demo": cmd_demo,
-    "server": cmd_server,
-    "run": cmd_run,
-    "approve": cmd_approve,
-    "pending": cmd_pending,
-    "result": cmd_result,
-    "runs": cmd_runs,
-    "counts": cmd_counts,
-    "events": cmd_events,
-}
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
+def main(argv: Sequence[str] | None = None, commands: dict[str, Command] | None = None) -> None:
+    """Parse `argv` and run the command; errors are one line on stderr with exit code 2."""
+    commands = commands or COMMANDS
+    args = build_parser(commands).parse_args(argv)
+    # The current directory is importable, so `--app myproject.app:app` works from the project (like uvicorn).
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
     try:
-        code = asyncio.run(COMMANDS[args.command](args))
+        code = asyncio.run(commands[args.command].run(args))
     except (CliError, KeelClientError, AppError, DevServerError, StorageError) as err:
         print(f"error: {err}", file=sys.stderr)
         code = 2
@@ -356,7 +330,3 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
     os._exit(code)  # sdk-python#300: a Temporal client process can crash at interpreter exit
-
-
-if __name__ == "__main__":
-    main()

@@ -1,1 +1,155 @@
-"""Keel: durable agents and workspaces on Temporal."""
+"""Keel: durable agents and workspaces on Temporal.
+
+    from keel import Agent, App, KeelClient, KeelPlugin, ScriptedModel, tool
+
+The names below are Keel's public API; each is imported on first use, so `import keel` (which Temporal's
+workflow sandbox does for every workflow of a `keel.*` module) loads nothing else. The packages behind them:
+`keel.app` (what you define), `keel.model_providers`, `keel.client`, `keel.protocol` (shared data),
+`keel.workflows`, `keel.activities`, `keel.storage`, `keel.worker` and `keel.plugin`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS: dict[str, str] = {
+    # what an app defines
+    "Agent": "keel.app",
+    "App": "keel.app",
+    "AppError": "keel.app",
+    "Tool": "keel.app",
+    "ToolContext": "keel.app",
+    "UnknownAgent": "keel.app",
+    "UnknownTool": "keel.app",
+    "load_app": "keel.app",
+    "tool": "keel.app",
+    # chat models
+    "ChatModel": "keel.model_providers",
+    "ModelError": "keel.model_providers",
+    "ModelRequest": "keel.model_providers",
+    "ModelRequestError": "keel.model_providers",
+    "ModelResponse": "keel.model_providers",
+    "ModelRetryableError": "keel.model_providers",
+    "ModelToolCall": "keel.model_providers",
+    "OpenAIChatModel": "keel.model_providers",
+    "ScriptedModel": "keel.model_providers",
+    "ToolSpec": "keel.model_providers",
+    "last_user_text": "keel.model_providers",
+    "tool_results_since_last_user": "keel.model_providers",
+    # messages
+    "MessageRecord": "keel.protocol",
+    "TextPart": "keel.protocol",
+    "ToolCallPart": "keel.protocol",
+    "ToolResultPart": "keel.protocol",
+    "Usage": "keel.protocol",
+    # the client
+    "InvalidRunInput": "keel.client",
+    "KeelClient": "keel.client",
+    "KeelClientError": "keel.client",
+    "RunClosed": "keel.client",
+    "RunFailed": "keel.client",
+    "RunInfo": "keel.client",
+    "RunNotFound": "keel.client",
+    "ToolCallRejected": "keel.client",
+    # the workflow contract
+    "AgentRunInput": "keel.workflows",
+    "AgentRunResult": "keel.workflows",
+    "PendingToolCall": "keel.workflows",
+    "ToolApproval": "keel.workflows",
+    "AgentActivityOptions": "keel.workflows",
+    # workers
+    "KeelPlugin": "keel.plugin",
+    "build_worker": "keel.worker",
+    "open_storage": "keel.storage",
+}
+
+__all__ = [
+    "Agent",
+    "AgentActivityOptions",
+    "AgentRunInput",
+    "AgentRunResult",
+    "App",
+    "AppError",
+    "ChatModel",
+    "InvalidRunInput",
+    "KeelClient",
+    "KeelClientError",
+    "KeelPlugin",
+    "MessageRecord",
+    "ModelError",
+    "ModelRequest",
+    "ModelRequestError",
+    "ModelResponse",
+    "ModelRetryableError",
+    "ModelToolCall",
+    "OpenAIChatModel",
+    "PendingToolCall",
+    "RunClosed",
+    "RunFailed",
+    "RunInfo",
+    "RunNotFound",
+    "ScriptedModel",
+    "TextPart",
+    "Tool",
+    "ToolApproval",
+    "ToolCallPart",
+    "ToolCallRejected",
+    "ToolContext",
+    "ToolResultPart",
+    "ToolSpec",
+    "UnknownAgent",
+    "UnknownTool",
+    "Usage",
+    "build_worker",
+    "last_user_text",
+    "load_app",
+    "open_storage",
+    "tool",
+    "tool_results_since_last_user",
+]
+
+if TYPE_CHECKING:
+    from keel.app import Agent, App, AppError, Tool, ToolContext, UnknownAgent, UnknownTool, load_app, tool
+    from keel.client import (
+        InvalidRunInput,
+        KeelClient,
+        KeelClientError,
+        RunClosed,
+        RunFailed,
+        RunInfo,
+        RunNotFound,
+        ToolCallRejected,
+    )
+    from keel.model_providers import (
+        ChatModel,
+        ModelError,
+        ModelRequest,
+        ModelRequestError,
+        ModelResponse,
+        ModelRetryableError,
+        ModelToolCall,
+        OpenAIChatModel,
+        ScriptedModel,
+        ToolSpec,
+        last_user_text,
+        tool_results_since_last_user,
+    )
+    from keel.plugin import KeelPlugin
+    from keel.protocol import MessageRecord, TextPart, ToolCallPart, ToolResultPart, Usage
+    from keel.storage import open_storage
+    from keel.worker import build_worker
+    from keel.workflows import AgentActivityOptions, AgentRunInput, AgentRunResult, PendingToolCall, ToolApproval
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'keel' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

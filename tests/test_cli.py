@@ -29,7 +29,7 @@ class Keel:
         import os
 
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "keel.client.cli", *args,
+            sys.executable, "-m", "keel.cli", *args,
             env={**os.environ, **self.env}, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip
         out, err = await proc.communicate()

@@ -1,0 +1,33 @@
+"""The `keel` command: the client commands (`keel.client.cli`), the local stack (`dev`, `demo`) and `worker`."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+from keel import dev_stack
+from keel.app import load_app
+from keel.client import cli as client_cli
+from keel.worker import serve
+
+
+async def cmd_worker(args: argparse.Namespace) -> int:
+    app = load_app(args.app)
+    keel = await client_cli.connect_client(args)
+    await serve(app, keel.temporal, task_queue=keel.task_queue)
+    return 0
+
+
+COMMANDS = {
+    **dev_stack.COMMANDS,
+    "worker": client_cli.Command("run a worker for an app (--app module:attr) until Ctrl-C", cmd_worker),
+    **client_cli.COMMANDS,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    client_cli.main(argv, COMMANDS)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,64 @@
+"""`keel dev` and `keel demo`: the local stack in one process (a dev server, started or reused, and a worker for
+the app), above both `keel.client` and the worker, so the client package never imports worker code."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+from collections.abc import Awaitable, Callable
+
+from keel.app import App, load_app
+from keel.client.cli import Command, connect_client, open_store
+from keel.client.demo import run_demo
+from keel.client.devserver import DevServer, DevServerConfig, wait_for_ui
+from keel.client.keel_client import KeelClient
+from keel.worker import build_worker
+
+StackBody = Callable[[KeelClient, App, DevServer], Awaitable[int]]
+
+
+async def with_stack(args: argparse.Namespace, body: StackBody) -> int:
+    """Run `body` with a dev server (started or reused) and an in-process worker; stop what was started."""
+    app = load_app(args.app)
+    server = DevServer(DevServerConfig())
+    await server.start()
+    storage = await open_store()
+    try:
+        keel = await connect_client(args, app)
+        async with build_worker(keel.temporal, app, storage, task_queue=keel.task_queue):
+            return await body(keel, app, server)
+    finally:
+        await storage.close()
+        server.stop()
+
+
+async def _until_interrupted() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+
+async def cmd_dev(args: argparse.Namespace) -> int:
+    async def serve(keel: KeelClient, app: App, server: DevServer) -> int:
+        await wait_for_ui(server.cfg)
+        origin = "started" if server.owned else "reused"
+        print(f"Temporal {origin} at {server.cfg.address}; UI {server.cfg.ui_url}", flush=True)
+        print(f"worker on task queue {keel.task_queue!r}; agents: {', '.join(app.agents)}", flush=True)
+        print("Ctrl-C stops everything", flush=True)
+        await _until_interrupted()
+        return 0
+
+    return await with_stack(args, serve)
+
+
+async def cmd_demo(args: argparse.Namespace) -> int:
+    return await with_stack(args, run_demo)
+
+
+COMMANDS = {
+    "dev": Command("run the dev server and a worker in the foreground (Ctrl-C stops all)", cmd_dev),
+    "demo": Command("run the demo end to end (approve one run, decline another) and exit", cmd_demo),
+}
