@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -23,7 +24,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
 from functools import partial
 from pathlib import Path
@@ -44,6 +45,7 @@ from keel.worker import build_worker
 from keel.workflows import DATA_CONVERTER
 
 HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
 MASTRA_DIR = HERE / "mastra"
 
 
@@ -61,6 +63,37 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+@contextlib.asynccontextmanager
+async def worker_process(checkout: Path, address: str, state: Path) -> AsyncIterator[str]:
+    """A Keel worker for the bench app run from `checkout` (its own `.venv`, `worker.py`, `bench/apps.py`) in a
+    process of its own, on a task queue of its own; yields the queue. Both sides of a before/after comparison
+    run this way, so neither shares a process with the bench's client."""
+    queue = f"bench-sub-{uuid.uuid4()}"
+    state.mkdir(parents=True, exist_ok=True)
+    env = {
+        **os.environ,
+        "KEEL_TEMPORAL_ADDRESS": address,
+        "KEEL_STORAGE_URL": f"sqlite:///{state / 'keel.db'}",
+        "KEEL_DATA_DIR": str(state / "data"),
+        "KEEL_BENCH_DIR": str(state / "files"),
+    }
+    proc = await asyncio.create_subprocess_exec(
+        str(checkout / ".venv" / "bin" / "python"), "worker.py", "--app", "bench.apps:app", "--task-queue", queue,
+        cwd=checkout, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        line = await asyncio.wait_for(proc.stdout.readline(), 60)
+        if b"keel worker:" not in line:
+            raise RuntimeError(
+                f"worker from {checkout} did not start: {line.decode()}{(await proc.stdout.read()).decode()}"
+            )
+        yield queue
+    finally:
+        proc.terminate()
+        await proc.wait()
+
+
 class Runner:
     """Starts Keel and bare runs on one server and times them."""
 
@@ -69,10 +102,11 @@ class Runner:
         self.bare_client = bare_client
         self.bare_queue = bare_queue
 
-    async def keel_run(self, steps: int) -> tuple[float, str]:
+    async def keel_run(self, steps: int, *, queue: str | None = None) -> tuple[float, str]:
+        keel = self.keel if queue is None else KeelClient(self.keel.temporal, task_queue=queue, app=self.keel.app)
         t0 = time.perf_counter()
-        run_id = await self.keel.start_run("bench", f"steps={steps}", max_steps=steps + 1)
-        result = await self.keel.result(run_id)
+        run_id = await keel.start_run("bench", f"steps={steps}", max_steps=steps + 1)
+        result = await keel.result(run_id)
         elapsed = time.perf_counter() - t0
         if result.steps != steps + 1 or len(result.tool_results) != steps:
             raise RuntimeError(f"keel run {run_id}: {result.steps} steps, {len(result.tool_results)} tool results")
@@ -154,6 +188,14 @@ async def bench_server(tuned: bool, args: argparse.Namespace) -> dict[str, Any]:
             await stack.enter_async_context(build_worker(keel_client, bench_app, storage, task_queue=keel_queue))
             await stack.enter_async_context(build_bare_worker(bare_client, bare_queue))
             r = Runner(KeelClient(keel_client, task_queue=keel_queue, app=bench_app), bare_client, bare_queue)
+            subprocess_queues: dict[str, str] = {}
+            if args.baseline:
+                # Before/after in the same run: this checkout's worker and the baseline checkout's, each in a
+                # process of its own, driven by the same client side by side with the in-process workers.
+                for who, checkout in (("keel_sub", REPO), ("baseline_sub", args.baseline)):
+                    subprocess_queues[who] = await stack.enter_async_context(
+                        worker_process(checkout, cfg.address, tmp / who)
+                    )
 
             log(f"[{label}] warm-up")
             for _ in range(2):
@@ -161,6 +203,8 @@ async def bench_server(tuned: bool, args: argparse.Namespace) -> dict[str, Any]:
                 await r.bare_run(2)
                 await r.bare_run(2, model_local=True)
                 await r.bare_run(2, fused=True)
+                for queue in subprocess_queues.values():
+                    await r.keel_run(2, queue=queue)
 
             # --- ms per step -----------------------------------------------------------------------------
             steps_rows = []
@@ -170,6 +214,7 @@ async def bench_server(tuned: bool, args: argparse.Namespace) -> dict[str, Any]:
                     "bare": partial(r.bare_run, n),
                     "bare_la": partial(r.bare_run, n, model_local=True),
                     "bare_fused": partial(r.bare_run, n, fused=True),
+                    **{who: partial(r.keel_run, n, queue=queue) for who, queue in subprocess_queues.items()},
                 }
                 secs: dict[str, list[float]] = {who: [] for who in runners}
                 last_id: dict[str, str] = {}
@@ -208,6 +253,21 @@ async def bench_server(tuned: bool, args: argparse.Namespace) -> dict[str, Any]:
                     "bare_local_model_history_events": bare_la_ev,
                     "bare_local_model_history_bytes": bare_la_bytes,
                 }
+                if subprocess_queues:
+                    keel_sub, baseline_sub = (med(secs[w]) * 1000 / n for w in ("keel_sub", "baseline_sub"))
+                    row |= {
+                        "keel_subprocess_ms_per_step": keel_sub,
+                        "baseline_subprocess_ms_per_step": baseline_sub,
+                        "keel_over_baseline": keel_sub / baseline_sub,
+                        "keel_subprocess_over_bare_fused": keel_sub / bare_fused_ms,
+                        "baseline_subprocess_over_bare_fused": baseline_sub / bare_fused_ms,
+                        "keel_subprocess_run_seconds": secs["keel_sub"],
+                        "baseline_subprocess_run_seconds": secs["baseline_sub"],
+                    }
+                    log(
+                        f"[{label}] N={n}: keel (own process) {keel_sub:.1f} ms/step, baseline {baseline_sub:.1f} "
+                        f"(keel/baseline {keel_sub / baseline_sub:.3f})"
+                    )
                 steps_rows.append(row)
                 log(
                     f"[{label}] N={n}: keel {keel_ms:.1f} ms/step, bare {bare_ms:.1f}, bare(LA model) "
@@ -328,6 +388,15 @@ def render(results: dict[str, Any]) -> str:
                 f"{m['events']:.1f} events, {m['bytes']:.0f} bytes  "
                 f"(bare: {b['events']:.1f} events, {b['bytes']:.0f} bytes)"
             )
+        if any("keel_over_baseline" in row for row in srv["steps"]):
+            lines.append(f"Before/after, each worker in its own process (baseline: {results['params']['baseline']}):")
+            for row in srv["steps"]:
+                lines.append(
+                    f"  N={row['n']:>3}: Keel {row['keel_subprocess_ms_per_step']:.1f} ms/step, baseline "
+                    f"{row['baseline_subprocess_ms_per_step']:.1f} -> Keel/baseline {row['keel_over_baseline']:.3f}; "
+                    f"over bare(fused): Keel {row['keel_subprocess_over_bare_fused']:.2f}, baseline "
+                    f"{row['baseline_subprocess_over_bare_fused']:.2f}"
+                )
         a = srv["approve"]
         lines.append(
             f"Approve -> completion (demo agent, median of {a['reps']}): {a['approve_to_result_ms']:.1f} ms "
@@ -377,6 +446,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             "throughput_reps": args.tp_reps,
             "concurrency": args.concurrency,
             "workflow_runner": type(keel_workflows_runner()).__name__,
+            "baseline": str(args.baseline) if args.baseline else None,
         },
         "servers": [],
     }
@@ -395,6 +465,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default=str(HERE / "results.json"), help="where to write the JSON results")
     parser.add_argument("--mastra", action="store_true", help="also run bench/mastra/loop.mjs (npm install first)")
     parser.add_argument("--server", choices=["both", "default", "tuned"], default="both")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="a checkout of an earlier commit, installed (`make install`): its worker and this one's, each in its "
+        "own process, are measured side by side in the same run",
+    )
     parser.add_argument(
         "--sandboxed", action="store_true", help="run both workers' workflows in Temporal's sandbox (as the tests do)"
     )
