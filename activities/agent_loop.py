@@ -11,6 +11,7 @@ from typing import Any
 from temporalio import activity
 
 from keel.activities.events import StepWriter
+from keel.activities.failures import translated
 from keel.activities.heartbeat import heartbeating
 from keel.activities.model_step import ModelSteps
 from keel.activities.tools import ToolCalls
@@ -38,13 +39,15 @@ class AgentActivities:
 
     @activity.defn(name=names.MODEL_STEP)
     async def model_step(self, input: ModelStepInput) -> ModelStepResult:
-        return await self._model.run(input)
+        with translated():
+            return await self._model.run(input)
 
     @activity.defn(name=names.TOOL_CALL)
     async def tool_call(self, input: ToolCallInput) -> ToolCallResult:
-        async with heartbeating():
-            result, is_error = await self._tools.call(input)
-        return await self._tools.record(input, result, is_error)
+        with translated():
+            async with heartbeating():
+                result, is_error = await self._tools.call(input)
+            return await self._tools.record(input, result, is_error)
 
     @activity.defn(name=names.TOOLS_THEN_MODEL)
     async def tools_then_model(self, input: ToolsThenModelInput) -> ToolsThenModelResult:
@@ -53,6 +56,10 @@ class AgentActivities:
         Each tool result is stored before the model is called; a retry of this activity (a lost worker, a
         rate-limited model) reuses the stored results and runs only the tools that had not finished.
         """
+        with translated():
+            return await self._tools_then_model(input)
+
+    async def _tools_then_model(self, input: ToolsThenModelInput) -> ToolsThenModelResult:
         async with heartbeating():
             stored = await self._tools.stored_results(input.tools) if activity.info().attempt > 1 else {}
             # Every tool finishes (and stores its result) before a failure is raised: a retry then re-runs only
@@ -76,11 +83,13 @@ class AgentActivities:
 
     @activity.defn(name=names.FINISH_RUN)
     async def finish_run(self, input: FinishRunInput) -> None:
-        events = StepWriter(self._storage, input, "finish")
-        events.add_records(input.writes.events)
-        step_result = StepResult(reason=input.finish_reason, is_continued=False)
-        events.add(FinishChunk(run_id=input.run_id, payload=FinishPayload(step_result=step_result, usage=input.usage)))
-        await events.flush(input.writes.messages)
+        with translated():
+            events = StepWriter(self._storage, input, "finish")
+            events.add_records(input.writes.events)
+            step_result = StepResult(reason=input.finish_reason, is_continued=False)
+            finish = FinishPayload(step_result=step_result, usage=input.usage)
+            events.add(FinishChunk(run_id=input.run_id, payload=finish))
+            await events.flush(input.writes.messages)
 
     def all(self) -> list[Callable[..., Any]]:
         return [self.model_step, self.tool_call, self.tools_then_model, self.finish_run]

@@ -3,17 +3,14 @@ tool call's tool and policy, and save the assistant message."""
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 from pydantic import ValidationError
-from temporalio.exceptions import ApplicationError
 
-from keel.activities.errors import find_agent
 from keel.activities.events import StepWriter
 from keel.activities.thread_cache import ThreadCache
 from keel.app import Agent, App
-from keel.model_providers import ModelError, ModelRequest, ModelRetryableError
+from keel.model_providers import ModelError, ModelRequest
 from keel.protocol import (
     APPROVAL_RESUME_SCHEMA,
     FinishChunk,
@@ -57,7 +54,7 @@ class ModelSteps:
         self._threads = ThreadCache(storage)
 
     async def run(self, input: ModelStepInput) -> ModelStepResult:
-        agent = find_agent(self._app, input.agent_id)
+        agent = self._app.agent(input.agent_id)
         run_id = input.run_id
         events = StepWriter(self._storage, input, f"model:{input.step}")
         if input.step == 1:
@@ -88,13 +85,9 @@ class ModelSteps:
 
         try:
             response = await agent.model.generate(request, on_delta)
-        except ModelRetryableError as err:
-            await events.flush()
-            delay = timedelta(seconds=err.retry_after) if err.retry_after is not None else None
-            raise ApplicationError(str(err), type="ModelRetryableError", next_retry_delay=delay) from err
-        except ModelError as err:
-            await events.flush()
-            raise ApplicationError(str(err), type="ModelRequestError", non_retryable=True) from err
+        except ModelError:
+            await events.flush()  # what streamed before the failure stays visible, marked with this attempt
+            raise
         if started:
             events.add(TextEndChunk(run_id=run_id, payload=TextEndPayload(id=text_id)))
 

@@ -9,9 +9,8 @@ from pydantic_core import to_json, to_jsonable_python
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from keel.activities.errors import find_agent
 from keel.activities.events import StepWriter
-from keel.app import App, ToolContext
+from keel.app import App, ToolContext, UnknownTool
 from keel.protocol import (
     MessageRecord,
     ToolErrorChunk,
@@ -40,8 +39,11 @@ class ToolCalls:
         The tool's own exceptions become an error result for the model. An `ApplicationError` it raises is the
         tool asking Temporal for a retry (or, non-retryable, to give up) and propagates.
         """
-        agent = find_agent(self._app, input.agent_id)
-        tool = agent.tool(input.tool_name)
+        agent = self._app.agent(input.agent_id)
+        try:
+            tool = agent.tool(input.tool_name)
+        except UnknownTool as err:  # gone since the model step planned the call (an app redeployed): tell the model
+            return {"error": str(err)}, True
         ctx = ToolContext(
             run_id=input.run_id,
             tool_call_id=input.tool_call_id,

@@ -38,11 +38,11 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from bench.apps import app as bench_app
 from bench.bare import BareInput, BareResult, BareRun, build_bare_worker
 from keel.client import KeelClient
+from keel.client.connection import connect
 from keel.client.devserver import TUNED_DYNAMIC_CONFIG, DevServer, DevServerConfig
 from keel.plugin import SANDBOX_ENV, keel_workflows_runner
 from keel.storage import SQLiteStorage
 from keel.worker import build_worker
-from keel.workflows import DATA_CONVERTER
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -180,7 +180,7 @@ async def bench_server(tuned: bool, args: argparse.Namespace) -> dict[str, Any]:
     storage = SQLiteStorage(tmp / "keel.db")
     try:
         await server.start(reuse=False)
-        keel_client = await Client.connect(cfg.address, data_converter=DATA_CONVERTER)
+        keel_client = await connect(cfg.address, payloads=storage.payloads())
         bare_client = await Client.connect(cfg.address, data_converter=pydantic_data_converter)
         await storage.init()
         keel_queue, bare_queue = f"bench-keel-{uuid.uuid4()}", f"bench-bare-{uuid.uuid4()}"

@@ -6,8 +6,9 @@ import os
 
 from temporalio.client import Client
 
+from keel.client.converter import data_converter
 from keel.protocol import names
-from keel.workflows import DATA_CONVERTER
+from keel.storage import BlobStore, open_payload_store
 
 
 def temporal_address() -> str:
@@ -22,8 +23,13 @@ def task_queue() -> str:
     return os.environ.get("KEEL_TASK_QUEUE", names.DEFAULT_TASK_QUEUE)
 
 
-async def connect(address: str | None = None, namespace: str | None = None) -> Client:
-    """A Temporal client with Keel's data converter (the same one workers and replayers use)."""
+async def connect(
+    address: str | None = None, namespace: str | None = None, *, payloads: BlobStore | None = None
+) -> Client:
+    """A Temporal client with Keel's data converter (the same one workers and replayers use), its large payloads
+    in `payloads` (default `open_payload_store()`: what `KEEL_PAYLOAD_STORE` or `KEEL_STORAGE_URL` names)."""
     return await Client.connect(
-        address or temporal_address(), namespace=namespace or temporal_namespace(), data_converter=DATA_CONVERTER
+        address or temporal_address(),
+        namespace=namespace or temporal_namespace(),
+        data_converter=data_converter(payloads if payloads is not None else open_payload_store()),
     )

@@ -25,10 +25,10 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from keel.activities import AgentActivities
 from keel.app import App
-from keel.storage import Storage, open_storage
-from keel.workflows import DATA_CONVERTER, WORKFLOWS
+from keel.client.converter import KeelPayloadConverter, data_converter, external_storage
+from keel.storage import BlobStore, Storage, open_payload_store, open_storage
+from keel.workflows import WORKFLOWS
 from keel.workflows import options as run_options
-from keel.workflows.converter import KeelPayloadConverter
 from keel.workflows.options import DEFAULT_OPTIONS, AgentActivityOptions
 
 SANDBOX_PASSTHROUGH: dict[str, str] = {
@@ -37,7 +37,6 @@ SANDBOX_PASSTHROUGH: dict[str, str] = {
     "annotated_types": "pydantic's constraint types",
     "keel.protocol": "models, names and an error formatter: no state, no I/O",
     "keel.workflows.contracts": "models only; re-importing them cost ~45 ms of schema building per new run",
-    "keel.workflows.converter": "converter classes only; payloads are converted outside the sandbox",
     "keel.workflows.options": "the options each worker registered for its task queue: a fresh import has none",
     "keel.workflows.search_attributes": "constant search attribute keys",
 }
@@ -86,6 +85,7 @@ class KeelPlugin(SimplePlugin):
         app: App | None = None,
         *,
         storage: Storage | None = None,
+        payloads: BlobStore | None = None,
         options: AgentActivityOptions = DEFAULT_OPTIONS,
         sandbox_keel_workflows: bool | None = None,
     ) -> None:
@@ -94,12 +94,13 @@ class KeelPlugin(SimplePlugin):
         self.sandbox_keel_workflows = _sandbox_keel_workflows(sandbox_keel_workflows)
         self._owns_storage = storage is None and app is not None
         self.storage = storage if storage is not None or app is None else open_storage()
+        self.payloads = payloads or (self.storage.payloads() if self.storage is not None else open_payload_store())
         self._initialised = False
         self._init_lock = asyncio.Lock()
         activities = AgentActivities(app, self.storage).all() if app is not None and self.storage else None
         super().__init__(
             "keel.KeelPlugin",
-            data_converter=_with_keel_payloads,
+            data_converter=self._with_keel_payloads,
             workflows=WORKFLOWS,
             activities=activities,
             workflow_runner=sandboxed_runner,
@@ -137,18 +138,21 @@ class KeelPlugin(SimplePlugin):
                     self._initialised = True
         yield
 
+    def _with_keel_payloads(self, existing: DataConverter | None) -> DataConverter:
+        """The caller's converter with Keel's payload converter (pydantic, strict input errors) and, unless it
+        has its own, Keel's payload store; keeps its codec and failure converter."""
+        if existing is None:
+            return data_converter(self.payloads)
+        return dataclasses.replace(
+            existing,
+            payload_converter_class=KeelPayloadConverter,
+            external_storage=existing.external_storage or external_storage(self.payloads),
+        )
+
     async def aclose(self) -> None:
         """Close the storage the plugin opened itself (a passed-in storage is the caller's to close)."""
         if self._owns_storage and self.storage is not None:
             await self.storage.close()
-
-
-def _with_keel_payloads(existing: DataConverter | None) -> DataConverter:
-    """The caller's converter with Keel's payload converter (pydantic, strict input errors), keeping its codec
-    and failure converter; Keel's own converter when there is none."""
-    if existing is None:
-        return DATA_CONVERTER
-    return dataclasses.replace(existing, payload_converter_class=KeelPayloadConverter)
 
 
 __all__ = ["SANDBOX_ENV", "SANDBOX_PASSTHROUGH", "KeelPlugin", "keel_workflows_runner", "sandboxed_runner"]

@@ -7,7 +7,15 @@ from urllib.parse import urlsplit
 
 from keel.protocol import EventRecord
 from keel.storage.base import Storage
-from keel.storage.errors import SchemaError, StorageConfigError, StorageError, ThreadNotFound
+from keel.storage.blobs import BlobNotFound, BlobStore, DirectoryBlobStore, blob_key
+from keel.storage.errors import (
+    DatabaseNotFound,
+    SchemaError,
+    StorageConfigError,
+    StorageError,
+    StorageUnavailable,
+    ThreadNotFound,
+)
 from keel.storage.events import EventStore, RunEvent
 from keel.storage.postgres import PostgresStorage
 from keel.storage.sqlite import SQLiteStorage
@@ -15,6 +23,10 @@ from keel.storage.threads import StoredMessage, Thread, ThreadStore
 
 __all__ = [
     "DEFAULT_STORAGE_URL",
+    "BlobNotFound",
+    "BlobStore",
+    "DatabaseNotFound",
+    "DirectoryBlobStore",
     "EventRecord",
     "EventStore",
     "PostgresStorage",
@@ -24,10 +36,13 @@ __all__ = [
     "Storage",
     "StorageConfigError",
     "StorageError",
+    "StorageUnavailable",
     "StoredMessage",
     "Thread",
     "ThreadNotFound",
     "ThreadStore",
+    "blob_key",
+    "open_payload_store",
     "open_storage",
 ]
 
@@ -66,3 +81,19 @@ def open_storage(url: str | None = None) -> Storage:
     raise StorageConfigError(
         f"Unsupported storage URL {url!r}: expected sqlite:///path.db, postgresql://... or postgres://..."
     )
+
+
+def open_payload_store(url: str | None = None, *, storage_url: str | None = None) -> BlobStore:
+    """Where values too large for Temporal's history go. Every client and worker of one Keel must use the same.
+
+    Args:
+        url: a directory (`/path/dir` or `file:///path/dir`) or a `postgresql://` URL (its `payloads` table);
+            None reads `KEEL_PAYLOAD_STORE`, else follows the storage (`storage_url`, else `KEEL_STORAGE_URL`):
+            SQLite's `payloads` folder beside the database file, or PostgreSQL's table.
+    """
+    url = url or os.environ.get("KEEL_PAYLOAD_STORE")
+    if not url:
+        return open_storage(storage_url).payloads()
+    if urlsplit(url).scheme.lower() in ("postgresql", "postgres"):
+        return PostgresStorage(url)
+    return DirectoryBlobStore(url.removeprefix("file://"))

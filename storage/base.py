@@ -1,23 +1,30 @@
 """The storage interface: every domain's store, plus the one write that spans domains.
 
 Two backends implement it (`SQLiteStorage`, `PostgresStorage`) and one contract test suite
-(`tests/test_storage_contract.py`) runs against both. Each domain has its own module (`threads.py`,
-`events.py`; workflow definitions, blobs and traces will join them the same way), each backend one module per
-domain, and `rules.py` the rules both backends follow. The schema is created and upgraded by numbered
-migrations per dialect (`schema/<dialect>/NNNN_name.sql`, `migrations.py`), applied by `init()`.
+(`tests/test_storage_contract.py`) runs against both. Each domain has its own module (`threads.py`, `events.py`,
+`blobs.py` for values too large for Temporal's history; workflow definitions and traces will join them the same
+way), each backend one module per domain, and `rules.py` the rules both backends follow. The schema is created
+and upgraded by numbered migrations per dialect (`schema/<dialect>/NNNN_name.sql`, `migrations.py`), applied by
+`init()`.
 """
 
 from __future__ import annotations
 
 import abc
+from typing import ClassVar
 
 from keel.protocol import EventRecord
+from keel.storage import migrations
+from keel.storage.blobs import BlobStore
+from keel.storage.errors import SchemaError
 from keel.storage.events import EventStore
 from keel.storage.threads import StoredMessage, ThreadStore
 
 
 class Storage(ThreadStore, EventStore, abc.ABC):
     """Threads, messages and run events."""
+
+    dialect: ClassVar[migrations.Dialect]
 
     @abc.abstractmethod
     async def init(self) -> None:
@@ -28,8 +35,26 @@ class Storage(ThreadStore, EventStore, abc.ABC):
     async def schema_version(self) -> int:
         """The highest migration applied to the database (0 for a database Keel never initialised)."""
 
+    async def check_schema(self) -> None:
+        """For a reader, which must not migrate (a read-only role cannot): raise `DatabaseNotFound` or
+        `SchemaError` unless the database has exactly the schema this Keel writes."""
+        version, known = await self.schema_version(), migrations.latest(self.dialect)
+        if version == 0:
+            raise SchemaError("The database has no Keel schema yet: start a worker, or run `keel migrate`")
+        if version < known:
+            raise SchemaError(
+                f"The database schema is at version {version} and this Keel needs {known}: run `keel migrate` "
+                "(or start an upgraded worker)"
+            )
+        migrations.pending(self.dialect, version)  # raises for a schema newer than this Keel
+
     @abc.abstractmethod
     async def close(self) -> None: ...
+
+    @abc.abstractmethod
+    def payloads(self) -> BlobStore:
+        """Where this storage keeps values too large for Temporal's history (SQLite: a `payloads` folder beside
+        the database file; PostgreSQL: its `payloads` table)."""
 
     @abc.abstractmethod
     async def write(

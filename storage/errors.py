@@ -3,9 +3,11 @@
 Error tree::
 
     StorageError
-     ├── ThreadNotFound
-     ├── StorageConfigError
-     └── SchemaError            (the database's schema is newer than this Keel, or not Keel's)
+     ├── ThreadNotFound         (deterministic: the thread does not exist)
+     ├── StorageConfigError     (deterministic: a URL or option that cannot work)
+     ├── SchemaError            (deterministic: no Keel schema, or one older or newer than this Keel)
+     ├── DatabaseNotFound       (deterministic: a reader found no database where the URL points)
+     └── StorageUnavailable     (transient: cannot connect, connection lost, database busy)
 """
 
 from __future__ import annotations
@@ -27,3 +29,11 @@ class StorageConfigError(StorageError):
 
 class SchemaError(StorageError):
     """The database's schema cannot be used by this version of Keel."""
+
+
+class DatabaseNotFound(StorageError):
+    """A reader's URL points where no Keel database is; only `init()` (a worker, `keel migrate`) creates one."""
+
+
+class StorageUnavailable(StorageError):
+    """The database cannot be reached or is busy right now; the same call may succeed later."""

@@ -18,11 +18,11 @@ from temporalio.client import Client
 
 from keel.app import App
 from keel.client import KeelClient
+from keel.client.connection import connect
 from keel.client.devserver import DevServer, DevServerConfig
 from keel.plugin import SANDBOX_ENV
-from keel.storage import SQLiteStorage, Storage
+from keel.storage import DirectoryBlobStore, SQLiteStorage, Storage
 from keel.worker import build_worker
-from keel.workflows import DATA_CONVERTER
 from tests.pg import postgres_server
 
 # Every workflow the tests run (in-process and in worker subprocesses) runs in Temporal's sandbox, Keel's own
@@ -46,9 +46,18 @@ async def dev_server(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[
     server.stop()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def payload_store(tmp_path_factory: pytest.TempPathFactory) -> DirectoryBlobStore:
+    """One payload store for the session: its clients, in-process workers and the processes the tests start
+    (through `KEEL_PAYLOAD_STORE`) all read and write large payloads there."""
+    root = tmp_path_factory.mktemp("payloads")
+    os.environ["KEEL_PAYLOAD_STORE"] = str(root)
+    return DirectoryBlobStore(root)
+
+
 @pytest.fixture(scope="session")
 async def client(dev_server: DevServer) -> Client:
-    return await Client.connect(dev_server.cfg.address, data_converter=DATA_CONVERTER)
+    return await connect(dev_server.cfg.address)
 
 
 @pytest.fixture

@@ -13,13 +13,11 @@ import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from temporalio.client import Client
-
 from keel.client import KeelClient
+from keel.client.connection import connect
 from keel.client.devserver import DevServer, DevServerConfig
 from keel.storage import SQLiteStorage
 from keel.worker import build_worker
-from keel.workflows import DATA_CONVERTER
 from keel.workflows.contracts import ALL_SHAPES, RunShape
 from keel.workflows.options import DEFAULT_OPTIONS, AgentActivityOptions
 from tests.apps import app
@@ -118,7 +116,7 @@ async def record() -> None:
         storage = SQLiteStorage(Path(tmp) / "keel.db")
         await storage.init()
         try:
-            client = await Client.connect(cfg.address, data_converter=DATA_CONVERTER)
+            client = await connect(cfg.address, payloads=storage.payloads())
             keel = KeelClient(client, task_queue=TASK_QUEUE, app=app)
             runs: dict[str, str] = {}
             for shape in dict.fromkeys(SCENARIOS[name][1] for name in missing):

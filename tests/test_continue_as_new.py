@@ -5,11 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client
 
+from keel.client.connection import connect
 from keel.client.devserver import DevServer, DevServerConfig
 from keel.storage import Storage
-from keel.workflows import DATA_CONVERTER
 from tests.apps import app as test_app
 from tests.conftest import free_port, running_worker
 
@@ -25,7 +24,7 @@ async def test_a_run_continues_as_new_when_suggested_and_keeps_its_whole_result(
     )
     server = await DevServer(cfg).start(reuse=False)
     try:
-        client = await Client.connect(cfg.address, data_converter=DATA_CONVERTER)
+        client = await connect(cfg.address)
         async with running_worker(client, test_app, storage, task_queue) as keel:
             run_id = await keel.start_run("multi", "steps=6", thread_id="t-can")
             result = await keel.result(run_id)

@@ -14,9 +14,9 @@ from pathlib import Path
 from temporalio.client import Client
 
 from keel.client import KeelClient
+from keel.client.connection import connect
 from keel.client.devserver import DevServer, DevServerConfig
 from keel.storage import Storage
-from keel.workflows import DATA_CONVERTER
 from tests.apps import app as test_app
 from tests.conftest import free_port, running_worker
 from tests.test_agent_run import wait_for_pending
@@ -105,14 +105,14 @@ async def test_killed_dev_server_keeps_a_suspended_run_on_restart(
     cfg = DevServerConfig(port=free_port(), ui_port=free_port(), state_dir=tmp_path / "temporal")
     server = await DevServer(cfg).start(reuse=False)
     try:
-        client = await Client.connect(cfg.address, data_converter=DATA_CONVERTER)
+        client = await connect(cfg.address)
         async with running_worker(client, test_app, storage, task_queue) as keel:
             run_id = await keel.start_run("demo", "survive")
             [call_id] = await wait_for_pending(keel, run_id)
         assert server.proc is not None
         kill9(server.proc)
         server = await DevServer(cfg).start(reuse=False)
-        client = await Client.connect(cfg.address, data_converter=DATA_CONVERTER)
+        client = await connect(cfg.address)
         async with running_worker(client, test_app, storage, task_queue) as keel:
             assert (await keel.describe(run_id)).status == "suspended"
             assert [p.tool_call_id for p in await keel.pending_tool_calls(run_id)] == [call_id]

@@ -20,7 +20,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "workflows": {"protocol"},
     "activities": {"protocol", "workflows.contracts", "app", "storage", "model_providers", "workspace_providers"},
     "client": {"protocol", "workflows", "storage", "app", "model_providers"},
-    "plugin": {"protocol", "workflows", "activities", "app", "storage"},
+    "plugin": {"protocol", "workflows", "activities", "app", "storage", "client"},
     "worker": {"protocol", "workflows", "activities", "app", "storage", "client", "plugin"},
 }
 """Each part of `keel` and the other parts it may import (a dotted entry allows that module only)."""

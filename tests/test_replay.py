@@ -10,8 +10,8 @@ from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
+from keel.client.converter import data_converter
 from keel.plugin import KeelPlugin, sandboxed_runner
-from keel.workflows import DATA_CONVERTER
 from keel.workflows import options as run_options
 from keel.workflows.contracts import ALL_SHAPES, RunShape
 from keel.workflows.options import AgentActivityOptions
@@ -59,7 +59,7 @@ async def test_a_worker_with_other_run_shape_settings_replays_a_run_as_it_began(
 
 async def test_a_changed_workflow_fails_replay_with_a_nondeterminism_error() -> None:
     replayer = Replayer(
-        workflows=[ReorderedAgentRun], data_converter=DATA_CONVERTER, workflow_runner=sandboxed_runner()
+        workflows=[ReorderedAgentRun], data_converter=data_converter(None), workflow_runner=sandboxed_runner()
     )
     with pytest.raises(NondeterminismError):
         await replayer.replay_workflow(load(HISTORIES[0]))

@@ -11,14 +11,12 @@ from keel.workflows.contracts import (
     PendingToolCall,
     ToolApproval,
 )
-from keel.workflows.converter import DATA_CONVERTER
 from keel.workflows.options import DEFAULT_OPTIONS, AgentActivityOptions
 from keel.workflows.search_attributes import ALL_KEYS as SEARCH_ATTRIBUTES
 
 WORKFLOWS: list[type] = [AgentRun]
 
 __all__ = [
-    "DATA_CONVERTER",
     "DEFAULT_OPTIONS",
     "SEARCH_ATTRIBUTES",
     "WORKFLOWS",

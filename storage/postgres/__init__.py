@@ -5,14 +5,17 @@ from __future__ import annotations
 from keel.protocol import EventRecord
 from keel.storage import rules
 from keel.storage.base import Storage
+from keel.storage.blobs import BlobStore
 from keel.storage.postgres import events as sql_events
 from keel.storage.postgres import threads as sql_threads
+from keel.storage.postgres.blobs import PostgresBlobs
 from keel.storage.postgres.events import PostgresEvents
+from keel.storage.postgres.pool import guarded
 from keel.storage.postgres.threads import PostgresThreads
 from keel.storage.threads import StoredMessage
 
 
-class PostgresStorage(PostgresThreads, PostgresEvents, Storage):
+class PostgresStorage(PostgresThreads, PostgresEvents, PostgresBlobs, Storage):
     """Storage in a PostgreSQL database, through a small asyncpg connection pool.
 
     Args:
@@ -21,6 +24,12 @@ class PostgresStorage(PostgresThreads, PostgresEvents, Storage):
         max_size: Most connections the pool opens at once.
     """
 
+    dialect = "postgres"
+
+    def payloads(self) -> BlobStore:
+        return self
+
+    @guarded
     async def write(
         self,
         run_id: str,

@@ -10,7 +10,7 @@ from pydantic_core import to_json
 from keel.protocol import EventRecord
 from keel.storage import rules
 from keel.storage.events import EventStore, RunEvent
-from keel.storage.postgres.pool import RUN_LOCK_CLASS, PostgresPool
+from keel.storage.postgres.pool import RUN_LOCK_CLASS, PostgresPool, guarded
 
 
 async def lock_run(conn: Any, run_id: str) -> None:
@@ -53,6 +53,7 @@ async def written_attempt(conn: Any, run_id: str, source: str | None) -> int:
 
 
 class PostgresEvents(PostgresPool, EventStore):
+    @guarded
     async def append_events(
         self, run_id: str, events: list[EventRecord], *, source: str | None = None, attempt: int = 1
     ) -> list[int]:
@@ -62,6 +63,7 @@ class PostgresEvents(PostgresPool, EventStore):
         async with pool.acquire() as conn, conn.transaction():
             return await append(conn, run_id, events, source, attempt)
 
+    @guarded
     async def read_events(self, run_id: str, *, offset: int = 0, limit: int | None = None) -> list[RunEvent]:
         rules.check_page(offset, limit)
         pool = await self._get_pool()

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import functools
+from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
+from urllib.parse import urlsplit
 
 from keel.storage import migrations
-from keel.storage.errors import StorageConfigError, StorageError
+from keel.storage.errors import SchemaError, StorageConfigError, StorageError, StorageUnavailable
 
 if TYPE_CHECKING:
     import asyncpg
@@ -16,6 +19,60 @@ if TYPE_CHECKING:
 # per-run locks can never collide with the schema lock.
 SCHEMA_LOCK = 0x6B65656C_00000001
 RUN_LOCK_CLASS = 0x6B65656C  # "keel"
+
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def guarded(
+    method: Callable[Concatenate[Any, P], Coroutine[Any, Any, T]],
+) -> Callable[Concatenate[Any, P], Coroutine[Any, Any, T]]:
+    """Map asyncpg's and the socket's failures onto the storage error tree: connection problems become
+    `StorageUnavailable` (retried by activities, waited out by workers), a missing table `SchemaError`."""
+
+    @functools.wraps(method)
+    async def call(self: Any, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return await method(self, *args, **kwargs)
+        except StorageError:
+            raise
+        except Exception as err:
+            translated = _translate(err, self.dsn)
+            if translated is None:
+                raise
+            raise translated from err
+
+    return call
+
+
+def _translate(err: Exception, dsn: str) -> StorageError | None:
+    import asyncpg
+
+    where = f"PostgreSQL at {_without_password(dsn)}"
+    transient = (
+        OSError,  # refused, reset, unreachable
+        TimeoutError,
+        asyncpg.PostgresConnectionError,  # SQLSTATE 08
+        asyncpg.InterfaceError,  # "connection is closed", closed in the middle of an operation
+        asyncpg.exceptions.OperatorInterventionError,  # 57: admin shutdown, cannot connect now
+        asyncpg.exceptions.TransactionRollbackError,  # 40: serialization failure, deadlock
+        asyncpg.exceptions.TooManyConnectionsError,
+    )
+    if isinstance(err, transient):
+        return StorageUnavailable(f"{where}: {type(err).__name__}: {err}")
+    if isinstance(err, asyncpg.exceptions.UndefinedTableError):
+        return SchemaError(f"{where} has no Keel schema ({err}): start a worker, or run `keel migrate`")
+    return None
+
+
+def _without_password(dsn: str) -> str:
+    parts = urlsplit(dsn)
+    if parts.password is None:
+        return dsn
+    host = parts.hostname or ""
+    netloc = f"{parts.username}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return parts._replace(netloc=netloc).geturl()
 
 
 def utc(value: datetime) -> datetime:
@@ -54,6 +111,7 @@ class PostgresPool:
                 self._pool = await asyncpg.create_pool(self.dsn, min_size=self._min_size, max_size=self._max_size)
             return self._pool
 
+    @guarded
     async def init(self) -> None:
         pool = await self._get_pool()
         async with pool.acquire() as conn, conn.transaction():
@@ -72,6 +130,7 @@ class PostgresPool:
                     datetime.now(UTC),
                 )
 
+    @guarded
     async def schema_version(self) -> int:
         pool = await self._get_pool()
         async with pool.acquire() as conn:

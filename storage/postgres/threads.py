@@ -9,7 +9,7 @@ from pydantic_core import to_json
 
 from keel.storage import rules
 from keel.storage.errors import ThreadNotFound
-from keel.storage.postgres.pool import PostgresPool, utc
+from keel.storage.postgres.pool import PostgresPool, guarded, utc
 from keel.storage.threads import StoredMessage, Thread, ThreadStore
 
 
@@ -57,6 +57,7 @@ async def save(conn: Any, messages: list[StoredMessage], replace: bool) -> None:
 
 
 class PostgresThreads(PostgresPool, ThreadStore):
+    @guarded
     async def create_thread(
         self,
         thread_id: str,
@@ -95,11 +96,13 @@ class PostgresThreads(PostgresPool, ThreadStore):
                 raise ThreadNotFound(thread_id)
         return rules.thread(row)
 
+    @guarded
     async def get_thread(self, thread_id: str) -> Thread | None:
         pool = await self._get_pool()
         row = await pool.fetchrow(f"SELECT {rules.THREAD_COLUMNS} FROM threads WHERE id = $1", thread_id)
         return None if row is None else rules.thread(row)
 
+    @guarded
     async def list_threads(
         self, resource_id: str | None = None, *, offset: int = 0, limit: int | None = None
     ) -> tuple[list[Thread], int]:
@@ -117,6 +120,7 @@ class PostgresThreads(PostgresPool, ThreadStore):
             )
         return [rules.thread(r) for r in rows], int(total)
 
+    @guarded
     async def update_thread(
         self,
         thread_id: str,
@@ -143,6 +147,7 @@ class PostgresThreads(PostgresPool, ThreadStore):
             raise ThreadNotFound(thread_id)
         return rules.thread(row)
 
+    @guarded
     async def delete_thread(self, thread_id: str) -> bool:
         pool = await self._get_pool()
         # Messages go with it through ON DELETE CASCADE.
@@ -151,6 +156,7 @@ class PostgresThreads(PostgresPool, ThreadStore):
 
     # --- messages -----------------------------------------------------------------------------------------
 
+    @guarded
     async def save_messages(self, messages: list[StoredMessage], *, replace: bool = False) -> None:
         if not messages:
             return
@@ -158,6 +164,7 @@ class PostgresThreads(PostgresPool, ThreadStore):
         async with pool.acquire() as conn, conn.transaction():
             await save(conn, messages, replace)
 
+    @guarded
     async def list_messages(
         self, thread_id: str, *, offset: int = 0, limit: int | None = None
     ) -> tuple[list[StoredMessage], int]:
@@ -174,6 +181,7 @@ class PostgresThreads(PostgresPool, ThreadStore):
             )
         return [rules.message(r) for r in rows], int(total)
 
+    @guarded
     async def get_messages(self, ids: list[str]) -> list[StoredMessage]:
         if not ids:
             return []
@@ -184,6 +192,7 @@ class PostgresThreads(PostgresPool, ThreadStore):
         by_id = {m.id: m for m in map(rules.message, rows)}
         return [by_id[i] for i in ids if i in by_id]
 
+    @guarded
     async def delete_messages(self, ids: list[str]) -> int:
         if not ids:
             return 0

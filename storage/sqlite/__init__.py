@@ -7,6 +7,7 @@ import sqlite3
 from keel.protocol import EventRecord
 from keel.storage import rules
 from keel.storage.base import Storage
+from keel.storage.blobs import BlobStore, DirectoryBlobStore
 from keel.storage.sqlite import events as sql_events
 from keel.storage.sqlite import threads as sql_threads
 from keel.storage.sqlite.connection import now
@@ -19,8 +20,13 @@ class SQLiteStorage(SQLiteThreads, SQLiteEvents, Storage):
     """Storage in one SQLite file (WAL mode), safe to share between processes.
 
     Args:
-        path: The database file. Its parent directory is created on first use.
+        path: The database file. `init()` creates it and its folder; nothing else does.
     """
+
+    dialect = "sqlite"
+
+    def payloads(self) -> BlobStore:
+        return DirectoryBlobStore(self.path.parent / "payloads")
 
     async def write(
         self,

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from keel.storage import migrations
-from keel.storage.errors import StorageError
+from keel.storage.errors import DatabaseNotFound, StorageError, StorageUnavailable
 
 T = TypeVar("T")
 
@@ -55,19 +55,31 @@ class SQLiteConnection:
         self._conn: sqlite3.Connection | None = None
         self._closed = False
 
-    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    async def _run(self, fn: Callable[[sqlite3.Connection], T], *, create: bool = False) -> T:
         if self._closed:
             raise StorageError("SQLiteStorage is closed")
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, functools.partial(self._call, fn))
+        try:
+            return await loop.run_in_executor(self._executor, functools.partial(self._call, fn, create))
+        except sqlite3.OperationalError as err:
+            # Locked past the busy timeout, disk I/O, a file that went away: the same call may work later.
+            raise StorageUnavailable(f"SQLite database {self.path}: {err}") from err
 
-    def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    def _call(self, fn: Callable[[sqlite3.Connection], T], create: bool) -> T:
         if self._conn is None:
-            self._conn = self._connect()
+            self._conn = self._connect(create)
         return fn(self._conn)
 
-    def _connect(self) -> sqlite3.Connection:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+    def _connect(self, create: bool) -> sqlite3.Connection:
+        """Only `init()` creates the file (and its folder): a reader of a mistyped path is told, not given an
+        empty database."""
+        if create:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        elif not self.path.exists():
+            raise DatabaseNotFound(
+                f"No Keel database at {self.path}: check KEEL_STORAGE_URL, or create it by starting a worker "
+                "or with `keel migrate`"
+            )
         # isolation_level=None: we issue BEGIN ourselves, so the module never opens an implicit
         # (deferred) transaction behind our back.
         conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
@@ -107,8 +119,8 @@ class SQLiteConnection:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
 
-    async def _write_tx(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        return await self._run(functools.partial(self._write, fn=fn))
+    async def _write_tx(self, fn: Callable[[sqlite3.Connection], T], *, create: bool = False) -> T:
+        return await self._run(functools.partial(self._write, fn=fn), create=create)
 
     async def _read_tx(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         return await self._run(functools.partial(self._read, fn=fn))
@@ -131,7 +143,7 @@ class SQLiteConnection:
                     (migration.version, migration.name, now()),
                 )
 
-        await self._write_tx(migrate)
+        await self._write_tx(migrate, create=True)
 
     async def schema_version(self) -> int:
         return await self._read_tx(self._version)

@@ -1,0 +1,72 @@
+"""Keel's data converter, the same on every client, worker and replayer: pydantic JSON with clear input errors,
+and values over 256 KiB stored by reference through temporalio's `ExternalStorage`.
+
+A payload that does not validate against its contract model raises a non-retryable `ApplicationError` (type
+`InvalidInput`) instead of pydantic's `ValidationError`. The SDK lets a `FailureError` through, so a bad
+`AgentRun` input fails the run with a readable message instead of failing its workflow task forever, and a bad
+activity input fails that activity without retries.
+
+A payload of 256 KiB or more (an activity result with large tool outputs, a large run input or result) is
+written to the payload store (`keel.storage.open_payload_store`) and only a reference goes into the history, so
+nothing nears Temporal's 2 MB payload limit. Every process that reads such a history needs the same store.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import temporalio.api.common.v1
+from pydantic import ValidationError
+from temporalio.contrib.pydantic import PydanticJSONPlainPayloadConverter
+from temporalio.converter import (
+    CompositePayloadConverter,
+    DataConverter,
+    DefaultPayloadConverter,
+    ExternalStorage,
+    JSONPlainPayloadConverter,
+)
+from temporalio.exceptions import ApplicationError
+
+from keel.client.payload_driver import MAX_PAYLOAD_BYTES, PAYLOAD_SIZE_THRESHOLD, KeelPayloadDriver
+from keel.protocol import describe_validation_error
+from keel.storage import BlobStore
+
+
+class _StrictJSONConverter(PydanticJSONPlainPayloadConverter):
+    def from_payload(self, payload: temporalio.api.common.v1.Payload, type_hint: type | None = None) -> Any:
+        try:
+            return super().from_payload(payload, type_hint)
+        except ValidationError as err:
+            name = getattr(type_hint, "__name__", "value")
+            raise ApplicationError(
+                f"Invalid {name}: {describe_validation_error(err)}", type="InvalidInput", non_retryable=True
+            ) from None
+
+
+class KeelPayloadConverter(CompositePayloadConverter):
+    def __init__(self) -> None:
+        json_converter = _StrictJSONConverter()
+        super().__init__(
+            *(
+                json_converter if isinstance(c, JSONPlainPayloadConverter) else c
+                for c in DefaultPayloadConverter.default_encoding_payload_converters
+            )
+        )
+
+
+def external_storage(payloads: BlobStore, *, max_payload_bytes: int = MAX_PAYLOAD_BYTES) -> ExternalStorage:
+    """Values of 256 KiB or more in `payloads`, by reference; more than `max_payload_bytes` is refused."""
+    return ExternalStorage(
+        drivers=[KeelPayloadDriver(payloads, max_payload_bytes=max_payload_bytes)],
+        payload_size_threshold=PAYLOAD_SIZE_THRESHOLD,
+    )
+
+
+def data_converter(payloads: BlobStore | None, *, max_payload_bytes: int = MAX_PAYLOAD_BYTES) -> DataConverter:
+    """Keel's converter; with `payloads`, large values go there by reference (without, they travel inline and
+    Temporal refuses those over its limit: for tools that only inspect small histories)."""
+    storage = external_storage(payloads, max_payload_bytes=max_payload_bytes) if payloads is not None else None
+    return DataConverter(payload_converter_class=KeelPayloadConverter, external_storage=storage)
+
+
+__all__ = ["KeelPayloadConverter", "data_converter", "external_storage"]
