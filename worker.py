@@ -9,16 +9,17 @@ import concurrent.futures
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
 
 from temporalio.client import Client
 from temporalio.worker import Interceptor, Worker
 
 from keel.app import App, load_app
-from keel.client.connection import connect, task_queue
+from keel.client.connection import connect, task_queue, temporal_address
 from keel.plugin import KeelPlugin
 from keel.protocol import names
-from keel.storage import Storage, open_storage
+from keel.storage import Storage, StorageUnavailable, open_storage
 from keel.workflows.options import DEFAULT_OPTIONS, AgentActivityOptions
 
 
@@ -57,10 +58,28 @@ def build_worker(
     )
 
 
+T = TypeVar("T")
+
+
+async def waiting_for(what: str, attempt: Callable[[], Awaitable[T]], errors: tuple[type[Exception], ...]) -> T:
+    """`attempt()`, retried with backoff (0.5 s doubling to 30 s) while it raises one of `errors`, saying on
+    stderr what the worker waits for: a worker started before its server or database waits instead of exiting."""
+    delay = 0.5
+    while True:
+        try:
+            return await attempt()
+        except errors as err:
+            detail = str(err).splitlines()[0] if str(err) else type(err).__name__
+            print(f"keel worker: waiting for {what} ({detail}); retrying in {delay:g} s", file=sys.stderr, flush=True)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 30.0)
+
+
 async def serve(app: App, client: Client, *, task_queue: str) -> None:
-    """Run a worker for `app` on `task_queue`, with the storage of `$KEEL_STORAGE_URL`, until SIGINT or SIGTERM."""
+    """Run a worker for `app` on `task_queue`, with the storage of `$KEEL_STORAGE_URL`, until SIGINT or SIGTERM.
+    The storage's migrations are applied first (waiting while the database cannot be reached)."""
     storage = open_storage()
-    await storage.init()
+    await waiting_for(f"storage ({type(storage).__name__})", storage.init, (StorageUnavailable,))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -74,8 +93,11 @@ async def serve(app: App, client: Client, *, task_queue: str) -> None:
 
 
 async def run_worker(app_ref: str | None, address: str | None, namespace: str | None, queue: str | None) -> None:
+    """Load the app, connect to Temporal (waiting until it answers) and `serve`."""
     app = load_app(app_ref)
-    await serve(app, await connect(address, namespace), task_queue=queue or task_queue())
+    where = address or temporal_address()
+    client = await waiting_for(f"Temporal at {where}", lambda: connect(where, namespace), (RuntimeError,))
+    await serve(app, client, task_queue=queue or task_queue())
 
 
 def main(argv: Sequence[str] | None = None) -> None:

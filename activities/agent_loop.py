@@ -14,14 +14,17 @@ from keel.activities.events import StepWriter
 from keel.activities.failures import translated
 from keel.activities.heartbeat import heartbeating
 from keel.activities.model_step import ModelSteps
+from keel.activities.run_lists import run_lists
 from keel.activities.tools import ToolCalls
 from keel.app import App
 from keel.protocol import FinishChunk, FinishPayload, StepResult, names
 from keel.storage import Storage
 from keel.workflows.contracts import (
     FinishRunInput,
+    FinishRunResult,
     ModelStepInput,
     ModelStepResult,
+    PersistWritesInput,
     ToolCallInput,
     ToolCallResult,
     ToolsThenModelInput,
@@ -44,10 +47,11 @@ class AgentActivities:
 
     @activity.defn(name=names.TOOL_CALL)
     async def tool_call(self, input: ToolCallInput) -> ToolCallResult:
+        """One tool call, alone: its outcome goes back to the workflow, which has the next model step (or the
+        final persist) store it; so a storage outage cannot turn a finished side effect into a lost one."""
         with translated():
             async with heartbeating():
-                result, is_error = await self._tools.call(input)
-            return await self._tools.record(input, result, is_error)
+                return await self._tools.call_bounded(input)
 
     @activity.defn(name=names.TOOLS_THEN_MODEL)
     async def tools_then_model(self, input: ToolsThenModelInput) -> ToolsThenModelResult:
@@ -82,7 +86,7 @@ class AgentActivities:
         return ToolsThenModelResult(tool_results=results, model=model)
 
     @activity.defn(name=names.FINISH_RUN)
-    async def finish_run(self, input: FinishRunInput) -> None:
+    async def finish_run(self, input: FinishRunInput) -> FinishRunResult:
         with translated():
             events = StepWriter(self._storage, input, "finish")
             events.add_records(input.writes.events)
@@ -90,9 +94,18 @@ class AgentActivities:
             finish = FinishPayload(step_result=step_result, usage=input.usage)
             events.add(FinishChunk(run_id=input.run_id, payload=finish))
             await events.flush(input.writes.messages)
+            calls, results = await run_lists(self._storage, input.thread_id, input.run_id)
+            return FinishRunResult(run_tool_calls=calls, run_tool_results=results)
+
+    @activity.defn(name=names.PERSIST_WRITES)
+    async def persist_writes(self, input: PersistWritesInput) -> None:
+        with translated():
+            events = StepWriter(self._storage, input, f"persist:{input.step}")
+            events.add_records(input.writes.events)
+            await events.flush(input.writes.messages)
 
     def all(self) -> list[Callable[..., Any]]:
-        return [self.model_step, self.tool_call, self.tools_then_model, self.finish_run]
+        return [self.model_step, self.tool_call, self.tools_then_model, self.finish_run, self.persist_writes]
 
 
 async def _already(result: ToolCallResult) -> ToolCallResult:

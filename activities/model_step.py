@@ -8,6 +8,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from keel.activities.events import StepWriter
+from keel.activities.failures import MissingMessages, RunIdReused
+from keel.activities.run_lists import run_lists
 from keel.activities.thread_cache import ThreadCache
 from keel.app import Agent, App
 from keel.model_providers import ModelError, ModelRequest
@@ -58,6 +60,13 @@ class ModelSteps:
         run_id = input.run_id
         events = StepWriter(self._storage, input, f"model:{input.step}")
         if input.step == 1:
+            if input.execution_id is not None:
+                owner = await self._storage.claim_run(run_id, input.execution_id)
+                if owner != input.execution_id:
+                    raise RunIdReused(
+                        f"Run id {run_id!r} is already used by another run (execution {owner}): run ids are never "
+                        "reused; start with a new id (pass threadId to continue that run's conversation)"
+                    )
             await self._storage.create_thread(input.thread_id, input.resource_id)
             events.add(
                 StartChunk(run_id=run_id, payload=StartPayload(id=agent.id, run_id=run_id, message_id=input.message_id))
@@ -68,11 +77,9 @@ class ModelSteps:
         )
         if input.writes.messages:  # the caller's messages, or declined calls' results: context for this step
             await events.flush(input.writes.messages)
-        request = ModelRequest(
-            instructions=agent.instructions,
-            messages=await self._threads.messages(input.thread_id, before=input.message_id),
-            tools=[t.spec for t in agent.tools],
-        )
+        context = await self._threads.messages(input.thread_id, before=input.message_id)
+        _check_context(input, context)
+        request = ModelRequest(instructions=agent.instructions, messages=context, tools=[t.spec for t in agent.tools])
         text_id = f"{input.message_id}-text"
         started = False
 
@@ -124,7 +131,7 @@ class ModelSteps:
             events.add(FinishChunk(run_id=run_id, payload=finish))
         # This step owns its message: replacing it makes a re-execution's answer the one the workflow records.
         await events.flush([assistant], replace=True)
-        return ModelStepResult(
+        result = ModelStepResult(
             message_id=input.message_id,
             text=response.text,
             tool_calls=planned,
@@ -132,6 +139,11 @@ class ModelSteps:
             usage=response.usage,
             max_steps=agent.max_steps,
         )
+        if not planned:  # the run ends here: its result lists, from storage
+            result.run_tool_calls, result.run_tool_results = await run_lists(
+                self._storage, input.thread_id, input.run_id
+            )
+        return result
 
 
 async def _plan(agent: Agent, call_id: str, name: str, args: dict[str, Any]) -> PlannedToolCall:
@@ -161,3 +173,16 @@ def _make_ids_unique(calls: list[PlannedToolCall]) -> None:
             n += 1
             call.tool_call_id = f"{base}-{n}"
         seen.add(call.tool_call_id)
+
+
+def _check_context(input: ModelStepInput, context: list[MessageRecord]) -> None:
+    """Refuse to answer from a thread that lacks what earlier steps of the run wrote (storage that lost
+    committed writes): a shorter conversation would look plausible and be wrong."""
+    present = {m.id for m in context}
+    missing = [m for m in input.requires if m not in present]
+    if missing:
+        raise MissingMessages(
+            f"Thread {input.thread_id!r} lacks message {', '.join(missing)}, which an earlier step of run "
+            f"{input.run_id!r} wrote: storage lost committed writes, so step {input.step} will not answer from a "
+            "shorter conversation"
+        )

@@ -22,8 +22,9 @@ from keel.protocol import (
 from keel.storage import Storage
 from keel.workflows.contracts import ToolCallInput, ToolCallResult
 
-MAX_TOOL_RESULT_BYTES = 1024 * 1024
-"""A tool result larger than this (as JSON) becomes a tool error: Temporal rejects payloads near 2 MB."""
+MAX_TOOL_RESULT_BYTES = 32 * 1024 * 1024
+"""A tool result larger than this (as JSON) becomes a tool error for the model. Smaller results of 256 KiB or more
+travel by reference (the payload store), never inline in the history."""
 
 
 class ToolCalls:
@@ -73,14 +74,15 @@ class ToolCalls:
             result, is_error = {"error": f"Tool {input.tool_name} did not complete: {err}"}, True
         return await self.record(input, result, is_error)
 
+    async def call_bounded(self, input: ToolCallInput) -> ToolCallResult:
+        """Run the tool (a call of its own, not in a fused step); storage is left to the workflow's next step."""
+        result, is_error = await self.call(input)
+        return bounded(input, result, is_error)
+
     async def record(self, input: ToolCallInput, result: Any, is_error: bool) -> ToolCallResult:
         """Store the call's tool message and its `tool-result` / `tool-error` chunk in one transaction."""
-        size = len(to_json(result))
-        if size > MAX_TOOL_RESULT_BYTES:
-            # Deterministic: re-running would produce the same oversized result and Temporal would refuse it
-            # (payload limit) on every attempt. The model is told instead.
-            result = {"error": f"Tool {input.tool_name} returned {size} bytes, more than {MAX_TOOL_RESULT_BYTES}"}
-            is_error = True
+        outcome = bounded(input, result, is_error)
+        result, is_error = outcome.result, outcome.is_error
         events = StepWriter(self._storage, input, f"tool:{input.step}:{input.tool_call_id}")
         if is_error:
             error = ToolErrorPayload(
@@ -96,9 +98,7 @@ class ToolCalls:
             tool_call_id=input.tool_call_id, tool_name=input.tool_name, result=result, is_error=is_error
         )
         await events.flush([MessageRecord(id=input.result_message_id, role="tool", content=[part])], replace=True)
-        return ToolCallResult(
-            tool_call_id=input.tool_call_id, tool_name=input.tool_name, result=result, is_error=is_error
-        )
+        return outcome
 
     async def stored_results(self, calls: list[ToolCallInput]) -> dict[str, ToolCallResult]:
         """Results an earlier attempt of the same step already stored, by result message id."""
@@ -111,3 +111,16 @@ class ToolCalls:
                     tool_call_id=part.tool_call_id, tool_name=part.tool_name, result=part.result, is_error=part.is_error
                 )
         return found
+
+
+def bounded(input: ToolCallInput, result: Any, is_error: bool) -> ToolCallResult:
+    """The call's outcome, with a result over `MAX_TOOL_RESULT_BYTES` replaced by an error for the model (it is
+    deterministic: re-running the tool would return the same)."""
+    size = len(to_json(result))
+    if size > MAX_TOOL_RESULT_BYTES:
+        limit = MAX_TOOL_RESULT_BYTES // (1024 * 1024)
+        result = {"error": f"Tool {input.tool_name} returned {size / (1024 * 1024):.1f} MiB, more than {limit} MiB"}
+        is_error, size = True, len(to_json(result))
+    return ToolCallResult(
+        tool_call_id=input.tool_call_id, tool_name=input.tool_name, result=result, is_error=is_error, result_bytes=size
+    )

@@ -5,6 +5,7 @@ from keel.client.errors import (
     KeelClientError,
     RunClosed,
     RunFailed,
+    RunIdInUse,
     RunNotFound,
     ToolCallRejected,
 )
@@ -16,6 +17,7 @@ __all__ = [
     "KeelClientError",
     "RunClosed",
     "RunFailed",
+    "RunIdInUse",
     "RunInfo",
     "RunNotFound",
     "RunStatus",

@@ -17,7 +17,6 @@ from keel.app import App, AppError, load_app
 from keel.client.devserver import (
     DevServer,
     DevServerConfig,
-    DevServerError,
     is_listening,
     stop_detached,
     wait_for_ui,
@@ -37,7 +36,7 @@ from keel.protocol import (
 from keel.storage import RunEvent, Storage, StorageError, open_storage
 
 
-class CliError(Exception):
+class CliError(KeelClientError):
     """A failure to report as one line on stderr with exit code 2."""
 
 
@@ -55,9 +54,14 @@ async def connect_client(args: argparse.Namespace, app: App | None = None) -> Ke
 
 
 async def open_store() -> Storage:
-    """The storage of `$KEEL_STORAGE_URL`, initialised."""
+    """The storage of `$KEEL_STORAGE_URL`, for reading: checked, never migrated (a reader may lack the rights, and
+    migrating is the worker's or `keel migrate`'s job)."""
     store = open_storage()
-    await store.init()
+    try:
+        await store.check_schema()
+    except BaseException:
+        await store.close()
+        raise
     return store
 
 
@@ -148,7 +152,9 @@ async def cmd_approve(args: argparse.Namespace) -> int:
     storage = await open_store()
     try:
         offset = len(await storage.read_events(args.run_id))
-        accepted = await keel.approve(args.run_id, args.tool_call_id, approved=not args.decline, reason=args.reason)
+        accepted = await keel.approve(
+            args.run_id, args.tool_call_id, approved=not args.decline, reason=args.reason, step=args.step
+        )
         verb = "declined" if args.decline else "approved"
         print(f"{verb} {accepted.tool_call_id} in run {args.run_id}", flush=True)
         if args.no_follow:
@@ -217,6 +223,18 @@ async def cmd_events(args: argparse.Namespace) -> int:
         await storage.close()
 
 
+async def cmd_migrate(args: argparse.Namespace) -> int:
+    store = open_storage()
+    try:
+        before = await store.schema_version()
+        await store.init()
+        after = await store.schema_version()
+    finally:
+        await store.close()
+    print(f"storage schema at version {after}" + (f" (was {before})" if before != after else " (up to date)"))
+    return 0
+
+
 async def cmd_server(args: argparse.Namespace) -> int:
     cfg = DevServerConfig()
     if args.action == "start":
@@ -262,6 +280,7 @@ def _approve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("tool_call_id")
     p.add_argument("--decline", action="store_true")
     p.add_argument("--reason")
+    p.add_argument("--step", type=int, help="decide the call only if it is still this step's (models reuse ids)")
     p.add_argument("--no-follow", action="store_true")
 
 
@@ -295,6 +314,7 @@ COMMANDS: dict[str, Command] = {
     "runs": Command("list agent runs", cmd_runs, _runs_args),
     "counts": Command("running and suspended runs per agent", cmd_counts, _json_arg),
     "events": Command("print a run's event log from an offset", cmd_events, _events_args),
+    "migrate": Command("create or upgrade the storage schema of $KEEL_STORAGE_URL", cmd_migrate),
 }
 """The commands that only talk to Temporal and storage; `keel.cli` adds the ones that run a worker."""
 
@@ -321,7 +341,7 @@ def main(argv: Sequence[str] | None = None, commands: dict[str, Command] | None 
         sys.path.insert(0, os.getcwd())
     try:
         code = asyncio.run(commands[args.command].run(args))
-    except (CliError, KeelClientError, AppError, DevServerError, StorageError) as err:
+    except (KeelClientError, AppError, StorageError) as err:
         print(f"error: {err}", file=sys.stderr)
         code = 2
     except KeyboardInterrupt:

@@ -26,12 +26,13 @@ from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSearchAttributesRequest
 from temporalio.client import Client
 
+from keel.client.errors import KeelClientError
 from keel.workflows.search_attributes import ALL_KEYS
 
 TUNED_DYNAMIC_CONFIG = {"history.transferProcessorMaxPollRPS": "10000"}
 
 
-class DevServerError(Exception):
+class DevServerError(KeelClientError):
     """The dev server could not be started, found or stopped."""
 
 

@@ -1,12 +1,15 @@
-"""Errors the client raises, each with a message a user can act on.
+"""Errors the client raises, each with a message a user can act on: one root for everything in `keel.client`.
 
 Error tree::
 
     KeelClientError
+     ├── CliError                (keel.client.cli: a command's input or situation)
+     ├── DevServerError          (keel.client.devserver: the local server could not start, be found or stop)
      ├── RunNotFound
      ├── RunClosed
      ├── RunFailed
      ├── InvalidRunInput
+     ├── RunIdInUse
      └── ToolCallRejected
 """
 
@@ -39,6 +42,17 @@ class InvalidRunInput(KeelClientError):
     def __init__(self, details: str) -> None:
         super().__init__(f"Invalid run input: {details}")
         self.details = details
+
+
+class RunIdInUse(KeelClientError):
+    """A run id already used: run ids are never reused (each names one run's events, messages and history)."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(
+            f"Run id {run_id!r} is already used by another run: start with a new id (pass thread_id to continue "
+            "that run's conversation)"
+        )
+        self.run_id = run_id
 
 
 class ToolCallRejected(KeelClientError):

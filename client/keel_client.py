@@ -6,8 +6,9 @@ signal or update, a count is a visibility query.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -21,7 +22,8 @@ from temporalio.client import (
     WorkflowHandle,
     WorkflowUpdateFailedError,
 )
-from temporalio.common import SearchAttributePair, TypedSearchAttributes
+from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDReusePolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from keel.app import App
@@ -32,10 +34,11 @@ from keel.client.errors import (
     KeelClientError,
     RunClosed,
     RunFailed,
+    RunIdInUse,
     RunNotFound,
     ToolCallRejected,
 )
-from keel.protocol import InputMessage, describe_validation_error
+from keel.protocol import describe_validation_error
 from keel.workflows import AgentRun, AgentRunInput, AgentRunResult, ApprovalAccepted, PendingToolCall, ToolApproval
 from keel.workflows.search_attributes import (
     KEEL_AGENT_ID,
@@ -46,6 +49,9 @@ from keel.workflows.search_attributes import (
 )
 
 RunStatus = Literal["running", "suspended", "completed", "failed", "canceled", "terminated", "timed_out"]
+
+MAX_RUN_INPUT_BYTES = 32 * 1024 * 1024
+"""The largest run input (its messages, as JSON) a client sends; inputs of 256 KiB or more travel by reference."""
 
 _STATUS_QUERIES: dict[str, str] = {
     "running": "ExecutionStatus='Running' AND KeelStatus='running'",
@@ -132,25 +138,31 @@ class KeelClient:
         """
         if self.app is not None:
             self.app.agent(agent_id)  # raises UnknownAgent with the known ids
+        fields: dict[str, object] = {"agentId": agent_id, "messages": messages, "threadId": thread_id}
+        fields |= {"resourceId": resource_id, "maxSteps": max_steps, "requestContext": request_context}
         try:
-            run_input = AgentRunInput(
-                agent_id=agent_id,
-                messages=messages if isinstance(messages, str) else [InputMessage.model_validate(m) for m in messages],
-                thread_id=thread_id,
-                resource_id=resource_id,
-                max_steps=max_steps,
-                request_context=dict(request_context) if request_context is not None else None,
-            )
+            run_input = AgentRunInput.model_validate({k: v for k, v in fields.items() if v is not None})
         except ValidationError as err:
             raise InvalidRunInput(describe_validation_error(err)) from None
+        size = len(run_input.model_dump_json())
+        if size > MAX_RUN_INPUT_BYTES:
+            raise InvalidRunInput(
+                f"the run's input is {size / (1024 * 1024):.1f} MiB, more than the "
+                f"{MAX_RUN_INPUT_BYTES // (1024 * 1024)} MiB a run takes"
+            )
         run_id = run_id or f"run-{uuid.uuid4()}"
-        await self.temporal.start_workflow(
-            AgentRun.run,
-            run_input,
-            id=run_id,
-            task_queue=self.task_queue,
-            search_attributes=_initial_attributes(run_input, run_id),
-        )
+        try:
+            await self.temporal.start_workflow(
+                AgentRun.run,
+                run_input,
+                id=run_id,
+                task_queue=self.task_queue,
+                search_attributes=_initial_attributes(run_input, run_id),
+                # A run id names one run everywhere (its event log, its messages, its page in the UI).
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            )
+        except WorkflowAlreadyStartedError:
+            raise RunIdInUse(run_id) from None
         return run_id
 
     async def result(self, run_id: str) -> AgentRunResult:
@@ -177,15 +189,28 @@ class KeelClient:
             raise self._rpc_error(run_id, err) from None
 
     async def approve(
-        self, run_id: str, tool_call_id: str, *, approved: bool = True, reason: str | None = None
+        self,
+        run_id: str,
+        tool_call_id: str,
+        *,
+        approved: bool = True,
+        reason: str | None = None,
+        step: int | None = None,
+        args_digest: str | None = None,
     ) -> ApprovalAccepted:
         """Approve (or decline) a pending tool call through the validated `approve_tool_call` update.
 
+        `step` and `args_digest` (from `pending_tool_calls`) make the decision apply only to that step's call
+        with those arguments: models reuse tool call ids, and a late approval must not decide a later call.
+
         Raises:
             RunNotFound, RunClosed: no such run, or it already finished.
-            ToolCallRejected: the run has no pending call with this id, or it was already decided.
+            ToolCallRejected: the run has no pending call with this id (or not that step's, or not with those
+                arguments), or it was already decided.
         """
-        approval = ToolApproval(tool_call_id=tool_call_id, approved=approved, reason=reason)
+        approval = ToolApproval(
+            tool_call_id=tool_call_id, approved=approved, reason=reason, step=step, args_digest=args_digest
+        )
         try:
             return await self.temporal.get_workflow_handle_for(AgentRun.run, run_id).execute_update(
                 AgentRun.approve_tool_call, approval
@@ -196,8 +221,18 @@ class KeelClient:
         except RPCError as err:
             raise self._rpc_error(run_id, err) from None
 
-    async def decline(self, run_id: str, tool_call_id: str, *, reason: str | None = None) -> ApprovalAccepted:
-        return await self.approve(run_id, tool_call_id, approved=False, reason=reason)
+    async def decline(
+        self,
+        run_id: str,
+        tool_call_id: str,
+        *,
+        reason: str | None = None,
+        step: int | None = None,
+        args_digest: str | None = None,
+    ) -> ApprovalAccepted:
+        return await self.approve(
+            run_id, tool_call_id, approved=False, reason=reason, step=step, args_digest=args_digest
+        )
 
     async def list_runs(
         self, *, status: RunStatus | None = None, agent_id: str | None = None, limit: int = 100
@@ -211,16 +246,22 @@ class KeelClient:
     async def count_runs(self, *, status: RunStatus | None = None, agent_id: str | None = None) -> int:
         return (await self.temporal.count_workflows(self._runs_query(status=status, agent_id=agent_id))).count
 
-    async def counts(self) -> dict[str, dict[str, dict[str, int]]]:
-        """Running and suspended run counts per agent (and per registered workflow), from `count_workflows`."""
-        agent_ids = list(self.app.agents) if self.app is not None else await self._agent_ids_seen()
-        agents = {}
-        for agent_id in agent_ids:
-            agents[agent_id] = {
-                "running": await self.count_runs(status="running", agent_id=agent_id),
-                "suspended": await self.count_runs(status="suspended", agent_id=agent_id),
-            }
-        return {"agents": agents, "workflows": {}}
+    async def counts(self, agent_ids: Iterable[str] | None = None) -> dict[str, Any]:
+        """Running and suspended runs per agent (the app's agents, or `agent_ids`), and in total.
+
+        Only `count_workflows` visibility queries, all sent at once: the cost does not grow with the number of
+        open runs. (This visibility store cannot `GROUP BY` a custom attribute, so an agent must be named to be
+        counted; `total` counts every agent's.)
+        """
+        ids = list(agent_ids) if agent_ids is not None else list(self.app.agents) if self.app is not None else []
+        statuses: tuple[RunStatus, ...] = ("running", "suspended")
+        keys = [(agent_id, status) for agent_id in [*ids, None] for status in statuses]
+        found = await asyncio.gather(*(self.count_runs(status=status, agent_id=a) for a, status in keys))
+        agents: dict[str, dict[str, int]] = {}
+        total: dict[str, int] = {}
+        for (agent_id, status), count in zip(keys, found, strict=True):
+            (total if agent_id is None else agents.setdefault(agent_id, {}))[status] = count
+        return {"agents": agents, "workflows": {}, "total": total}
 
     # --- helpers ---------------------------------------------------------------------------------------
 
@@ -240,21 +281,14 @@ class KeelClient:
                 raise KeelClientError(f"Unknown status {status!r} (use one of: {', '.join(_STATUS_QUERIES)})") from None
         return " AND ".join(clauses)
 
-    async def _agent_ids_seen(self) -> list[str]:
-        seen: set[str] = set()
-        async for ex in self.temporal.list_workflows("KeelKind='agent' AND ExecutionStatus='Running'"):
-            agent_id = ex.typed_search_attributes.get(KEEL_AGENT_ID)
-            if agent_id:
-                seen.add(agent_id)
-        return sorted(seen)
-
     @staticmethod
     def _rpc_error(run_id: str, err: RPCError) -> KeelClientError:
+        # "workflow execution already completed", "... closed", and an update racing the run's end: "workflow
+        # update was aborted by closing workflow".
+        closed = any(word in err.message.lower() for word in ("already completed", "closed", "closing"))
         if err.status == RPCStatusCode.NOT_FOUND:
-            if "already completed" in err.message or "closed" in err.message:
-                return RunClosed(run_id)
-            return RunNotFound(run_id)
-        if err.status == RPCStatusCode.FAILED_PRECONDITION and "closed" in err.message.lower():
+            return RunClosed(run_id) if closed else RunNotFound(run_id)
+        if err.status == RPCStatusCode.FAILED_PRECONDITION and closed:
             return RunClosed(run_id)
         return KeelClientError(f"Temporal error for run {run_id!r}: {err.message}")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from temporalio import activity
 from temporalio.api.common.v1 import Payload
 from temporalio.converter import (
     StorageDriver,
@@ -31,6 +32,9 @@ def _mib(size: int) -> str:
 
 def describe_target(context: StorageDriverStoreContext) -> str:
     """What a payload belongs to, for an error message: the activity or workflow (and its run)."""
+    if activity.in_activity():  # an activity's result or heartbeat, encoded by the worker that ran it
+        info = activity.info()
+        return f"activity {info.activity_type} of run {info.workflow_id}"
     target = context.target
     if isinstance(target, StorageDriverActivityInfo):
         return f"activity {target.type or '?'} ({target.id or '?'})"

@@ -6,15 +6,12 @@ import argparse
 from collections.abc import Sequence
 
 from keel import dev_stack
-from keel.app import load_app
 from keel.client import cli as client_cli
-from keel.worker import serve
+from keel.worker import run_worker
 
 
 async def cmd_worker(args: argparse.Namespace) -> int:
-    app = load_app(args.app)
-    keel = await client_cli.connect_client(args)
-    await serve(app, keel.temporal, task_queue=keel.task_queue)
+    await run_worker(args.app, args.address, args.namespace, args.task_queue)
     return 0
 
 

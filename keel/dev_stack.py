@@ -9,10 +9,11 @@ import signal
 from collections.abc import Awaitable, Callable
 
 from keel.app import App, load_app
-from keel.client.cli import Command, connect_client, open_store
+from keel.client.cli import Command, connect_client
 from keel.client.demo import run_demo
 from keel.client.devserver import DevServer, DevServerConfig, wait_for_ui
 from keel.client.keel_client import KeelClient
+from keel.storage import open_storage
 from keel.worker import build_worker
 
 StackBody = Callable[[KeelClient, App, DevServer], Awaitable[int]]
@@ -23,7 +24,8 @@ async def with_stack(args: argparse.Namespace, body: StackBody) -> int:
     app = load_app(args.app)
     server = DevServer(DevServerConfig())
     await server.start()
-    storage = await open_store()
+    storage = open_storage()  # the stack's own storage: created and migrated here
+    await storage.init()
     try:
         keel = await connect_client(args, app)
         async with build_worker(keel.temporal, app, storage, task_queue=keel.task_queue):

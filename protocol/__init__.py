@@ -50,6 +50,7 @@ from keel.protocol.messages import (
     ToolCallPart,
     ToolResultPart,
     Usage,
+    args_digest,
 )
 from keel.protocol.validation import describe_validation_error
 from keel.protocol.wire import WireModel
@@ -97,6 +98,7 @@ __all__ = [
     "ToolResultPayload",
     "Usage",
     "WireModel",
+    "args_digest",
     "describe_validation_error",
     "names",
     "parse_chunk",

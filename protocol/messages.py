@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Annotated, Any, Literal
 
 from pydantic import Field
@@ -66,3 +68,10 @@ class Usage(WireModel):
             output_tokens=self.output_tokens + other.output_tokens,
             total_tokens=self.total_tokens + other.total_tokens,
         )
+
+
+def args_digest(args: dict[str, Any]) -> str:
+    """A short digest of a tool call's arguments (SHA-256 of their canonical JSON, 16 hex digits): an approval
+    that carries it decides only a call with exactly these arguments."""
+    canonical = json.dumps(args, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]

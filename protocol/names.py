@@ -16,6 +16,7 @@ MODEL_STEP: Final = "keel.model_step"
 TOOL_CALL: Final = "keel.tool_call"
 TOOLS_THEN_MODEL: Final = "keel.tools_then_model"
 FINISH_RUN: Final = "keel.finish_run"
+PERSIST_WRITES: Final = "keel.persist_writes"
 
 # Handlers of `AgentRun`
 TOOL_APPROVAL_SIGNAL: Final = "tool_approval"

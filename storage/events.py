@@ -1,4 +1,5 @@
-"""The run-events domain: each run's append-only log of stream chunks, readable from any offset."""
+"""The run-events domain: each run's append-only log of stream chunks, readable from any offset, and which
+execution a run id belongs to."""
 
 from __future__ import annotations
 
@@ -37,6 +38,11 @@ class EventStore(abc.ABC):
 
         Safe under concurrent appenders for the same run (offsets stay dense and unique).
         """
+
+    @abc.abstractmethod
+    async def claim_run(self, run_id: str, execution_id: str) -> str:
+        """Record that `run_id` belongs to `execution_id` (Temporal's first execution run id, the same across
+        continue-as-new) unless it already belongs to one; returns the owner. Idempotent."""
 
     @abc.abstractmethod
     async def read_events(self, run_id: str, *, offset: int = 0, limit: int | None = None) -> list[RunEvent]:

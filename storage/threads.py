@@ -84,6 +84,10 @@ class ThreadStore(abc.ABC):
         """Messages of a thread, oldest first, and the total count before paging."""
 
     @abc.abstractmethod
+    async def run_messages(self, thread_id: str, run_id: str) -> list[StoredMessage]:
+        """The messages one run wrote to a thread, oldest first."""
+
+    @abc.abstractmethod
     async def get_messages(self, ids: list[str]) -> list[StoredMessage]:
         """Messages by id, in the order of `ids`; unknown ids are skipped."""
 

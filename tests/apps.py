@@ -172,4 +172,30 @@ def reused_id_script(request: ModelRequest) -> ModelResponse:
 
 reuser = Agent(id="reuser", model=ScriptedModel(reused_id_script, name="reuser"), tools=(pay,))
 
-app = App.of(demo, multi, ledger, once, mistakes, payer, reuser)
+
+class BlobInput(BaseModel):
+    size: int
+
+
+@tool("blob")
+async def blob(args: BlobInput, ctx: ToolContext) -> str:
+    """Return `size` bytes of text."""
+    return "x" * args.size
+
+
+def bulky_script(request: ModelRequest) -> ModelResponse:
+    """`parallel=P steps=S size=B`: S steps of P parallel `blob` calls of B bytes each, then report the lengths
+    the model was shown (so a large result provably reached it)."""
+    spec = dict(re.findall(r"(\w+)=(\d+)", last_user_text(request)))
+    parallel, steps, size = int(spec.get("parallel", 1)), int(spec.get("steps", 1)), int(spec.get("size", 10))
+    results = tool_results_since_last_user(request)
+    done = len(results) // parallel
+    if done < steps:
+        calls = [ModelToolCall(id=f"b{done}_{i}", name="blob", args={"size": size}) for i in range(parallel)]
+        return ModelResponse(tool_calls=calls)
+    return ModelResponse(text=f"saw {len(results)} results of {sorted({len(str(r.result)) for r in results})} bytes")
+
+
+bulky = Agent(id="bulky", model=ScriptedModel(bulky_script, name="bulky"), tools=(blob,), max_steps=200)
+
+app = App.of(demo, multi, ledger, once, mistakes, payer, reuser, bulky)

@@ -10,6 +10,7 @@ from pathlib import Path
 from temporalio.client import Client
 
 from keel.client.devserver import DevServer
+from keel.protocol import args_digest
 from keel.storage import Storage
 from tests.apps import app as test_app
 from tests.conftest import running_worker
@@ -63,6 +64,8 @@ async def test_run_approve_runs_and_counts_from_the_command_line(
                 "toolCallId": "call_1",
                 "toolName": "save_note",
                 "args": {"title": "demo", "text": "from the cli"},
+                "step": 1,
+                "argsDigest": args_digest({"title": "demo", "text": "from the cli"}),
             }
         ]
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from pydantic import ValidationError
 from temporalio import workflow
 from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError, ApplicationError
@@ -22,7 +23,6 @@ from keel.protocol import (
     InputMessage,
     MessageRecord,
     ToolCallChunk,
-    ToolCallPayload,
     ToolErrorChunk,
     ToolErrorPayload,
     ToolOutputDeniedChunk,
@@ -30,6 +30,8 @@ from keel.protocol import (
     ToolResultChunk,
     ToolResultPart,
     ToolResultPayload,
+    args_digest,
+    describe_validation_error,
     names,
 )
 from keel.workflows.contracts import (
@@ -38,10 +40,12 @@ from keel.workflows.contracts import (
     AgentRunResult,
     ApprovalAccepted,
     FinishRunInput,
+    FinishRunResult,
     ModelStepInput,
     ModelStepResult,
     PendingToolCall,
     PendingWrites,
+    PersistWritesInput,
     PlannedToolCall,
     RunCarry,
     RunShape,
@@ -64,10 +68,17 @@ FUSED_STEPS_PATCH = "tools-then-model-activity"
 """Runs recorded before this patch ran every tool call and every model step as activities of their own. Only
 runs whose history holds no `RunShape` marker (started before shapes were pinned) still consult it."""
 
+PERSIST_BEFORE_CONTINUE_PATCH = "persist-before-continue-as-new"
+"""Runs recorded before this patch carried the last step's tool results across continue-as-new."""
+
 LEGACY_SHAPE = RunShape(model_as_local_activity=True, fuse_tools_with_next_model_step=True)
 """What every worker ran before shapes were pinned (fusing still gated by `FUSED_STEPS_PATCH`)."""
 
 DECLINED_REASON = "Tool call was not approved by the user"
+
+MAX_PENDING_RESULT_BYTES = 128 * 1024 * 1024
+"""Tool results a step hands to the next one to persist (tools that ran as activities of their own); more become
+errors for the model, so no activity input the workflow builds grows past what the payload store takes."""
 MAX_REJECTED_SIGNALS = 20
 
 
@@ -127,7 +138,15 @@ class AgentRun:
 
     def _approval_problem(self, approval: ToolApproval) -> str | None:
         call_id = approval.tool_call_id
-        if call_id in self._pending and call_id not in self._decisions:
+        pending = self._pending.get(call_id)
+        if pending is not None and call_id not in self._decisions:
+            if approval.step is not None and approval.step != pending.step:
+                return f"tool call {call_id!r} pending now is step {pending.step}'s, not step {approval.step}'s"
+            if approval.args_digest is not None and approval.args_digest != pending.args_digest:
+                return (
+                    f"tool call {call_id!r} pending now has arguments of digest {pending.args_digest}, "
+                    f"not {approval.args_digest}"
+                )
             return None
         earlier = self._decisions[call_id].approved if call_id in self._decisions else self._decided.get(call_id)
         if earlier is not None:
@@ -142,9 +161,10 @@ class AgentRun:
     # --- the loop ------------------------------------------------------------------------------------
 
     @workflow.run
-    async def run(self, input: AgentRunInput) -> AgentRunResult:
-        if not isinstance(input, AgentRunInput):  # a non-JSON payload decodes to bytes, not a model
-            raise ApplicationError("AgentRun input must be a JSON object", type="InvalidInput", non_retryable=True)
+    async def run(self, *inputs: Any) -> AgentRunResult:
+        # Any number of inputs is accepted and checked here: a run started with none or two (the `temporal`
+        # CLI allows both) fails at once with the reason, instead of failing its workflow task forever.
+        input = _agent_run_input(inputs)
         run_id = workflow.info().workflow_id
         thread_id = input.thread_id or run_id
         resource_id = input.resource_id or input.agent_id
@@ -171,10 +191,14 @@ class AgentRun:
         workflow.upsert_search_attributes([KEEL_STATUS.value_set("completed")])
         return result
 
-    async def wait_for_decisions(self, calls: list[PlannedToolCall]) -> dict[str, ToolApproval]:
+    async def wait_for_decisions(self, calls: list[PlannedToolCall], step: int) -> dict[str, ToolApproval]:
         for call in calls:
             self._pending[call.tool_call_id] = PendingToolCall(
-                tool_call_id=call.tool_call_id, tool_name=call.tool_name, args=call.args
+                tool_call_id=call.tool_call_id,
+                tool_name=call.tool_name,
+                args=call.args,
+                step=step,
+                args_digest=args_digest(call.args),
             )
         workflow.upsert_search_attributes([KEEL_STATUS.value_set("suspended")])
         await workflow.wait_condition(lambda: all(c.tool_call_id in self._decisions for c in calls))
@@ -224,23 +248,20 @@ class _Loop:
                 step = await self._model_step()
             c.usage = c.usage.plus(step.usage)
             c.max_steps = self.input.max_steps or c.max_steps or step.max_steps
+            c.last_message_id = step.message_id
             if not step.tool_calls:
-                return self._result(step.text, step.finish_reason)
-            c.tool_calls.extend(
-                ToolCallChunk(
-                    run_id=self.run_id,
-                    payload=ToolCallPayload(tool_call_id=t.tool_call_id, tool_name=t.tool_name, args=t.args),
-                )
-                for t in step.tool_calls
-            )
+                return self._result(step.text, step.finish_reason, step.run_tool_calls, step.run_tool_results)
             answered = step
             step = await self._run_tools(answered)
             if step is not None:  # the tools ran together with the next model step
                 continue
             if c.step >= c.max_steps:
-                await self._finish("tool-calls")
-                return self._result(answered.text, "tool-calls")
+                finished = await self._finish("tool-calls")
+                lists = (finished.run_tool_calls, finished.run_tool_results) if finished else (None, None)
+                return self._result(answered.text, "tool-calls", *lists)
             if workflow.info().is_continue_as_new_suggested():
+                if (c.pending.messages or c.pending.events) and workflow.patched(PERSIST_BEFORE_CONTINUE_PATCH):
+                    await self._persist_pending()
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(self.input.model_copy(update={"carry": c}))
 
@@ -256,8 +277,11 @@ class _Loop:
             writes=c.pending,
             request_context=self.input.request_context,
             usage_before=c.usage,
+            requires=[c.last_message_id] if c.last_message_id else [],
+            execution_id=workflow.info().first_execution_run_id,
         )
         c.pending = PendingWrites()
+        c.pending_bytes = 0
         return step_input
 
     async def _model_step(self) -> ModelStepResult:
@@ -280,7 +304,7 @@ class _Loop:
         """Run the step's tool calls and record their results; returns the next model step's result when it ran
         in the same activity as the tools (see `_fuse`), else None."""
         needs_approval = [t for t in step.tool_calls if t.requires_approval and t.error is None]
-        decisions = await self.wf.wait_for_decisions(needs_approval) if needs_approval else {}
+        decisions = await self.wf.wait_for_decisions(needs_approval, self.carry.step) if needs_approval else {}
         outcomes: dict[str, ToolCallResult] = {}
         runnable: list[PlannedToolCall] = []
         for call in step.tool_calls:
@@ -297,22 +321,11 @@ class _Loop:
             outcomes.update((r.tool_call_id, r) for r in fused.tool_results)
             next_step = fused.model
         else:
-            results = await asyncio.gather(*(self._run_tool(t) for t in runnable))
-            outcomes.update((r.tool_call_id, r) for r in results)
-        for call in step.tool_calls:
-            outcome = outcomes[call.tool_call_id]
-            self.carry.tool_results.append(
-                ToolResultChunk(
-                    run_id=self.run_id,
-                    payload=ToolResultPayload(
-                        tool_call_id=call.tool_call_id,
-                        tool_name=call.tool_name,
-                        args=call.args,
-                        result=outcome.result,
-                        is_error=outcome.is_error or None,
-                    ),
-                )
-            )
+            # Each tool's outcome reaches the history; the next activity that writes storage (a model step, or
+            # the final persist, both retried for minutes) persists it, so a storage outage never loses or
+            # repeats a side effect.
+            for result in await asyncio.gather(*(self._run_tool(t) for t in runnable)):
+                outcomes[result.tool_call_id] = result
         return next_step
 
     def _fuse(self, runnable: list[PlannedToolCall]) -> bool:
@@ -358,12 +371,18 @@ class _Loop:
                 retry_policy=self.opts.idempotent_tool_retry if call.idempotent else self.opts.once_tool_retry,
                 summary=f"{call.tool_name} ({call.tool_call_id})",
             )
-            return result
         except ActivityError as err:
             # The tool's own exceptions come back as results; reaching here means attempts were lost
             # (crashed workers, timeouts). The model is told, and the run goes on.
-            message = f"Tool {call.tool_name} did not complete: {err.cause or err}"
-            return self._tool_error(call, message)
+            return self._tool_error(call, f"Tool {call.tool_name} did not complete: {err.cause or err}")
+        if self.carry.pending_bytes + result.result_bytes > MAX_PENDING_RESULT_BYTES:
+            mib = result.result_bytes / (1024 * 1024)
+            limit = MAX_PENDING_RESULT_BYTES // (1024 * 1024)
+            return self._tool_error(
+                call, f"Tool {call.tool_name} returned {mib:.1f} MiB: a step keeps at most {limit} MiB of tool results"
+            )
+        self.carry.pending_bytes += result.result_bytes
+        return self._tool_outcome(call, result.result, is_error=result.is_error)
 
     def _tool_input(self, call: PlannedToolCall) -> ToolCallInput:
         return ToolCallInput(
@@ -399,16 +418,24 @@ class _Loop:
 
     def _tool_error(self, call: PlannedToolCall, message: str) -> ToolCallResult:
         """A call that never ran (unknown tool, bad arguments, attempts lost): the model sees the error."""
-        error = {"error": message}
-        self._write_tool_message(call, error, is_error=True, denied=False)
-        chunk = ToolErrorChunk(
-            run_id=self.run_id,
-            payload=ToolErrorPayload(
-                tool_call_id=call.tool_call_id, tool_name=call.tool_name, args=call.args, error=error
-            ),
+        return self._tool_outcome(call, {"error": message}, is_error=True)
+
+    def _tool_outcome(self, call: PlannedToolCall, result: Any, *, is_error: bool) -> ToolCallResult:
+        """Queue a call's tool message and its chunk for the next activity that writes storage."""
+        self._write_tool_message(call, result, is_error=is_error, denied=False)
+        if is_error:
+            payload = ToolErrorPayload(
+                tool_call_id=call.tool_call_id, tool_name=call.tool_name, args=call.args, error=result
+            )
+            self.carry.pending.events.append(ToolErrorChunk(run_id=self.run_id, payload=payload).record())
+        else:
+            ok = ToolResultPayload(
+                tool_call_id=call.tool_call_id, tool_name=call.tool_name, args=call.args, result=result
+            )
+            self.carry.pending.events.append(ToolResultChunk(run_id=self.run_id, payload=ok).record())
+        return ToolCallResult(
+            tool_call_id=call.tool_call_id, tool_name=call.tool_name, result=result, is_error=is_error
         )
-        self.carry.pending.events.append(chunk.record())
-        return ToolCallResult(tool_call_id=call.tool_call_id, tool_name=call.tool_name, result=error, is_error=True)
 
     def _write_tool_message(self, call: PlannedToolCall, result: Any, *, is_error: bool, denied: bool) -> None:
         part = ToolResultPart(
@@ -420,9 +447,27 @@ class _Loop:
         )
         self.carry.pending.messages.append(MessageRecord(id=self._tool_message_id(call), role="tool", content=[part]))
 
-    async def _finish(self, reason: FinishReason) -> None:
-        """Persist what no later model step will (declined results at `maxSteps`) and close the event log."""
+    async def _persist_pending(self) -> None:
         await workflow.execute_activity(
+            names.PERSIST_WRITES,
+            PersistWritesInput(
+                run_id=self.run_id,
+                thread_id=self.thread_id,
+                resource_id=self.resource_id,
+                step=self.carry.step,
+                writes=self.carry.pending,
+            ),
+            start_to_close_timeout=self.opts.storage_start_to_close,
+            retry_policy=self.opts.storage_retry,
+            summary="persist tool results before continuing as new",
+        )
+        self.carry.pending = PendingWrites()
+        self.carry.pending_bytes = 0
+
+    async def _finish(self, reason: FinishReason) -> FinishRunResult | None:
+        """Persist what no later model step will (the last step's tool results at `maxSteps`), close the event
+        log, and rebuild the run's result lists from storage. None from runs recorded before it returned them."""
+        finished: FinishRunResult | None = await workflow.execute_activity(
             names.FINISH_RUN,
             FinishRunInput(
                 run_id=self.run_id,
@@ -432,20 +477,30 @@ class _Loop:
                 finish_reason=reason,
                 usage=self.carry.usage,
             ),
+            result_type=FinishRunResult,
             start_to_close_timeout=self.opts.storage_start_to_close,
-            retry_policy=self.opts.idempotent_tool_retry,
+            retry_policy=self.opts.storage_retry,
             summary="persist final messages",
         )
         self.carry.pending = PendingWrites()
+        return finished
 
-    def _result(self, text: str, reason: FinishReason) -> AgentRunResult:
+    def _result(
+        self,
+        text: str,
+        reason: FinishReason,
+        tool_calls: list[ToolCallChunk] | None,
+        tool_results: list[ToolResultChunk] | None,
+    ) -> AgentRunResult:
+        """The run's result; its tool call and result lists come from storage, rebuilt by the last activity (the
+        workflow carries none of them, so nothing it holds grows with the run)."""
         c = self.carry
         return AgentRunResult(
             run_id=self.run_id,
             text=text,
             finish_reason=reason,
-            tool_calls=c.tool_calls,
-            tool_results=c.tool_results,
+            tool_calls=tool_calls or [],
+            tool_results=tool_results or [],
             usage=c.usage,
             steps=c.step,
         )
@@ -460,3 +515,26 @@ def _pin_shape(preferred: RunShape) -> RunShape | None:
     """
     candidates = (preferred, *(s for s in ALL_SHAPES if s != preferred))
     return next((s for s in candidates if workflow.patched(s.marker())), None)
+
+
+def _agent_run_input(inputs: tuple[Any, ...]) -> AgentRunInput:
+    """The one `AgentRunInput` of a run, or a non-retryable `InvalidInput` failure naming what is wrong (the run
+    is marked `KeelKind=agent`, `KeelStatus=failed`, so `keel runs` and visibility queries show it)."""
+    problem: str | None = None
+    if len(inputs) != 1:
+        problem = f"AgentRun takes one input, a JSON object {{agentId, messages, ...}}; it was given {len(inputs)}"
+    elif isinstance(inputs[0], AgentRunInput):
+        return inputs[0]
+    elif not isinstance(inputs[0], dict):
+        problem = f"AgentRun input must be a JSON object {{agentId, messages, ...}}, not {type(inputs[0]).__name__}"
+    else:
+        try:
+            return AgentRunInput.model_validate(inputs[0])
+        except ValidationError as err:
+            problem = f"Invalid AgentRunInput: {describe_validation_error(err)}"
+    attributes = [KEEL_KIND.value_set("agent"), KEEL_STATUS.value_set("failed")]
+    agent_id = inputs[0].get("agentId") if len(inputs) == 1 and isinstance(inputs[0], dict) else None
+    if isinstance(agent_id, str) and agent_id:
+        attributes.append(KEEL_AGENT_ID.value_set(agent_id))
+    workflow.upsert_search_attributes(attributes)
+    raise ApplicationError(problem, type="InvalidInput", non_retryable=True)

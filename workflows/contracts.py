@@ -69,11 +69,12 @@ class RunCarry(Contract):
     step: int
     message_seq: int
     last_message_id: str | None = None
-    tool_calls: list[ToolCallChunk] = Field(default_factory=list)
-    tool_results: list[ToolResultChunk] = Field(default_factory=list)
+    """The latest assistant message: the next model step refuses a thread that lacks it."""
     usage: Usage = Field(default_factory=Usage)
     max_steps: int | None = None
     pending: PendingWrites = Field(default_factory=PendingWrites)
+    pending_bytes: int = 0
+    """Bytes of tool results in `pending` (bounded by `MAX_PENDING_RESULT_BYTES`)."""
 
 
 class AgentRunInput(Contract):
@@ -106,14 +107,24 @@ class PendingToolCall(Contract):
     tool_call_id: str
     tool_name: str
     args: dict[str, Any] = Field(default_factory=dict)
+    step: int | None = None
+    """The model step that asked for the call: models reuse tool call ids across steps."""
+    args_digest: str | None = None
+    """`keel.protocol.args_digest(args)`."""
 
 
 class ToolApproval(Contract):
-    """Input of the `tool_approval` signal and the `approve_tool_call` update."""
+    """Input of the `tool_approval` signal and the `approve_tool_call` update.
+
+    `step` and `argsDigest` are optional: an approval that carries them (from `pending_tool_calls`) decides the
+    call only if it is still that step's call with those arguments, so a late or repeated approval for an earlier
+    step's `call_1` never approves a later step's `call_1`."""
 
     tool_call_id: str = Field(min_length=1)
     approved: bool
     reason: str | None = None
+    step: int | None = None
+    args_digest: str | None = None
 
 
 class ApprovalAccepted(Contract):
@@ -145,9 +156,23 @@ class ModelStepInput(Contract):
     writes: PendingWrites = Field(default_factory=PendingWrites)
     request_context: dict[str, Any] | None = None
     usage_before: Usage | None = None
+    execution_id: str | None = None
+    """Temporal's first execution run id: the first step claims the run id for it (`RunIdReused` if taken)."""
+    requires: list[str] = Field(default_factory=list)
+    """Messages earlier activities of the run wrote: a thread without them fails the step (`MissingMessages`)
+    instead of answering from a shorter conversation."""
 
 
-class ModelStepResult(Contract):
+class RunLists(Contract):
+    """A run's tool calls and results in order, rebuilt from storage by its last activity."""
+
+    run_tool_calls: list[ToolCallChunk] | None = None
+    run_tool_results: list[ToolResultChunk] | None = None
+
+
+class ModelStepResult(RunLists):
+    """A model step's answer; the lists are set when it ends the run (no tool calls)."""
+
     message_id: str
     text: str = ""
     tool_calls: list[PlannedToolCall] = Field(default_factory=list)
@@ -174,6 +199,8 @@ class ToolCallResult(Contract):
     tool_name: str
     result: Any = None
     is_error: bool = False
+    result_bytes: int = 0
+    """The result's size as JSON."""
 
 
 class ToolsThenModelInput(Contract):
@@ -187,6 +214,21 @@ class ToolsThenModelInput(Contract):
 class ToolsThenModelResult(Contract):
     tool_results: list[ToolCallResult]
     model: ModelStepResult
+
+
+class PersistWritesInput(Contract):
+    """Messages and chunks the workflow decided, persisted before the run continues as new (so the new run
+    carries none of them)."""
+
+    run_id: str
+    thread_id: str
+    resource_id: str
+    step: int
+    writes: PendingWrites
+
+
+class FinishRunResult(RunLists):
+    """What the final persist returns (runs recorded before it did get None)."""
 
 
 class FinishRunInput(Contract):

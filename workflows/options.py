@@ -7,6 +7,9 @@ Two kinds of field (each docstring says which):
   they began. Changing one on a worker affects only the runs it starts from then on.
 * **Live**: timeouts and retry policies, read each time an activity is scheduled. Replay never checks them,
   so a change applies to runs in flight from their next activity on.
+
+Which failures a policy retries is not listed here: every activity raises through the table of
+`keel.activities.failures`, which marks each failure retryable or not; the policies bound how often and how long.
 """
 
 from __future__ import annotations
@@ -17,8 +20,6 @@ from datetime import timedelta
 from temporalio.common import RetryPolicy
 
 from keel.workflows.contracts import RunShape
-
-NON_RETRYABLE_TYPES = ["UnknownAgent", "ModelRequestError", "InvalidInput", "StorageConfigError"]
 
 
 @dataclass(frozen=True)
@@ -44,11 +45,11 @@ class AgentActivityOptions:
             initial_interval=timedelta(seconds=1),
             backoff_coefficient=2.0,
             maximum_interval=timedelta(seconds=60),
-            maximum_attempts=8,
-            non_retryable_error_types=NON_RETRYABLE_TYPES,
+            maximum_attempts=10,
         )
     )
-    """Live. Rate limits and 5xx are retried with backoff (a provider's retry-after overrides the interval)."""
+    """Live. A model step, alone or after its tools: rate limits, 5xx and storage outages are retried with
+    backoff (a provider's retry-after overrides the interval) for about 4 minutes of waiting."""
 
     tool_start_to_close: timedelta = timedelta(minutes=10)
     """Live. Upper bound of one tool attempt."""
@@ -61,16 +62,26 @@ class AgentActivityOptions:
             initial_interval=timedelta(milliseconds=200),
             maximum_interval=timedelta(seconds=30),
             maximum_attempts=5,
-            non_retryable_error_types=NON_RETRYABLE_TYPES,
         )
     )
-    """Live. A lost attempt of an idempotent tool is re-run."""
+    """Live. A lost attempt of an idempotent tool run as an activity of its own is re-run (it writes no storage:
+    the next model step persists its result)."""
 
     once_tool_retry: RetryPolicy = field(default_factory=lambda: RetryPolicy(maximum_attempts=1))
     """Live. A non-idempotent tool is never re-run: a lost attempt becomes a tool error the model sees."""
 
     storage_start_to_close: timedelta = timedelta(seconds=30)
-    """Live. Upper bound of the small storage-only activity that persists a run's last messages."""
+    """Live. Upper bound of one attempt of the storage-only activity that persists a run's last messages."""
+
+    storage_retry: RetryPolicy = field(
+        default_factory=lambda: RetryPolicy(
+            initial_interval=timedelta(milliseconds=500),
+            backoff_coefficient=2.0,
+            maximum_interval=timedelta(seconds=30),
+            maximum_attempts=12,
+        )
+    )
+    """Live. The final persist rides out a storage outage of about 3.5 minutes of waiting."""
 
     def shape(self) -> RunShape:
         """The pinned-per-run fields: what a run started with these options records."""

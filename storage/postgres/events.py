@@ -64,6 +64,23 @@ class PostgresEvents(PostgresPool, EventStore):
             return await append(conn, run_id, events, source, attempt)
 
     @guarded
+    async def claim_run(self, run_id: str, execution_id: str) -> str:
+        pool = await self._get_pool()
+        owner = await pool.fetchval(
+            """
+            WITH ins AS (
+                INSERT INTO runs (run_id, execution_id, created_at) VALUES ($1, $2, $3)
+                ON CONFLICT (run_id) DO NOTHING RETURNING execution_id
+            )
+            SELECT execution_id FROM ins UNION ALL SELECT execution_id FROM runs WHERE run_id = $1 LIMIT 1
+            """,
+            run_id,
+            execution_id,
+            datetime.now(UTC),
+        )
+        return str(owner)
+
+    @guarded
     async def read_events(self, run_id: str, *, offset: int = 0, limit: int | None = None) -> list[RunEvent]:
         rules.check_page(offset, limit)
         pool = await self._get_pool()

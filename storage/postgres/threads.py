@@ -182,6 +182,17 @@ class PostgresThreads(PostgresPool, ThreadStore):
         return [rules.message(r) for r in rows], int(total)
 
     @guarded
+    async def run_messages(self, thread_id: str, run_id: str) -> list[StoredMessage]:
+        pool = await self._get_pool()
+        rows = await pool.fetch(
+            f"SELECT {rules.MESSAGE_COLUMNS} FROM messages WHERE thread_id = $1 AND run_id = $2"
+            " ORDER BY created_at, seq",
+            thread_id,
+            run_id,
+        )
+        return [rules.message(r) for r in rows]
+
+    @guarded
     async def get_messages(self, ids: list[str]) -> list[StoredMessage]:
         if not ids:
             return []

@@ -56,6 +56,19 @@ class SQLiteEvents(SQLiteConnection, EventStore):
         encoded, at = encode(events), now()
         return await self._write_tx(lambda conn: append(conn, run_id, encoded, source, attempt, at))
 
+    async def claim_run(self, run_id: str, execution_id: str) -> str:
+        at = now()
+
+        def claim(conn: sqlite3.Connection) -> str:
+            conn.execute(
+                "INSERT OR IGNORE INTO runs (run_id, execution_id, created_at) VALUES (?, ?, ?)",
+                (run_id, execution_id, at),
+            )
+            owner: str = conn.execute("SELECT execution_id FROM runs WHERE run_id = ?", (run_id,)).fetchone()[0]
+            return owner
+
+        return await self._write_tx(claim)
+
     async def read_events(self, run_id: str, *, offset: int = 0, limit: int | None = None) -> list[RunEvent]:
         rules.check_page(offset, limit)
 

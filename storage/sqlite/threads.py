@@ -142,6 +142,16 @@ class SQLiteThreads(SQLiteConnection, ThreadStore):
 
         return await self._read_tx(page)
 
+    async def run_messages(self, thread_id: str, run_id: str) -> list[StoredMessage]:
+        def rows(conn: sqlite3.Connection) -> list[sqlite3.Row]:
+            return conn.execute(
+                f"SELECT {rules.MESSAGE_COLUMNS} FROM messages WHERE thread_id = ? AND run_id = ?"
+                " ORDER BY created_at, seq",
+                (thread_id, run_id),
+            ).fetchall()
+
+        return [rules.message(r) for r in await self._run(rows)]
+
     async def get_messages(self, ids: list[str]) -> list[StoredMessage]:
         if not ids:
             return []

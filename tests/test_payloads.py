@@ -1,0 +1,121 @@
+"""Large values travel by reference (the payload store), nothing the run carries grows with it, and a value too
+large even for the store fails at once with what was too large."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import History
+from temporalio.client import Client, WorkflowFailureError, WorkflowHistory
+from temporalio.service import RPCError
+
+from keel.client import KeelClient, RunFailed
+from keel.client.converter import data_converter
+from keel.client.devserver import DevServer, DevServerConfig
+from keel.storage import DirectoryBlobStore, Storage
+from tests.apps import app as test_app
+from tests.conftest import free_port, running_worker
+
+MiB = 1024 * 1024
+
+
+def history_bytes(history: WorkflowHistory) -> int:
+    return len(History(events=history.events).SerializeToString())
+
+
+def references(history: WorkflowHistory) -> int:
+    """How many payloads of the history are references to the payload store."""
+    return History(events=history.events).SerializeToString().count(b"temporal.api.sdk.v1.ExternalStorageReference")
+
+
+async def test_a_step_with_three_900_kib_results_completes(client: Client, storage: Storage, task_queue: str) -> None:
+    async with running_worker(client, test_app, storage, task_queue) as keel:
+        result = await keel.result(await keel.start_run("bulky", f"parallel=3 size={900 * 1024}"))
+    assert result.text == f"saw 3 results of [{900 * 1024}] bytes"
+    assert [len(r.payload.result) for r in result.tool_results] == [900 * 1024] * 3
+
+
+async def test_a_20_mb_tool_result_reaches_the_model_and_the_history_holds_only_a_reference(
+    client: Client, storage: Storage, task_queue: str
+) -> None:
+    size = 20 * 1000 * 1000
+    async with running_worker(client, test_app, storage, task_queue) as keel:
+        run_id = await keel.start_run("bulky", f"size={size}")
+        result = await keel.result(run_id)
+    assert result.text == f"saw 1 results of [{size}] bytes"
+    history = await client.get_workflow_handle(run_id).fetch_history()
+    assert history_bytes(history) < 100_000
+    assert references(history) >= 2  # the step's result, and the run's result
+
+
+async def test_thirty_kb_results_over_a_hundred_steps_finish_the_run(
+    client: Client, storage: Storage, task_queue: str
+) -> None:
+    """Each result is small; all of them together (3 MB) are more than Temporal takes inline in one payload."""
+    async with running_worker(client, test_app, storage, task_queue) as keel:
+        run_id = await keel.start_run("bulky", "steps=100 size=30000", max_steps=101)
+        result = await keel.result(run_id)
+        info = await keel.describe(run_id)
+    assert result.text == "saw 100 results of [30000] bytes" and result.steps == 101
+    assert len(result.tool_results) == 100 and info.status == "completed"
+
+
+async def test_continuing_as_new_carries_a_few_kb_whatever_the_results(
+    storage: Storage, task_queue: str, tmp_path: Path, payload_store: DirectoryBlobStore
+) -> None:
+    cfg = DevServerConfig(
+        port=free_port(),
+        ui_port=free_port(),
+        state_dir=tmp_path,
+        extra_dynamic_config={"limit.historyCount.suggestContinueAsNew": "12"},
+    )
+    server = await DevServer(cfg).start(reuse=False)
+    try:
+        client = await Client.connect(cfg.address, data_converter=data_converter(payload_store))
+        async with running_worker(client, test_app, storage, task_queue) as keel:
+            run_id = await keel.start_run("bulky", "steps=6 size=100000")
+            result = await keel.result(run_id)
+            executions = [r async for r in client.list_workflows(f"WorkflowId='{run_id}'")]
+            carried = []
+            for execution in executions[1:]:  # every execution but the newest ended by continuing as new
+                history = await client.get_workflow_handle(run_id, run_id=execution.run_id).fetch_history()
+                last = history.events[-1]
+                assert last.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
+                carried.append(last.workflow_execution_continued_as_new_event_attributes.input.ByteSize())
+    finally:
+        server.stop()
+    assert result.text == "saw 6 results of [100000] bytes" and len(result.tool_results) == 6
+    assert carried and max(carried) < 4096, carried
+
+
+async def test_a_payload_larger_than_the_store_takes_fails_the_run_at_once_saying_what(
+    dev_server: DevServer, storage: Storage, task_queue: str, payload_store: DirectoryBlobStore
+) -> None:
+    client = await Client.connect(
+        dev_server.cfg.address, data_converter=data_converter(payload_store, max_payload_bytes=4 * MiB)
+    )
+    async with running_worker(client, test_app, storage, task_queue) as keel:
+        run_id = await keel.start_run("bulky", f"parallel=2 size={3 * MiB}")
+        try:
+            await keel.result(run_id)
+        except RunFailed as err:
+            message = str(err)
+        else:
+            raise AssertionError("the run should fail")
+    assert f"A payload of activity keel.tools_then_model of run {run_id} is" in message
+    assert "MiB, more than the 4.0 MiB Keel stores by reference" in message
+    history = await client.get_workflow_handle(run_id).fetch_history()
+    starts = [e for e in history.events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED]
+    assert [e.activity_task_started_event_attributes.attempt for e in starts] == [1]  # not retried
+
+
+async def test_the_client_says_when_a_run_input_is_over_the_limit(client: Client, task_queue: str) -> None:
+    keel = KeelClient(client, task_queue=task_queue, app=test_app)
+    try:
+        await keel.start_run("demo", "x" * (33 * MiB))
+    except Exception as err:
+        assert not isinstance(err, (RPCError, WorkflowFailureError)), err
+        assert "33.0 MiB" in str(err) and "32 MiB" in str(err)
+    else:
+        raise AssertionError("the client should refuse the input")
