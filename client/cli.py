@@ -33,7 +33,7 @@ from keel.protocol import (
     ToolOutputDeniedChunk,
     ToolResultChunk,
 )
-from keel.storage import RunEvent, Storage, StorageError, open_storage
+from keel.storage import DatabaseNotFound, RunEvent, Storage, StorageError, open_storage
 
 
 class CliError(KeelClientError):
@@ -226,7 +226,10 @@ async def cmd_events(args: argparse.Namespace) -> int:
 async def cmd_migrate(args: argparse.Namespace) -> int:
     store = open_storage()
     try:
-        before = await store.schema_version()
+        try:
+            before = await store.schema_version()
+        except DatabaseNotFound:
+            before = 0  # init() creates it
         await store.init()
         after = await store.schema_version()
     finally:

@@ -7,7 +7,8 @@ JSON completion is handled too.
 Error mapping (see `model_providers.base`):
 
 * HTTP 429, 408, 409 and >= 500, and transport errors (timeouts, refused connections, dropped streams)
-  raise `ModelRetryableError`, with `retry_after` from the `retry-after-ms` or `retry-after` headers;
+  raise `ModelRetryableError`, with `retry_after` from the `retry-after-ms` or `retry-after` headers; an
+  `x-should-retry: true|false` header overrides the status either way;
 * any other non-2xx status raises `ModelRequestError`, naming the status and the provider's message;
 * a stream that cannot be parsed raises `ModelError` (non-retryable).
 """
@@ -192,7 +193,12 @@ class OpenAIChatModel(ChatModel):
         status = response.status_code
         detail = _error_detail(response)
         message = f"{self.model_id}: HTTP {status} from {url}: {detail}"
-        if status in _RETRYABLE_STATUSES or status >= 500:
+        # The provider's own verdict wins (OpenAI's SDKs honour it too), then the status.
+        should_retry = response.headers.get("x-should-retry", "").strip().lower()
+        retryable = status in _RETRYABLE_STATUSES or status >= 500
+        if should_retry in ("true", "false"):
+            retryable = should_retry == "true"
+        if retryable:
             return ModelRetryableError(message, status=status, retry_after=retry_after_seconds(response.headers))
         if status in (401, 403):
             message += " (check OPENAI_API_KEY)"

@@ -9,6 +9,7 @@ stock `nobody` account (PostgreSQL refuses to run as root) through `subprocess`'
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import pwd
@@ -17,6 +18,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,10 +27,14 @@ from typing import Any
 _UNPRIVILEGED_USER = "nobody"
 _START_ATTEMPTS = 3
 
-# A test cluster holds nothing worth an fsync; skipping them makes schema creation and commits much faster.
 _SETTINGS = """
 listen_addresses = '127.0.0.1'
 unix_socket_directories = ''
+"""
+# For the contract tests only: their clusters hold nothing worth an fsync, and skipping them makes schema
+# creation and commits much faster. A crash test uses `durable=True`: without fsync a killed server loses
+# committed writes, and the test would prove nothing.
+_FAST_SETTINGS = """
 fsync = off
 synchronous_commit = off
 full_page_writes = off
@@ -119,13 +125,50 @@ class _Runner:
             )
 
 
-@contextmanager
-def postgres_server() -> Iterator[str]:
-    """Start a fresh PostgreSQL cluster on a free localhost port; stop and delete it on exit.
+class PostgresServer:
+    """A throwaway cluster in its own directory, which a test may kill (as a crash would) and start again."""
 
-    Yields:
-        A DSN for the `postgres` superuser and database, e.g. `postgresql://postgres@127.0.0.1:54321/postgres`
-        (trust auth, no password).
+    def __init__(self, workdir: Path, run: _Runner, data: Path) -> None:
+        self.workdir = workdir
+        self.data = data
+        self._run = run
+        self.port = 0
+
+    @property
+    def dsn(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def start(self) -> None:
+        """Start the server (on its old port, after a kill); wait until it accepts connections."""
+        if self.port:
+            self._run("pg_ctl", "-D", str(self.data), "-l", str(self.workdir / "server.log"), "-o",
+                      f"-p {self.port}", "-w", "-t", "60", "start")  # fmt: skip
+        else:
+            self.port = _start(self._run, self.data, self.workdir / "server.log")
+
+    def kill(self) -> None:
+        """SIGKILL the postmaster, as a crash does: committed work must survive (WAL), nothing else does."""
+        pid = int((self.data / "postmaster.pid").read_text().split()[0])
+        os.kill(pid, signal.SIGKILL)
+        for _ in range(200):
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.05)
+        # Its backends see the postmaster gone and exit; the stale pid file lets pg_ctl start recover.
+
+    def stop(self) -> None:
+        _stop(self._run, self.data)
+
+
+@contextmanager
+def postgres_cluster(*, durable: bool = False) -> Iterator[PostgresServer]:
+    """A fresh PostgreSQL cluster on a free localhost port; stopped and deleted on exit.
+
+    Args:
+        durable: keep PostgreSQL's durability settings (fsync, synchronous commit, full page writes); the default
+            turns them off for speed.
 
     Raises:
         RuntimeError: The binaries are missing or the server would not start; the message holds its output.
@@ -144,19 +187,28 @@ def postgres_server() -> Iterator[str]:
             "--auth=trust",
             "--encoding=UTF8",
             "--no-locale",
-            "--no-sync",
+            *([] if durable else ["--no-sync"]),
             "--no-instructions",
         )
         with (data / "postgresql.conf").open("a") as conf:
-            conf.write(_SETTINGS)
-
-        port = _start(run, data, workdir / "server.log")
+            conf.write(_SETTINGS + ("" if durable else _FAST_SETTINGS))
+        server = PostgresServer(workdir, run, data)
+        server.start()
         try:
-            yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
+            yield server
         finally:
-            _stop(run, data)
+            with contextlib.suppress(RuntimeError, FileNotFoundError, ProcessLookupError):
+                server.stop()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+@contextmanager
+def postgres_server() -> Iterator[str]:
+    """A fresh, fast (not durable) PostgreSQL cluster; yields a DSN for the `postgres` superuser and database,
+    e.g. `postgresql://postgres@127.0.0.1:54321/postgres` (trust auth, no password)."""
+    with postgres_cluster() as server:
+        yield server.dsn
 
 
 def _start(run: _Runner, data: Path, log: Path) -> int:

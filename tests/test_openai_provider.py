@@ -358,6 +358,21 @@ async def test_server_error_is_retryable_and_honours_retry_after_seconds(
     assert caught.value.status == 503
 
 
+@pytest.mark.parametrize(
+    ("status", "should_retry", "retryable"),
+    [(400, "true", True), (503, "false", False), (429, "false", False), (500, "maybe", True)],
+)
+async def test_x_should_retry_overrides_the_status(
+    make_model: Callable[..., OpenAIChatModel], status: int, should_retry: str, retryable: bool
+) -> None:
+    model = make_model(lambda request: httpx.Response(status, headers={"x-should-retry": should_retry}, text="no"))
+
+    with pytest.raises(ModelError) as caught:
+        await model.generate(request_of(), Deltas())
+
+    assert caught.value.retryable is retryable and caught.value.status == status
+
+
 def test_retry_after_as_an_http_date_becomes_seconds_from_now() -> None:
     when = format_datetime(datetime.now(UTC) + timedelta(seconds=30), usegmt=True)
 

@@ -3,6 +3,9 @@ database is missing, not migrated or down."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import sys
 import uuid
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -89,3 +92,33 @@ async def test_postgres_that_cannot_be_reached_is_storage_unavailable() -> None:
             await store.read_events("run-1")
     finally:
         await store.close()
+
+
+async def keel_cli(*args: str, storage_url: str) -> tuple[int, str, str]:
+    env = {**os.environ, "KEEL_STORAGE_URL": storage_url}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "keel.cli", *args, env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await proc.communicate()
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def test_keel_events_says_in_one_line_when_storage_is_down_or_missing(tmp_path: Path) -> None:
+    down = f"postgresql://postgres@127.0.0.1:{free_port()}/keel"
+    code, _, err = await keel_cli("events", "run-1", storage_url=down)
+    assert code == 2 and err.count("\n") == 1 and err.startswith("error: PostgreSQL at "), err
+    missing = tmp_path / "typo" / "keel.db"
+    code, _, err = await keel_cli("events", "run-1", storage_url=f"sqlite:///{missing}")
+    assert code == 2 and "No Keel database at" in err and err.count("\n") == 1, err
+    assert not (tmp_path / "typo").exists()
+
+
+async def test_keel_migrate_creates_the_schema_and_then_reports_it_up_to_date(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'db' / 'keel.db'}"
+    code, out, err = await keel_cli("migrate", storage_url=url)
+    assert code == 0, err
+    assert "storage schema at version" in out and "(was 0)" in out
+    code, out, _ = await keel_cli("migrate", storage_url=url)
+    assert code == 0 and "(up to date)" in out
