@@ -95,6 +95,8 @@ def server_command(cfg: DevServerConfig) -> list[str]:
         "--ui-disable-news-fetch",
         "--sqlite-pragma", "journal_mode=wal",
         "--sqlite-pragma", "synchronous=normal",
+        # 64 MiB page cache instead of 2: visibility counts over 10,000 open runs measured 218-275 -> 81-87 ms.
+        "--sqlite-pragma", "cache_size=-65536",
     ]  # fmt: skip
     for key in ALL_KEYS:
         cmd += ["--search-attribute", f"{key.name}=Keyword"]

@@ -8,12 +8,14 @@ never overwritten. The recording worker runs with the sandbox, as every test doe
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import tempfile
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-from keel.client import KeelClient
+from keel.client import KeelClient, RunFailed
 from keel.client.connection import connect
 from keel.client.devserver import DevServer, DevServerConfig
 from keel.storage import SQLiteStorage
@@ -87,31 +89,62 @@ def shape_suffix(shape: RunShape) -> str:
 
 
 DEFAULT_SHAPE = DEFAULT_OPTIONS.shape()
-SCENARIOS: dict[str, tuple[Callable[[KeelClient, str], Awaitable[str]], RunShape | None]] = {
+CONTINUE_AS_NEW_SERVER = (("limit.historyCount.suggestContinueAsNew", "12"),)
+"""A server that suggests continue-as-new after 12 history events, so a short run continues as new."""
+
+
+async def _bad_input(keel: KeelClient, name: str) -> str:
+    await keel.temporal.start_workflow("AgentRun", id=name, task_queue=keel.task_queue)  # no input at all
+    return name
+
+
+@dataclass(frozen=True)
+class Scenario:
+    run: Callable[[KeelClient, str], Awaitable[str]]
+    shape: RunShape | None
+    """The worker's run shape; None marks a file of an older generation, which today's code cannot record."""
+    server: tuple[tuple[str, str], ...] = ()
+    """Dynamic config of the recording server."""
+
+
+SCENARIOS: dict[str, Scenario] = {
     **{
-        name + gen: (scenario, DEFAULT_SHAPE if gen == GENERATIONS[-1] else None)
+        name + gen: Scenario(scenario, DEFAULT_SHAPE if gen == GENERATIONS[-1] else None)
         for gen in GENERATIONS
         for name, scenario in _SCENARIOS.items()
     },
     **{
-        name + shape_suffix(shape): (_SCENARIOS[name], shape)
+        name + shape_suffix(shape): Scenario(_SCENARIOS[name], shape)
         for shape in ALL_SHAPES
         if shape != DEFAULT_SHAPE
         for name in SHAPE_SCENARIOS
     },
+    "bad_input": Scenario(_bad_input, DEFAULT_SHAPE),
+    "continued_as_new": Scenario(
+        lambda keel, name: keel.start_run("bulky", "steps=4 size=1000", run_id=name),
+        DEFAULT_SHAPE,
+        CONTINUE_AS_NEW_SERVER,
+    ),
 }
-"""Each scenario starts a run named after it (and approves what it needs) and returns its id, on a worker with
-the given run shape; None marks a file of an older generation, which today's code cannot record."""
+"""Each scenario starts a run named after it (and approves what it needs) and returns its id; the file holds the
+run's first execution (the one that continued as new, for `continued_as_new`)."""
 
 
 async def record() -> None:
     missing = {name for name in SCENARIOS if not (HISTORIES / f"{name}.json").exists()}
-    stale = sorted(name for name in missing if SCENARIOS[name][1] is None)
+    stale = sorted(name for name in missing if SCENARIOS[name].shape is None)
     if stale:
         raise SystemExit(f"Histories of an older generation are missing and cannot be re-recorded: {stale}")
+    for server in dict.fromkeys(SCENARIOS[name].server for name in missing):
+        await record_on_server(dict(server), sorted(n for n in missing if SCENARIOS[n].server == server))
+
+
+async def record_on_server(dynamic_config: dict[str, str], names: list[str]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["KEEL_DATA_DIR"] = tmp
-        cfg = DevServerConfig(port=free_port(), ui_port=free_port(), state_dir=Path(tmp))
+        cfg = DevServerConfig(
+            port=free_port(), ui_port=free_port(), state_dir=Path(tmp), extra_dynamic_config=dynamic_config
+        )
         server = await DevServer(cfg).start(reuse=False)
         storage = SQLiteStorage(Path(tmp) / "keel.db")
         await storage.init()
@@ -119,19 +152,22 @@ async def record() -> None:
             client = await connect(cfg.address, payloads=storage.payloads())
             keel = KeelClient(client, task_queue=TASK_QUEUE, app=app)
             runs: dict[str, str] = {}
-            for shape in dict.fromkeys(SCENARIOS[name][1] for name in missing):
+            for shape in dict.fromkeys(SCENARIOS[name].shape for name in names):
                 assert shape is not None
                 options = AgentActivityOptions(
                     model_as_local_activity=shape.model_as_local_activity,
                     fuse_tools_with_next_model_step=shape.fuse_tools_with_next_model_step,
                 )
                 async with build_worker(client, app, storage, task_queue=TASK_QUEUE, options=options):
-                    for name in sorted(n for n in missing if SCENARIOS[n][1] == shape):
-                        runs[name] = await SCENARIOS[name][0](keel, name)
-                        await keel.result(runs[name])
+                    for name in (n for n in names if SCENARIOS[n].shape == shape):
+                        runs[name] = await SCENARIOS[name].run(keel, name)
+                        with contextlib.suppress(RunFailed):
+                            await keel.result(runs[name])
             HISTORIES.mkdir(exist_ok=True)
             for name, run_id in runs.items():
-                history = await client.get_workflow_handle(run_id).fetch_history()
+                executions = [e async for e in client.list_workflows(f"WorkflowId='{run_id}'")]
+                first = min(executions, key=lambda e: e.start_time)
+                history = await client.get_workflow_handle(run_id, run_id=first.run_id).fetch_history()
                 (HISTORIES / f"{name}.json").write_text(history.to_json())
                 print(f"recorded {name}: {len(history.events)} events")
         finally:

@@ -10,11 +10,13 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
+from keel.client import RunFailed
 from keel.protocol import ToolResultPart
-from keel.storage import PostgresStorage
+from keel.storage import PostgresStorage, Storage
 from tests.apps import app as test_app
 from tests.conftest import running_worker
 from tests.pg import PostgresServer, postgres_cluster
+from tests.test_agent_run import wait_for_pending
 from tests.test_crash_recovery import wait_for_file_lines
 
 OUTAGE_SECONDS = 10
@@ -57,3 +59,18 @@ async def test_a_ten_second_postgres_outage_mid_run_and_at_the_final_persist_los
     assert isinstance(tool_message.content, list) and isinstance(tool_message.content[0], ToolResultPart)
     assert tool_message.content[0].result == {"fired": "go"}
     assert [r.payload.result for r in end_result.tool_results] == [{"fired": "go"}]
+
+
+async def test_a_step_refuses_a_thread_that_lost_what_an_earlier_step_wrote(
+    client: Client, storage: Storage, task_queue: str, data_dir: Path
+) -> None:
+    """As after restoring an old backup, or a crash of a database without fsync: the model must not answer from
+    a shorter conversation that looks plausible."""
+    async with running_worker(client, test_app, storage, task_queue) as keel:
+        run_id = await keel.start_run("demo", "lose me", thread_id="t-lost")
+        [call_id] = await wait_for_pending(keel, run_id)
+        assistant = next(m for m in (await storage.list_messages("t-lost"))[0] if m.role == "assistant")
+        await storage.delete_messages([assistant.id])
+        await keel.approve(run_id, call_id)
+        with pytest.raises(RunFailed, match=rf"lacks message {assistant.id}, which an earlier step .* wrote"):
+            await keel.result(run_id)
