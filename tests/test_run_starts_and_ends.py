@@ -187,3 +187,21 @@ async def test_a_worker_started_before_temporal_waits_for_it_and_says_so(tmp_pat
             server.stop()
     assert f"keel worker: waiting for Temporal at 127.0.0.1:{port}" in err
     assert "Traceback" not in err
+
+
+async def test_a_worker_started_before_its_database_waits_for_it_and_says_so(dev_server: DevServer) -> None:
+    down = f"postgresql://postgres@127.0.0.1:{free_port()}/keel"
+    env = {**os.environ, "KEEL_TEMPORAL_ADDRESS": dev_server.cfg.address, "KEEL_STORAGE_URL": down}
+    worker = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "keel.cli", "worker", "--app", "tests.apps:app", "--task-queue", f"db-{uuid.uuid4()}",
+        cwd=ROOT, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert worker.stderr is not None
+        line = (await asyncio.wait_for(worker.stderr.readline(), 30)).decode()
+        assert line.startswith("keel worker: waiting for storage (PostgresStorage)") and "retrying in" in line, line
+        await asyncio.sleep(1.5)
+        assert worker.returncode is None  # still waiting, not exited
+    finally:
+        worker.terminate()
+        await worker.wait()
