@@ -1,10 +1,14 @@
-"""Long runs continue-as-new when Temporal suggests it, and the result still covers the whole run."""
+"""Long runs continue-as-new when Temporal suggests it: the result still covers the whole run, and what each
+execution hands the next stays a few KB, whatever the tools returned."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
 
 from keel.client.connection import connect
 from keel.client.devserver import DevServer, DevServerConfig
@@ -13,9 +17,9 @@ from tests.apps import app as test_app
 from tests.conftest import free_port, running_worker
 
 
-async def test_a_run_continues_as_new_when_suggested_and_keeps_its_whole_result(
-    storage: Storage, task_queue: str, tmp_path: Path
-) -> None:
+@asynccontextmanager
+async def server_suggesting_continue_as_new(tmp_path: Path) -> AsyncIterator[Client]:
+    """A dev server that suggests continue-as-new after 12 history events."""
     cfg = DevServerConfig(
         port=free_port(),
         ui_port=free_port(),
@@ -24,21 +28,47 @@ async def test_a_run_continues_as_new_when_suggested_and_keeps_its_whole_result(
     )
     server = await DevServer(cfg).start(reuse=False)
     try:
-        client = await connect(cfg.address)
+        yield await connect(cfg.address)
+    finally:
+        server.stop()
+
+
+async def carried_bytes(client: Client, run_id: str) -> list[int]:
+    """The input each execution of the run that continued as new handed to the next."""
+    carried = []
+    executions = [r async for r in client.list_workflows(f"WorkflowId='{run_id}'")]
+    for execution in executions[1:]:  # every execution but the newest ended by continuing as new
+        last = (await client.get_workflow_handle(run_id, run_id=execution.run_id).fetch_history()).events[-1]
+        assert last.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
+        carried.append(last.workflow_execution_continued_as_new_event_attributes.input.ByteSize())
+    return carried
+
+
+async def test_a_run_continues_as_new_when_suggested_and_keeps_its_whole_result(
+    storage: Storage, task_queue: str, tmp_path: Path
+) -> None:
+    async with server_suggesting_continue_as_new(tmp_path) as client:
         async with running_worker(client, test_app, storage, task_queue) as keel:
             run_id = await keel.start_run("multi", "steps=6", thread_id="t-can")
             result = await keel.result(run_id)
-            runs = [r async for r in client.list_workflows(f"WorkflowId='{run_id}'")]
-            first = client.get_workflow_handle(run_id, run_id=runs[-1].run_id)
-            history = await first.fetch_history()
+            carried = await carried_bytes(client, run_id)
             listed = [r.run_id for r in await keel.list_runs(agent_id="multi")]
-    finally:
-        server.stop()
-    assert len(runs) >= 2, "the run never continued as new"
+    assert len(carried) >= 1, "the run never continued as new"
     assert listed.count(run_id) == 1
-    assert history.events[-1].event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
     assert result.text == "done after 6 tool calls" and result.steps == 7
     assert [c.payload.tool_call_id for c in result.tool_calls] == [f"call_{i}" for i in range(1, 7)]
     messages, total = await storage.list_messages("t-can")
     assert total == 1 + 6 * 2 + 1
     assert len({m.id for m in messages}) == total
+
+
+async def test_continuing_as_new_carries_a_few_kb_whatever_the_results(
+    storage: Storage, task_queue: str, tmp_path: Path
+) -> None:
+    async with server_suggesting_continue_as_new(tmp_path) as client:
+        async with running_worker(client, test_app, storage, task_queue) as keel:
+            run_id = await keel.start_run("bulky", "steps=6 size=100000")
+            result = await keel.result(run_id)
+            carried = await carried_bytes(client, run_id)
+    assert result.text == "saw 6 results of [100000] bytes" and len(result.tool_results) == 6
+    assert carried and max(carried) < 4096, carried

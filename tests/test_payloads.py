@@ -3,8 +3,6 @@ large even for the store fails at once with what was too large."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import History
 from temporalio.client import Client, WorkflowFailureError, WorkflowHistory
@@ -12,10 +10,10 @@ from temporalio.service import RPCError
 
 from keel.client import KeelClient, RunFailed
 from keel.client.converter import data_converter
-from keel.client.devserver import DevServer, DevServerConfig
+from keel.client.devserver import DevServer
 from keel.storage import DirectoryBlobStore, Storage
 from tests.apps import app as test_app
-from tests.conftest import free_port, running_worker
+from tests.conftest import running_worker
 
 MiB = 1024 * 1024
 
@@ -59,34 +57,6 @@ async def test_thirty_kb_results_over_a_hundred_steps_finish_the_run(
         info = await keel.describe(run_id)
     assert result.text == "saw 100 results of [30000] bytes" and result.steps == 101
     assert len(result.tool_results) == 100 and info.status == "completed"
-
-
-async def test_continuing_as_new_carries_a_few_kb_whatever_the_results(
-    storage: Storage, task_queue: str, tmp_path: Path, payload_store: DirectoryBlobStore
-) -> None:
-    cfg = DevServerConfig(
-        port=free_port(),
-        ui_port=free_port(),
-        state_dir=tmp_path,
-        extra_dynamic_config={"limit.historyCount.suggestContinueAsNew": "12"},
-    )
-    server = await DevServer(cfg).start(reuse=False)
-    try:
-        client = await Client.connect(cfg.address, data_converter=data_converter(payload_store))
-        async with running_worker(client, test_app, storage, task_queue) as keel:
-            run_id = await keel.start_run("bulky", "steps=6 size=100000")
-            result = await keel.result(run_id)
-            executions = [r async for r in client.list_workflows(f"WorkflowId='{run_id}'")]
-            carried = []
-            for execution in executions[1:]:  # every execution but the newest ended by continuing as new
-                history = await client.get_workflow_handle(run_id, run_id=execution.run_id).fetch_history()
-                last = history.events[-1]
-                assert last.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
-                carried.append(last.workflow_execution_continued_as_new_event_attributes.input.ByteSize())
-    finally:
-        server.stop()
-    assert result.text == "saw 6 results of [100000] bytes" and len(result.tool_results) == 6
-    assert carried and max(carried) < 4096, carried
 
 
 async def test_a_payload_larger_than_the_store_takes_fails_the_run_at_once_saying_what(
