@@ -59,15 +59,16 @@ class ModelSteps:
         agent = self._app.agent(input.agent_id)
         run_id = input.run_id
         events = StepWriter(self._storage, input, f"model:{input.step}")
-        if input.step == 1:
-            if input.execution_id is not None:
-                owner = await self._storage.claim_run(run_id, input.execution_id)
-                if owner != input.execution_id:
-                    raise RunIdReused(
-                        f"Run id {run_id!r} is already used by another run (execution {owner}): run ids are never "
-                        "reused; start with a new id (pass threadId to continue that run's conversation)"
-                    )
+        execution = input.execution_id
+        if input.step == 1 and execution is None:  # a run started before run ids were claimed
             await self._storage.create_thread(input.thread_id, input.resource_id)
+        elif input.step == 1 and execution is not None:
+            owner = await self._storage.begin_run(run_id, execution, input.thread_id, input.resource_id)
+            if owner != execution:
+                raise RunIdReused(
+                    f"Run id {run_id!r} is already used by another run (execution {owner}): run ids are never "
+                    "reused; start with a new id (pass threadId to continue that run's conversation)"
+                )
             events.add(
                 StartChunk(run_id=run_id, payload=StartPayload(id=agent.id, run_id=run_id, message_id=input.message_id))
             )

@@ -433,3 +433,21 @@ async def test_sqlite_creates_the_parent_directory_and_uses_wal(tmp_path: Path) 
 
     assert path.exists()
     assert path.read_bytes()[18:20] == b"\x02\x02"  # file format bytes 2/2 mean WAL
+
+
+# --- runs ---------------------------------------------------------------------------------------------------
+
+
+async def test_a_run_id_belongs_to_the_first_execution_that_claims_it(storage: Storage) -> None:
+    assert await storage.claim_run("run-1", "exec-a") == "exec-a"
+    assert await storage.claim_run("run-1", "exec-a") == "exec-a"  # a retried step
+    assert await storage.claim_run("run-1", "exec-b") == "exec-a"  # a second run under the same id
+
+
+async def test_beginning_a_run_claims_it_and_creates_its_thread_in_one_write(storage: Storage) -> None:
+    assert await storage.begin_run("run-1", "exec-a", "t1", "user-1") == "exec-a"
+    thread = await storage.get_thread("t1")
+    assert thread is not None and thread.resource_id == "user-1"
+    assert await storage.begin_run("run-1", "exec-a", "t1", "user-1") == "exec-a"
+    assert await storage.begin_run("run-1", "exec-b", "t2", "user-2") == "exec-a"
+    assert await storage.get_thread("t2") is None  # the refused run creates nothing

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from keel.protocol import EventRecord
 from keel.storage import rules
 from keel.storage.base import Storage
@@ -28,6 +30,21 @@ class PostgresStorage(PostgresThreads, PostgresEvents, PostgresBlobs, Storage):
 
     def payloads(self) -> BlobStore:
         return self
+
+    @guarded
+    async def begin_run(self, run_id: str, execution_id: str, thread_id: str, resource_id: str) -> str:
+        pool = await self._get_pool()
+        async with pool.acquire() as conn, conn.transaction():
+            owner = await sql_events.claim(conn, run_id, execution_id)
+            if owner == execution_id:
+                await conn.execute(
+                    "INSERT INTO threads (id, resource_id, created_at, updated_at) VALUES ($1, $2, $3, $3)"
+                    " ON CONFLICT (id) DO NOTHING",
+                    thread_id,
+                    resource_id,
+                    datetime.now(UTC),
+                )
+        return owner
 
     @guarded
     async def write(

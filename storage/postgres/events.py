@@ -52,6 +52,23 @@ async def written_attempt(conn: Any, run_id: str, source: str | None) -> int:
     return int(written)
 
 
+async def claim(conn: Any, run_id: str, execution_id: str) -> str:
+    """Claim the run id (in the caller's transaction, if any); returns its owner."""
+    owner = await conn.fetchval(
+        """
+        WITH ins AS (
+            INSERT INTO runs (run_id, execution_id, created_at) VALUES ($1, $2, $3)
+            ON CONFLICT (run_id) DO NOTHING RETURNING execution_id
+        )
+        SELECT execution_id FROM ins UNION ALL SELECT execution_id FROM runs WHERE run_id = $1 LIMIT 1
+        """,
+        run_id,
+        execution_id,
+        datetime.now(UTC),
+    )
+    return str(owner)
+
+
 class PostgresEvents(PostgresPool, EventStore):
     @guarded
     async def append_events(
@@ -66,19 +83,8 @@ class PostgresEvents(PostgresPool, EventStore):
     @guarded
     async def claim_run(self, run_id: str, execution_id: str) -> str:
         pool = await self._get_pool()
-        owner = await pool.fetchval(
-            """
-            WITH ins AS (
-                INSERT INTO runs (run_id, execution_id, created_at) VALUES ($1, $2, $3)
-                ON CONFLICT (run_id) DO NOTHING RETURNING execution_id
-            )
-            SELECT execution_id FROM ins UNION ALL SELECT execution_id FROM runs WHERE run_id = $1 LIMIT 1
-            """,
-            run_id,
-            execution_id,
-            datetime.now(UTC),
-        )
-        return str(owner)
+        async with pool.acquire() as conn:
+            return await claim(conn, run_id, execution_id)
 
     @guarded
     async def read_events(self, run_id: str, *, offset: int = 0, limit: int | None = None) -> list[RunEvent]:

@@ -28,6 +28,17 @@ class SQLiteStorage(SQLiteThreads, SQLiteEvents, Storage):
     def payloads(self) -> BlobStore:
         return DirectoryBlobStore(self.path.parent / "payloads")
 
+    async def begin_run(self, run_id: str, execution_id: str, thread_id: str, resource_id: str) -> str:
+        at = now()
+
+        def begin(conn: sqlite3.Connection) -> str:
+            owner = sql_events.claim(conn, run_id, execution_id, at)
+            if owner == execution_id:
+                sql_threads.insert_thread(conn, thread_id, resource_id, None, None, at)
+            return owner
+
+        return await self._write_tx(begin)
+
     async def write(
         self,
         run_id: str,

@@ -47,6 +47,15 @@ def written_attempt(conn: sqlite3.Connection, run_id: str, source: str | None) -
     return written
 
 
+def claim(conn: sqlite3.Connection, run_id: str, execution_id: str, at: str) -> str:
+    """Claim the run id inside the caller's write transaction; returns its owner."""
+    conn.execute(
+        "INSERT OR IGNORE INTO runs (run_id, execution_id, created_at) VALUES (?, ?, ?)", (run_id, execution_id, at)
+    )
+    owner: str = conn.execute("SELECT execution_id FROM runs WHERE run_id = ?", (run_id,)).fetchone()[0]
+    return owner
+
+
 class SQLiteEvents(SQLiteConnection, EventStore):
     async def append_events(
         self, run_id: str, events: list[EventRecord], *, source: str | None = None, attempt: int = 1
@@ -58,16 +67,7 @@ class SQLiteEvents(SQLiteConnection, EventStore):
 
     async def claim_run(self, run_id: str, execution_id: str) -> str:
         at = now()
-
-        def claim(conn: sqlite3.Connection) -> str:
-            conn.execute(
-                "INSERT OR IGNORE INTO runs (run_id, execution_id, created_at) VALUES (?, ?, ?)",
-                (run_id, execution_id, at),
-            )
-            owner: str = conn.execute("SELECT execution_id FROM runs WHERE run_id = ?", (run_id,)).fetchone()[0]
-            return owner
-
-        return await self._write_tx(claim)
+        return await self._write_tx(lambda conn: claim(conn, run_id, execution_id, at))
 
     async def read_events(self, run_id: str, *, offset: int = 0, limit: int | None = None) -> list[RunEvent]:
         rules.check_page(offset, limit)

@@ -38,6 +38,19 @@ def save(conn: sqlite3.Connection, rows: list[MessageRow], replace: bool, at: st
     )
 
 
+def insert_thread(
+    conn: sqlite3.Connection, thread_id: str, resource_id: str, title: str | None, meta: str | None, at: str
+) -> Thread:
+    """Create the thread unless it exists, inside the caller's write transaction; returns it."""
+    conn.execute(
+        "INSERT OR IGNORE INTO threads (id, resource_id, title, metadata, created_at, updated_at)"
+        " VALUES (?, ?, ?, ?, ?, ?)",
+        (thread_id, resource_id, title, meta, at, at),
+    )
+    row = conn.execute(f"SELECT {rules.THREAD_COLUMNS} FROM threads WHERE id = ?", (thread_id,)).fetchone()
+    return rules.thread(row)
+
+
 class SQLiteThreads(SQLiteConnection, ThreadStore):
     async def create_thread(
         self,
@@ -48,17 +61,7 @@ class SQLiteThreads(SQLiteConnection, ThreadStore):
     ) -> Thread:
         at = now()
         meta = None if metadata is None else to_json(metadata).decode()
-
-        def create(conn: sqlite3.Connection) -> Thread:
-            conn.execute(
-                "INSERT OR IGNORE INTO threads (id, resource_id, title, metadata, created_at, updated_at)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                (thread_id, resource_id, title, meta, at, at),
-            )
-            row = conn.execute(f"SELECT {rules.THREAD_COLUMNS} FROM threads WHERE id = ?", (thread_id,)).fetchone()
-            return rules.thread(row)
-
-        return await self._write_tx(create)
+        return await self._write_tx(lambda conn: insert_thread(conn, thread_id, resource_id, title, meta, at))
 
     async def get_thread(self, thread_id: str) -> Thread | None:
         def get(conn: sqlite3.Connection) -> Thread | None:
