@@ -16,6 +16,7 @@ from temporalio.client import Client
 from temporalio.worker import Interceptor, Worker
 
 from keel.app import App, load_app
+from keel.client import KeelClient, QueueInUse
 from keel.client.connection import connect, task_queue, temporal_address
 from keel.plugin import KeelPlugin
 from keel.protocol import names
@@ -75,6 +76,13 @@ async def waiting_for(what: str, attempt: Callable[[], Awaitable[T]], errors: tu
             delay = min(delay * 2, 30.0)
 
 
+async def check_queue_free(client: Client, task_queue: str) -> None:
+    """Raise `QueueInUse` when other workers poll `task_queue` (a second app there would take half the runs)."""
+    pollers = await KeelClient(client, task_queue=task_queue).workers()
+    if pollers:
+        raise QueueInUse(task_queue, [f"{p.identity} (polled {p.seconds_since_poll:.0f} s ago)" for p in pollers])
+
+
 async def serve(app: App, client: Client, *, task_queue: str) -> None:
     """Run a worker for `app` on `task_queue`, with the storage of `$KEEL_STORAGE_URL`, until SIGINT or SIGTERM.
     The storage's migrations are applied first (waiting while the database cannot be reached)."""
@@ -92,12 +100,18 @@ async def serve(app: App, client: Client, *, task_queue: str) -> None:
         await storage.close()
 
 
-async def run_worker(app_ref: str | None, address: str | None, namespace: str | None, queue: str | None) -> None:
-    """Load the app, connect to Temporal (waiting until it answers) and `serve`."""
+async def run_worker(
+    app_ref: str | None, address: str | None, namespace: str | None, queue: str | None, *, join: bool = False
+) -> None:
+    """Load the app, connect to Temporal (waiting until it answers), check no other worker polls the task queue
+    (unless `join`: scaling out the same app), and `serve`."""
     app = load_app(app_ref)
     where = address or temporal_address()
     client = await waiting_for(f"Temporal at {where}", lambda: connect(where, namespace), (RuntimeError,))
-    await serve(app, client, task_queue=queue or task_queue())
+    task_queue_ = queue or task_queue()
+    if not join:
+        await check_queue_free(client, task_queue_)
+    await serve(app, client, task_queue=task_queue_)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -106,11 +120,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--address", help="Temporal address (default: $KEEL_TEMPORAL_ADDRESS or 127.0.0.1:7233)")
     parser.add_argument("--namespace", help="Temporal namespace (default: $KEEL_NAMESPACE or default)")
     parser.add_argument("--task-queue", help="task queue (default: $KEEL_TASK_QUEUE or keel)")
+    parser.add_argument("--join", action="store_true", help="run beside workers already polling the task queue")
     args = parser.parse_args(argv)
     # The current directory is importable, so `--app myproject.app:app` works from the project (like uvicorn).
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
-    asyncio.run(run_worker(args.app, args.address, args.namespace, args.task_queue))
+    try:
+        asyncio.run(run_worker(args.app, args.address, args.namespace, args.task_queue, join=args.join))
+    except QueueInUse as err:
+        print(f"error: {err}", file=sys.stderr)
+        os._exit(2)
     sys.stdout.flush()
     os._exit(0)  # sdk-python#300: a Temporal client process can crash at interpreter exit
 

@@ -11,10 +11,9 @@ from keel.app.definitions import (
     UnknownTool,
     tool,
 )
-from keel.app.loader import DEFAULT_APP, app_reference, load_app
+from keel.app.loader import app_reference, load_app
 
 __all__ = [
-    "DEFAULT_APP",
     "Agent",
     "App",
     "AppError",

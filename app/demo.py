@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from keel.model_providers import (
     last_user_text,
     tool_results_since_last_user,
 )
+from keel.protocol.settings import load_settings
 
 
 class NoteInput(BaseModel):
@@ -31,7 +31,7 @@ class NoteInput(BaseModel):
 
 
 def notes_dir() -> Path:
-    return Path(os.environ.get("KEEL_DATA_DIR", ".keel")) / "notes"
+    return load_settings().data_dir / "notes"
 
 
 @tool("save_note", require_approval=True)

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import importlib
-import os
 
 from keel.app.definitions import App, AppLoadError
-
-DEFAULT_APP = "keel.app.demo:app"
+from keel.protocol.settings import load_settings
 
 
 def app_reference(ref: str | None = None) -> str:
-    """The reference to load: the argument, else `$KEEL_APP`, else the bundled demo app."""
-    return ref or os.environ.get("KEEL_APP") or DEFAULT_APP
+    """The reference to load: the argument, else the settings' (`KEEL_APP`, by default the bundled demo app)."""
+    return ref or load_settings().app
 
 
 def load_app(ref: str | None = None) -> App:

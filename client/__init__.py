@@ -3,18 +3,23 @@
 from keel.client.errors import (
     InvalidRunInput,
     KeelClientError,
+    NoWorker,
+    QueueInUse,
     RunClosed,
     RunFailed,
     RunIdInUse,
     RunNotFound,
     ToolCallRejected,
 )
-from keel.client.keel_client import KeelClient, RunInfo, RunStatus
+from keel.client.keel_client import KeelClient, Poller, RunInfo, RunStatus
 
 __all__ = [
     "InvalidRunInput",
     "KeelClient",
     "KeelClientError",
+    "NoWorker",
+    "Poller",
+    "QueueInUse",
     "RunClosed",
     "RunFailed",
     "RunIdInUse",

@@ -1,5 +1,11 @@
-"""The client side of the `keel` command line: runs, approvals, listings, counts, events and the background dev
-server. The commands that run a worker (`worker`, `dev`, `demo`) are added by `keel.cli`, above this package."""
+"""The client side of the `keel` command line: runs, approvals, listings, counts, events, settings and the
+background dev server. The commands that run a worker (`worker`, `dev`, `demo`) are added by `keel.cli`, above
+this package.
+
+Exit codes (every command): 0 done (a run that waits for approval included); 1 the run ended without a result
+(failed, terminated, canceled, timed out); 2 the command could not do its job (bad input, an unknown agent, run
+or tool call, Temporal, a worker or storage not there); 130 interrupted.
+"""
 
 from __future__ import annotations
 
@@ -11,19 +17,14 @@ import os
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import Any
+from importlib import metadata
+from typing import Any, Literal
 
-from keel.app import App, AppError, load_app
-from keel.client.devserver import (
-    DevServer,
-    DevServerConfig,
-    is_listening,
-    stop_detached,
-    wait_for_ui,
-)
-from keel.client.errors import KeelClientError
+from keel.app import Agent, App, AppError, load_app
+from keel.client.devserver import DevServer, DevServerConfig, is_listening, stop_detached, wait_for_ui
+from keel.client.errors import KeelClientError, RunFailed, RunNotFound
 from keel.client.keel_client import KeelClient
-from keel.client.run_events import follow
+from keel.client.run_events import Shown, follow, read
 from keel.protocol import (
     TextDeltaChunk,
     TextEndChunk,
@@ -33,7 +34,15 @@ from keel.protocol import (
     ToolOutputDeniedChunk,
     ToolResultChunk,
 )
-from keel.storage import DatabaseNotFound, RunEvent, Storage, StorageError, open_storage
+from keel.protocol.settings import Settings, SettingsError, load_settings
+from keel.storage import DatabaseNotFound, Storage, StorageError, open_storage
+
+EXIT_CODES = """exit codes:
+  0    done (also: the run waits for approval)
+  1    the run ended without a result: failed, terminated, canceled or timed out
+  2    the command could not do its job: bad input, unknown agent, run or tool call, no Temporal, no worker,
+       storage down or missing
+  130  interrupted"""
 
 
 class CliError(KeelClientError):
@@ -44,17 +53,31 @@ def _json(value: Any) -> str:
     return json.dumps(value, indent=2, default=str)
 
 
+def settings_of(args: argparse.Namespace) -> Settings:
+    """The settings in effect for this command: the environment, then the command's flags."""
+    return load_settings(
+        temporal_address=getattr(args, "address", None),
+        namespace=getattr(args, "namespace", None),
+        task_queue=getattr(args, "task_queue", None),
+        app=getattr(args, "app", None),
+    )
+
+
 async def connect_client(args: argparse.Namespace, app: App | None = None) -> KeelClient:
-    """A client for the command's --address, --namespace and --task-queue; `CliError` when Temporal is down."""
+    """A client for the command's settings; `CliError` when Temporal cannot be reached."""
+    settings = settings_of(args)
     try:
-        return await KeelClient.connect(args.address, namespace=args.namespace, task_queue=args.task_queue, app=app)
+        return await KeelClient.connect(
+            settings.temporal_address, namespace=settings.namespace, task_queue=settings.task_queue, app=app
+        )
     except RuntimeError as err:
-        address = args.address or os.environ.get("KEEL_TEMPORAL_ADDRESS", "127.0.0.1:7233")
-        raise CliError(f"Cannot reach Temporal at {address} ({err}); start it with `make dev` or `keel dev`") from None
+        raise CliError(
+            f"Cannot reach Temporal at {settings.temporal_address} ({err}); start it with `make dev` or `keel dev`"
+        ) from None
 
 
 async def open_store() -> Storage:
-    """The storage of `$KEEL_STORAGE_URL`, for reading: checked, never migrated (a reader may lack the rights, and
+    """The storage of the settings, for reading: checked, never migrated (a reader may lack the rights, and
     migrating is the worker's or `keel migrate`'s job)."""
     store = open_storage()
     try:
@@ -67,8 +90,13 @@ async def open_store() -> Storage:
 
 # --- event printing ------------------------------------------------------------------------------------
 
+DIM, RESET = ("\033[2m", "\033[0m") if sys.stdout.isatty() else ("", "")
 
-def _print_event(event: RunEvent, run_id: str) -> None:
+
+def _print_event(shown: Shown, run_id: str) -> None:
+    event = shown.event
+    if shown.retry:
+        print(f"\n{DIM}  .. retrying (attempt {event.attempt}){RESET}", flush=True)
     chunk = event.chunk()
     if isinstance(chunk, TextDeltaChunk):
         print(chunk.payload.text, end="", flush=True)
@@ -89,31 +117,34 @@ def _print_event(event: RunEvent, run_id: str) -> None:
 
 async def _follow_run(keel: KeelClient, storage: Storage, run_id: str, offset: int) -> int:
     """Print a run's events until it finishes or waits for approval. Returns the exit code."""
+    queue = await keel.run_task_queue(run_id)
+    quiet = 0
 
-    async def closed_or_suspended() -> bool:
+    async def stop_following() -> bool:
+        nonlocal quiet
         info = await keel.describe(run_id)
-        return info.status not in ("running",)
+        if info.status != "running":
+            return True
+        quiet += 1  # about a second without an event
+        if quiet % 5 == 0 and not await keel.workers(queue):
+            raise CliError(
+                f"No worker is polling task queue {queue!r}: run {run_id} waits until one does "
+                "(start one with `keel worker --app <module:attr>` or `keel dev`)"
+            )
+        return False
 
     suspended = False
-    async for event in follow(
-        storage,
-        run_id,
-        offset=offset,
-        until=frozenset({"finish", "tool-call-approval"}),
-        idle_check=closed_or_suspended,
+    async for shown in follow(
+        storage, run_id, offset=offset, until=frozenset({"finish", "tool-call-approval"}), idle_check=stop_following
     ):
-        _print_event(event, run_id)
-        suspended = event.type == "tool-call-approval"
+        _print_event(shown, run_id)
+        suspended = shown.event.type == "tool-call-approval"
     if suspended or (await keel.describe(run_id)).status == "suspended":
-        print(f"run {run_id} is suspended; pending: {[c.tool_call_id for c in await keel.pending_tool_calls(run_id)]}")
+        calls = [c.tool_call_id for c in await keel.pending_tool_calls(run_id)]
+        print(f"run {run_id} is suspended; pending: {calls}")
         return 0
-    try:
-        result = await keel.result(run_id)  # the finish event is written just before the run completes
-    except KeelClientError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    info = await keel.describe(run_id)
-    print(f"run {run_id} {info.status}: finishReason={result.finish_reason} steps={result.steps}")
+    result = await keel.result(run_id)  # raises RunFailed (exit 1); the finish event precedes the completion
+    print(f"run {run_id} completed: finishReason={result.finish_reason} steps={result.steps}")
     return 0
 
 
@@ -129,6 +160,8 @@ async def cmd_run(args: argparse.Namespace) -> int:
             messages = json.loads(args.message)
         except json.JSONDecodeError as err:
             raise CliError(f"MESSAGE looks like a JSON list of messages but is not valid JSON: {err}") from None
+    if not args.no_follow:
+        await keel.require_worker()  # before starting: a run nobody runs would be followed forever
     run_id = await keel.start_run(
         args.agent,
         messages,
@@ -149,13 +182,17 @@ async def cmd_run(args: argparse.Namespace) -> int:
 
 async def cmd_approve(args: argparse.Namespace) -> int:
     keel = await connect_client(args)
+    verb = "declined" if args.decline else "approved"
+    decision = {"approved": not args.decline, "reason": args.reason, "step": args.step}
+    if args.signal:
+        await keel.signal_approval(args.run_id, args.tool_call_id, **decision)
+        print(f"sent: {args.tool_call_id} {verb} in run {args.run_id}, as a signal (keel pending shows the effect)")
+        return 0
+    await keel.require_worker(await keel.run_task_queue(args.run_id), signal_hint=f"{args.run_id} {args.tool_call_id}")
     storage = await open_store()
     try:
         offset = len(await storage.read_events(args.run_id))
-        accepted = await keel.approve(
-            args.run_id, args.tool_call_id, approved=not args.decline, reason=args.reason, step=args.step
-        )
-        verb = "declined" if args.decline else "approved"
+        accepted = await keel.approve(args.run_id, args.tool_call_id, **decision)
         print(f"{verb} {accepted.tool_call_id} in run {args.run_id}", flush=True)
         if args.no_follow:
             return 0
@@ -166,6 +203,7 @@ async def cmd_approve(args: argparse.Namespace) -> int:
 
 async def cmd_pending(args: argparse.Namespace) -> int:
     keel = await connect_client(args)
+    await keel.require_worker(await keel.run_task_queue(args.run_id))
     pending = await keel.pending_tool_calls(args.run_id)
     print(_json([p.model_dump(by_alias=True) for p in pending]))
     return 0
@@ -173,8 +211,27 @@ async def cmd_pending(args: argparse.Namespace) -> int:
 
 async def cmd_result(args: argparse.Namespace) -> int:
     keel = await connect_client(args)
+    info = await keel.describe(args.run_id)
+    if info.status == "suspended":
+        raise CliError(f"Run {args.run_id} waits for approval and has no result yet: see `keel pending {args.run_id}`")
+    if info.status == "running":
+        await keel.require_worker(info.task_queue)
     result = await keel.result(args.run_id)
     print(_json(result.model_dump(by_alias=True)))
+    return 0
+
+
+async def cmd_cancel(args: argparse.Namespace) -> int:
+    keel = await connect_client(args)
+    await keel.cancel(args.run_id)
+    print(f"cancel requested for run {args.run_id}: it ends as canceled at its next workflow task")
+    return 0
+
+
+async def cmd_terminate(args: argparse.Namespace) -> int:
+    keel = await connect_client(args)
+    await keel.terminate(args.run_id, args.reason)
+    print(f"run {args.run_id} terminated")
     return 0
 
 
@@ -182,7 +239,7 @@ async def cmd_runs(args: argparse.Namespace) -> int:
     keel = await connect_client(args)
     runs = await keel.list_runs(status=args.status, agent_id=args.agent, limit=args.limit)
     if args.json:
-        print(_json([r.__dict__ for r in runs]))
+        print(_json([r.to_json() for r in runs]))
         return 0
     if not runs:
         print("no runs")
@@ -204,20 +261,59 @@ async def cmd_counts(args: argparse.Namespace) -> int:
     return 0
 
 
+def _agent_json(agent: Agent) -> dict[str, Any]:
+    return {
+        "id": agent.id,
+        "name": agent.display_name,
+        "description": agent.description,
+        "model": agent.model.model_id,
+        "maxSteps": agent.max_steps,
+        "tools": [
+            {
+                "id": t.id,
+                "description": t.description,
+                "requireApproval": t.require_approval if isinstance(t.require_approval, bool) else "by arguments",
+                "idempotent": t.idempotent,
+            }
+            for t in agent.tools
+        ],
+    }
+
+
+async def cmd_agents(args: argparse.Namespace) -> int:
+    app = load_app(args.app)
+    if args.json:
+        print(_json([_agent_json(a) for a in app.agents.values()]))
+        return 0
+    for agent in app.agents.values():
+        print(f"{agent.id}  ({agent.model.model_id}, maxSteps {agent.max_steps})  {agent.description}".rstrip())
+        for t in agent.tools:
+            approval = t.require_approval if isinstance(t.require_approval, bool) else "by arguments"
+            flags = [f"approval: {approval}"] if approval else []
+            flags += [] if t.idempotent else ["not idempotent"]
+            print(f"  - {t.id}" + (f" [{', '.join(flags)}]" if flags else "") + f": {t.description}")
+    return 0
+
+
 async def cmd_events(args: argparse.Namespace) -> int:
     storage = await open_store()
     try:
+        keel = await connect_client(args) if args.follow else None
         if not args.follow:
-            for event in await storage.read_events(args.run_id, offset=args.offset):
-                print(json.dumps(event.model_dump(mode="json", by_alias=True)))
+            shown = await read(storage, args.run_id, offset=args.offset)
+            if not shown and args.offset == 0:
+                raise RunNotFound(args.run_id)  # a run that ran has at least its start event
+            for s in shown:
+                print(json.dumps(s.event.model_dump(mode="json", by_alias=True)), flush=True)
             return 0
-        keel = await connect_client(args)
+        assert keel is not None
+        await keel.describe(args.run_id)  # RunNotFound for an unknown run
 
         async def closed() -> bool:
             return (await keel.describe(args.run_id)).status not in ("running", "suspended")
 
-        async for event in follow(storage, args.run_id, offset=args.offset, idle_check=closed):
-            print(json.dumps(event.model_dump(mode="json", by_alias=True)), flush=True)
+        async for s in follow(storage, args.run_id, offset=args.offset, idle_check=closed):
+            print(json.dumps(s.event.model_dump(mode="json", by_alias=True)), flush=True)
         return 0
     finally:
         await storage.close()
@@ -238,6 +334,19 @@ async def cmd_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+async def cmd_config(args: argparse.Namespace) -> int:
+    settings = settings_of(args)
+    values = settings.model_dump(mode="json")
+    sources = settings.sources()
+    if args.json:
+        print(_json({name: {"value": values[name], "from": sources[name]} for name in values}))
+        return 0
+    width = max(len(name) for name in values) + len("KEEL_")
+    for name, value in values.items():
+        print(f"{'KEEL_' + name.upper():<{width}}  {value!s:<48}  ({sources[name]})")
+    return 0
+
+
 async def cmd_server(args: argparse.Namespace) -> int:
     cfg = DevServerConfig()
     if args.action == "start":
@@ -254,89 +363,154 @@ async def cmd_server(args: argparse.Namespace) -> int:
 
 # --- parser --------------------------------------------------------------------------------------------
 
+Option = Literal["temporal", "queue", "app", "join"]
+
 
 @dataclass(frozen=True)
 class Command:
-    """A `keel` subcommand: its help, its arguments (besides the common ones) and what it runs."""
+    """A `keel` subcommand: its help, what it runs, its own arguments, and which shared options it takes."""
 
     help: str
     run: Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
     arguments: Callable[[argparse.ArgumentParser], None] = lambda parser: None
+    options: tuple[Option, ...] = ()
+
+
+def _add_options(p: argparse.ArgumentParser, options: tuple[Option, ...]) -> None:
+    if "temporal" in options:
+        p.add_argument("--address", help="Temporal's HOST:PORT (default $KEEL_TEMPORAL_ADDRESS, 127.0.0.1:7233)")
+        p.add_argument("--namespace", help="Temporal namespace (default $KEEL_NAMESPACE, default)")
+    if "queue" in options:
+        p.add_argument("--task-queue", help="task queue (default $KEEL_TASK_QUEUE, keel)")
+    if "app" in options:
+        p.add_argument("--app", help="the app, module:attr (default $KEEL_APP, the bundled demo app)")
+    if "join" in options:
+        p.add_argument(
+            "--join", action="store_true", help="run beside the workers already polling the task queue (same app)"
+        )
 
 
 def _server_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("action", choices=["start", "stop", "status"])
+    p.add_argument("action", choices=["start", "stop", "status"], help="start in the background, stop, or check")
 
 
 def _run_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("agent")
+    p.add_argument("agent", help="the agent's id (see `keel agents`)")
     p.add_argument("message", help="a user message, or a JSON list of {role, content}")
-    p.add_argument("--thread-id")
-    p.add_argument("--resource-id")
-    p.add_argument("--run-id")
-    p.add_argument("--max-steps", type=int)
+    p.add_argument("--thread-id", help="the conversation to continue (default: a thread of the run's own)")
+    p.add_argument("--resource-id", help="who the thread belongs to (default: the agent's id)")
+    p.add_argument("--run-id", help="the run's id (default: a new run-<uuid>); run ids are never reused")
+    p.add_argument("--max-steps", type=int, help="model calls at most (default: the agent's maxSteps)")
     p.add_argument("--no-follow", action="store_true", help="print the run id and return at once")
 
 
 def _approve_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_id")
-    p.add_argument("tool_call_id")
-    p.add_argument("--decline", action="store_true")
-    p.add_argument("--reason")
+    p.add_argument("run_id", help="the run")
+    p.add_argument("tool_call_id", help="the pending call (see `keel pending RUN`)")
+    p.add_argument("--decline", action="store_true", help="decline instead: the tool does not run")
+    p.add_argument("--reason", help="why (shown to the model when declining)")
     p.add_argument("--step", type=int, help="decide the call only if it is still this step's (models reuse ids)")
-    p.add_argument("--no-follow", action="store_true")
+    p.add_argument(
+        "--signal", action="store_true", help="send the tool_approval signal: no worker needed now, no answer"
+    )
+    p.add_argument("--no-follow", action="store_true", help="return after the decision is accepted")
 
 
 def _run_id_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_id")
+    p.add_argument("run_id", help="the run")
+
+
+def _terminate_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_id", help="the run")
+    p.add_argument("--reason", help="recorded in the run's history")
 
 
 def _runs_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--status", choices=["running", "suspended", "completed", "failed", "canceled", "terminated"])
-    p.add_argument("--agent")
-    p.add_argument("--limit", type=int, default=50)
-    p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--status",
+        choices=["running", "suspended", "completed", "failed", "canceled", "terminated", "timed_out"],
+        help="only runs in this state",
+    )
+    p.add_argument("--agent", help="only this agent's runs")
+    p.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
+    _json_arg(p)
 
 
 def _json_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print JSON (camelCase keys, ISO 8601 times)")
 
 
 def _events_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_id")
-    p.add_argument("--offset", type=int, default=0)
-    p.add_argument("--follow", action="store_true", help="keep following until the run finishes")
+    p.add_argument("run_id", help="the run")
+    p.add_argument("--offset", type=int, default=0, help="the first event to print (default 0)")
+    p.add_argument("--follow", action="store_true", help="keep printing new events until the run closes")
 
 
 COMMANDS: dict[str, Command] = {
-    "server": Command("start/stop a background dev server", cmd_server, _server_args),
-    "run": Command("start an agent run and follow it until it finishes or waits for approval", cmd_run, _run_args),
-    "approve": Command("approve (or --decline) a pending tool call", cmd_approve, _approve_args),
-    "pending": Command("list a run's pending tool calls", cmd_pending, _run_id_arg),
-    "result": Command("wait for a run and print its result JSON", cmd_result, _run_id_arg),
-    "runs": Command("list agent runs", cmd_runs, _runs_args),
-    "counts": Command("running and suspended runs per agent", cmd_counts, _json_arg),
-    "events": Command("print a run's event log from an offset", cmd_events, _events_args),
-    "migrate": Command("create or upgrade the storage schema of $KEEL_STORAGE_URL", cmd_migrate),
+    "run": Command(
+        "start an agent run and follow it until it finishes or waits for approval",
+        cmd_run,
+        _run_args,
+        ("temporal", "queue", "app"),
+    ),
+    "approve": Command(
+        "approve (or --decline) a pending tool call, then follow the run", cmd_approve, _approve_args, ("temporal",)
+    ),
+    "pending": Command("list a run's pending tool calls", cmd_pending, _run_id_arg, ("temporal",)),
+    "result": Command("print a run's result JSON (waits while it runs)", cmd_result, _run_id_arg, ("temporal",)),
+    "cancel": Command("ask a run to stop (it ends as canceled)", cmd_cancel, _run_id_arg, ("temporal",)),
+    "terminate": Command("end a run at once", cmd_terminate, _terminate_args, ("temporal",)),
+    "runs": Command("list agent runs", cmd_runs, _runs_args, ("temporal",)),
+    "counts": Command("running and suspended runs per agent", cmd_counts, _json_arg, ("temporal", "app")),
+    "events": Command("print a run's event log from an offset", cmd_events, _events_args, ("temporal",)),
+    "agents": Command("list the app's agents and their tools", cmd_agents, _json_arg, ("app",)),
+    "config": Command(
+        "print the settings in effect and where each comes from", cmd_config, _json_arg, ("temporal", "queue", "app")
+    ),
+    "migrate": Command("create or upgrade the storage schema ($KEEL_STORAGE_URL)", cmd_migrate),
+    "server": Command("start, stop or check a background dev server", cmd_server, _server_args),
 }
 """The commands that only talk to Temporal and storage; `keel.cli` adds the ones that run a worker."""
 
 
+def _version() -> str:
+    try:
+        return metadata.version("keel")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def build_parser(commands: dict[str, Command]) -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--address", help="Temporal address (default $KEEL_TEMPORAL_ADDRESS or 127.0.0.1:7233)")
-    common.add_argument("--namespace", help="Temporal namespace (default $KEEL_NAMESPACE or default)")
-    common.add_argument("--task-queue", help="task queue (default $KEEL_TASK_QUEUE or keel)")
-    common.add_argument("--app", help="app reference module:attr (default $KEEL_APP or the bundled demo app)")
-    parser = argparse.ArgumentParser(prog="keel", description="Durable agents on Temporal.")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(
+        prog="keel",
+        description="Durable agents on Temporal.",
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"keel {_version()}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, command in commands.items():
-        command.arguments(sub.add_parser(name, parents=[common], help=command.help))
+        p = sub.add_parser(
+            name, help=command.help, description=command.help, epilog=EXIT_CODES,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )  # fmt: skip
+        command.arguments(p)
+        _add_options(p, command.options)
     return parser
 
 
+def exit_code(err: BaseException) -> int:
+    """1 for a run that ended without a result, 2 for everything else a command reports."""
+    return 1 if isinstance(err, RunFailed) else 2
+
+
+def one_line(message: str) -> str:
+    """An error message on one line (a provider's message may hold newlines)."""
+    return " ".join(message.split())
+
+
 def main(argv: Sequence[str] | None = None, commands: dict[str, Command] | None = None) -> None:
-    """Parse `argv` and run the command; errors are one line on stderr with exit code 2."""
+    """Parse `argv` and run the command; errors are one line on stderr with the exit codes above."""
     commands = commands or COMMANDS
     args = build_parser(commands).parse_args(argv)
     # The current directory is importable, so `--app myproject.app:app` works from the project (like uvicorn).
@@ -344,11 +518,15 @@ def main(argv: Sequence[str] | None = None, commands: dict[str, Command] | None 
         sys.path.insert(0, os.getcwd())
     try:
         code = asyncio.run(commands[args.command].run(args))
-    except (KeelClientError, AppError, StorageError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        code = 2
+    except (KeelClientError, AppError, StorageError, SettingsError) as err:
+        print(f"error: {one_line(str(err))}", file=sys.stderr)
+        code = exit_code(err)
     except KeyboardInterrupt:
         code = 130
+    except BrokenPipeError:  # `keel runs --json | head`: the reader has what it wanted
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = 0
     with contextlib.suppress(Exception):
         sys.stdout.flush()
         sys.stderr.flush()

@@ -1,35 +1,37 @@
-"""Where Keel finds Temporal: address, namespace and task queue from the environment, and the connection."""
+"""Where Keel finds Temporal (from `keel.protocol.settings`), and the connection with Keel's data converter."""
 
 from __future__ import annotations
-
-import os
 
 from temporalio.client import Client
 
 from keel.client.converter import data_converter
-from keel.protocol import names
+from keel.protocol.settings import load_settings
 from keel.storage import BlobStore, open_payload_store
 
 
 def temporal_address() -> str:
-    return os.environ.get("KEEL_TEMPORAL_ADDRESS", "127.0.0.1:7233")
+    address = load_settings().temporal_address
+    assert address is not None  # derived from host and port when not set
+    return address
 
 
 def temporal_namespace() -> str:
-    return os.environ.get("KEEL_NAMESPACE", names.DEFAULT_NAMESPACE)
+    return load_settings().namespace
 
 
 def task_queue() -> str:
-    return os.environ.get("KEEL_TASK_QUEUE", names.DEFAULT_TASK_QUEUE)
+    return load_settings().task_queue
 
 
 async def connect(
     address: str | None = None, namespace: str | None = None, *, payloads: BlobStore | None = None
 ) -> Client:
     """A Temporal client with Keel's data converter (the same one workers and replayers use), its large payloads
-    in `payloads` (default `open_payload_store()`: what `KEEL_PAYLOAD_STORE` or `KEEL_STORAGE_URL` names)."""
+    in `payloads` (default `open_payload_store()`: what `KEEL_PAYLOAD_STORE` or the storage settings name)."""
+    settings = load_settings(temporal_address=address, namespace=namespace)
+    assert settings.temporal_address is not None
     return await Client.connect(
-        address or temporal_address(),
-        namespace=namespace or temporal_namespace(),
+        settings.temporal_address,
+        namespace=settings.namespace,
         data_converter=data_converter(payloads if payloads is not None else open_payload_store()),
     )

@@ -27,6 +27,7 @@ from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSe
 from temporalio.client import Client
 
 from keel.client.errors import KeelClientError
+from keel.protocol.settings import load_settings
 from keel.workflows.search_attributes import ALL_KEYS
 
 TUNED_DYNAMIC_CONFIG = {"history.transferProcessorMaxPollRPS": "10000"}
@@ -38,11 +39,13 @@ class DevServerError(KeelClientError):
 
 @dataclass
 class DevServerConfig:
-    host: str = field(default_factory=lambda: os.environ.get("KEEL_TEMPORAL_HOST", "127.0.0.1"))
-    port: int = field(default_factory=lambda: int(os.environ.get("KEEL_TEMPORAL_PORT", "7233")))
-    ui_port: int = field(default_factory=lambda: int(os.environ.get("KEEL_UI_PORT", "8233")))
-    namespace: str = field(default_factory=lambda: os.environ.get("KEEL_NAMESPACE", "default"))
-    state_dir: Path = field(default_factory=lambda: Path(os.environ.get("KEEL_DATA_DIR", ".keel")))
+    """The local server; unset fields come from the settings (`keel.protocol.settings`)."""
+
+    host: str = field(default_factory=lambda: load_settings().temporal_host)
+    port: int = field(default_factory=lambda: load_settings().temporal_port)
+    ui_port: int = field(default_factory=lambda: load_settings().ui_port)
+    namespace: str = field(default_factory=lambda: load_settings().namespace)
+    state_dir: Path = field(default_factory=lambda: load_settings().data_dir)
     db_filename: str = "temporal.db"
     tuned: bool = True
     log_level: str = "warn"

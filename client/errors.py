@@ -7,9 +7,11 @@ Error tree::
      ├── DevServerError          (keel.client.devserver: the local server could not start, be found or stop)
      ├── RunNotFound
      ├── RunClosed
-     ├── RunFailed
+     ├── RunFailed               (`status`: failed, terminated, canceled or timed_out)
      ├── InvalidRunInput
      ├── RunIdInUse
+     ├── NoWorker
+     ├── QueueInUse
      └── ToolCallRejected
 """
 
@@ -33,9 +35,13 @@ class RunClosed(KeelClientError):
 
 
 class RunFailed(KeelClientError):
-    def __init__(self, run_id: str, message: str) -> None:
-        super().__init__(f"Run {run_id!r} failed: {message}")
+    """The run ended without a result: it failed, or was terminated, canceled or timed out (`status`)."""
+
+    def __init__(self, run_id: str, message: str, *, status: str = "failed") -> None:
+        verb = {"failed": "failed", "terminated": "was terminated", "canceled": "was canceled"}.get(status, status)
+        super().__init__(f"Run {run_id!r} {verb}: {message}")
         self.run_id = run_id
+        self.status = status
 
 
 class InvalidRunInput(KeelClientError):
@@ -53,6 +59,37 @@ class RunIdInUse(KeelClientError):
             "that run's conversation)"
         )
         self.run_id = run_id
+
+
+class NoWorker(KeelClientError):
+    """No worker polls the task queue (or none answered in time): queries and updates cannot be answered."""
+
+    def __init__(
+        self, task_queue: str, *, signal_hint: str | None = None, answered_within: float | None = None
+    ) -> None:
+        if answered_within is None:
+            message = f"No worker is polling task queue {task_queue!r}"
+        else:
+            message = f"No worker on task queue {task_queue!r} answered within {answered_within:g} s"
+        message += "; start one with `keel worker --app <module:attr>` (or `keel dev`)"
+        if signal_hint is not None:
+            message += (
+                f", or send the decision as a signal, applied when a worker runs: keel approve {signal_hint} --signal"
+            )
+        super().__init__(message)
+        self.task_queue = task_queue
+
+
+class QueueInUse(KeelClientError):
+    """Other workers poll the task queue: a second app there would take half of the first's runs."""
+
+    def __init__(self, task_queue: str, identities: list[str]) -> None:
+        super().__init__(
+            f"Task queue {task_queue!r} is already polled by {', '.join(identities)}: pick another with "
+            "--task-queue (and the same for clients: KEEL_TASK_QUEUE), or pass --join to add a worker for the "
+            "same app"
+        )
+        self.task_queue = task_queue
 
 
 class ToolCallRejected(KeelClientError):

@@ -7,23 +7,29 @@ signal or update, a count is a visibility query.
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from pydantic import ValidationError
-from temporalio.api.enums.v1 import WorkflowExecutionStatus
+from temporalio.api.enums.v1 import TaskQueueType, WorkflowExecutionStatus
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import (
     Client,
     WorkflowExecutionDescription,
     WorkflowFailureError,
     WorkflowHandle,
     WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
 )
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDReusePolicy
-from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.exceptions import CancelledError, TerminatedError, WorkflowAlreadyStartedError
+from temporalio.exceptions import TimeoutError as TimeoutError_
 from temporalio.service import RPCError, RPCStatusCode
 
 from keel.app import App
@@ -32,13 +38,14 @@ from keel.client.connection import task_queue as default_task_queue
 from keel.client.errors import (
     InvalidRunInput,
     KeelClientError,
+    NoWorker,
     RunClosed,
     RunFailed,
     RunIdInUse,
     RunNotFound,
     ToolCallRejected,
 )
-from keel.protocol import describe_validation_error
+from keel.protocol import describe_validation_error, names
 from keel.workflows import AgentRun, AgentRunInput, AgentRunResult, ApprovalAccepted, PendingToolCall, ToolApproval
 from keel.workflows.search_attributes import (
     KEEL_AGENT_ID,
@@ -82,6 +89,20 @@ class RunInfo:
     resource_id: str | None
     started_at: datetime | None
     closed_at: datetime | None
+    task_queue: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """camelCase keys and ISO 8601 times, like every other JSON Keel prints."""
+        return {
+            "runId": self.run_id,
+            "agentId": self.agent_id,
+            "status": self.status,
+            "threadId": self.thread_id,
+            "resourceId": self.resource_id,
+            "startedAt": self.started_at.isoformat() if self.started_at else None,
+            "closedAt": self.closed_at.isoformat() if self.closed_at else None,
+            "taskQueue": self.task_queue,
+        }
 
     @classmethod
     def from_execution(cls, ex: Any) -> RunInfo:
@@ -97,7 +118,25 @@ class RunInfo:
             resource_id=sa.get(KEEL_RESOURCE_ID),
             started_at=ex.start_time,
             closed_at=ex.close_time,
+            task_queue=ex.task_queue,
         )
+
+
+@dataclass(frozen=True)
+class Poller:
+    """A worker process polling a task queue, as Temporal reports it."""
+
+    identity: str
+    seconds_since_poll: float
+
+
+WORKER_SEEN_WITHIN = 75.0
+"""A worker long-polls for up to about a minute between polls, so one seen this recently may still be there; one
+not seen for longer (or never) is not. (Temporal keeps a stopped worker's last poll for minutes.)"""
+
+WORKER_ANSWER_SECONDS = 30.0
+"""How long a query or an update waits for a worker to answer (a worker seen polling may be busy or restarting)
+before Keel says none did. Without any worker seen, Keel says so at once."""
 
 
 class KeelClient:
@@ -168,14 +207,65 @@ class KeelClient:
         return run_id
 
     async def result(self, run_id: str) -> AgentRunResult:
-        """Wait for the run to finish. Raises `RunFailed` with the run's error."""
+        """Wait for the run to finish. Raises `RunFailed` with the run's error (`status` says whether it failed,
+        was terminated, canceled or timed out)."""
         try:
             return await self.temporal.get_workflow_handle_for(AgentRun.run, run_id).result()
         except WorkflowFailureError as err:
             cause = err.cause
-            raise RunFailed(run_id, str(getattr(cause, "message", None) or cause or err)) from None
+            status: RunStatus = "failed"
+            if isinstance(cause, TerminatedError):
+                status = "terminated"
+            elif isinstance(cause, CancelledError):
+                status = "canceled"
+            elif isinstance(cause, TimeoutError_):
+                status = "timed_out"
+            message = str(getattr(cause, "message", None) or cause or err)
+            raise RunFailed(run_id, message, status=status) from None
         except RPCError as err:
             raise self._rpc_error(run_id, err) from None
+
+    async def cancel(self, run_id: str) -> None:
+        """Ask the run to stop: it ends as canceled at its next workflow task (a running tool is cancelled)."""
+        try:
+            await self._handle(run_id).cancel()
+        except RPCError as err:
+            raise self._rpc_error(run_id, err) from None
+
+    async def terminate(self, run_id: str, reason: str | None = None) -> None:
+        """End the run at once, without running any more of it."""
+        try:
+            await self._handle(run_id).terminate(reason=reason or "terminated with keel terminate")
+        except RPCError as err:
+            raise self._rpc_error(run_id, err) from None
+
+    async def workers(self, task_queue: str | None = None) -> list[Poller]:
+        """The workers seen polling `task_queue` (default the client's) for workflow tasks recently."""
+        queue = task_queue or self.task_queue
+        response = await self.temporal.workflow_service.describe_task_queue(
+            DescribeTaskQueueRequest(
+                namespace=self.temporal.namespace,
+                task_queue=TaskQueue(name=queue),
+                task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+            ),
+            timeout=timedelta(seconds=WORKER_ANSWER_SECONDS),
+        )
+        now = datetime.now(UTC)
+        found = [
+            Poller(p.identity, (now - p.last_access_time.ToDatetime(tzinfo=UTC)).total_seconds())
+            for p in response.pollers
+        ]
+        return [p for p in found if p.seconds_since_poll <= WORKER_SEEN_WITHIN and not _gone(p.identity)]
+
+    async def require_worker(self, task_queue: str | None = None, *, signal_hint: str | None = None) -> None:
+        """Raise `NoWorker` unless a worker polls `task_queue` (default the client's)."""
+        queue = task_queue or self.task_queue
+        if not await self.workers(queue):
+            raise NoWorker(queue, signal_hint=signal_hint)
+
+    async def run_task_queue(self, run_id: str) -> str:
+        """The task queue a run is on (its workers are the ones that can answer about it)."""
+        return (await self.describe(run_id)).task_queue or self.task_queue
 
     async def describe(self, run_id: str) -> RunInfo:
         try:
@@ -185,10 +275,16 @@ class KeelClient:
         return RunInfo.from_execution(desc)
 
     async def pending_tool_calls(self, run_id: str) -> list[PendingToolCall]:
+        """The run's calls waiting for a decision (a query: a worker answers it).
+
+        Raises:
+            NoWorker: no worker polls the run's task queue, or none answered in `WORKER_ANSWER_SECONDS`.
+        """
+        handle = self.temporal.get_workflow_handle_for(AgentRun.run, run_id)
         try:
-            return await self.temporal.get_workflow_handle_for(AgentRun.run, run_id).query(AgentRun.pending_tool_calls)
+            return await handle.query(AgentRun.pending_tool_calls, rpc_timeout=timedelta(seconds=WORKER_ANSWER_SECONDS))
         except RPCError as err:
-            raise self._rpc_error(run_id, err) from None
+            raise await self._worker_error(run_id, err) from None
 
     async def approve(
         self,
@@ -213,13 +309,36 @@ class KeelClient:
         approval = ToolApproval(
             tool_call_id=tool_call_id, approved=approved, reason=reason, step=step, args_digest=args_digest
         )
+        handle = self.temporal.get_workflow_handle_for(AgentRun.run, run_id)
         try:
-            return await self.temporal.get_workflow_handle_for(AgentRun.run, run_id).execute_update(
-                AgentRun.approve_tool_call, approval
+            return await handle.execute_update(
+                AgentRun.approve_tool_call, approval, rpc_timeout=timedelta(seconds=WORKER_ANSWER_SECONDS)
             )
         except WorkflowUpdateFailedError as err:
             cause = err.cause
             raise ToolCallRejected(run_id, tool_call_id, str(getattr(cause, "message", None) or cause)) from None
+        except WorkflowUpdateRPCTimeoutOrCancelledError:
+            raise await self._no_answer(run_id, signal_hint=f"{run_id} {tool_call_id}") from None
+        except RPCError as err:
+            raise await self._worker_error(run_id, err, signal_hint=f"{run_id} {tool_call_id}") from None
+
+    async def signal_approval(
+        self,
+        run_id: str,
+        tool_call_id: str,
+        *,
+        approved: bool = True,
+        reason: str | None = None,
+        step: int | None = None,
+        args_digest: str | None = None,
+    ) -> None:
+        """Send the decision as the `tool_approval` signal: accepted by Temporal at once, applied when a worker
+        runs the workflow (no answer: a rejected one is recorded in the `rejected_signals` query)."""
+        approval = ToolApproval(
+            tool_call_id=tool_call_id, approved=approved, reason=reason, step=step, args_digest=args_digest
+        )
+        try:
+            await self._handle(run_id).signal(names.TOOL_APPROVAL_SIGNAL, approval)
         except RPCError as err:
             raise self._rpc_error(run_id, err) from None
 
@@ -288,6 +407,18 @@ class KeelClient:
                 raise KeelClientError(f"Unknown status {status!r} (use one of: {', '.join(_STATUS_QUERIES)})") from None
         return " AND ".join(clauses)
 
+    async def _worker_error(self, run_id: str, err: RPCError, *, signal_hint: str | None = None) -> KeelClientError:
+        """A query's or update's failure; a timeout means no worker answered: say whether any polls at all."""
+        if err.status not in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED):
+            return self._rpc_error(run_id, err)
+        return await self._no_answer(run_id, signal_hint=signal_hint)
+
+    async def _no_answer(self, run_id: str, *, signal_hint: str | None) -> KeelClientError:
+        queue = await self.run_task_queue(run_id)
+        if not await self.workers(queue):
+            return NoWorker(queue, signal_hint=signal_hint)
+        return NoWorker(queue, signal_hint=signal_hint, answered_within=WORKER_ANSWER_SECONDS)
+
     @staticmethod
     def _rpc_error(run_id: str, err: RPCError) -> KeelClientError:
         # "workflow execution already completed", "... closed", and an update racing the run's end: "workflow
@@ -298,6 +429,21 @@ class KeelClient:
         if err.status == RPCStatusCode.FAILED_PRECONDITION and closed:
             return RunClosed(run_id)
         return KeelClientError(f"Temporal error for run {run_id!r}: {err.message}")
+
+
+def _gone(identity: str) -> bool:
+    """Whether a poller is a process of this host that no longer exists (a worker that crashed or was killed:
+    Temporal remembers its last poll for minutes). Identities are `pid@host`, the SDK's default."""
+    pid, _, host = identity.partition("@")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
 
 
 def _quote(value: str) -> str:
@@ -316,4 +462,4 @@ def _initial_attributes(run_input: AgentRunInput, run_id: str) -> TypedSearchAtt
     )
 
 
-__all__ = ["KeelClient", "RunInfo", "RunStatus"]
+__all__ = ["KeelClient", "Poller", "RunInfo", "RunStatus"]

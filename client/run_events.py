@@ -1,9 +1,11 @@
-"""Reading a run's event log: from any offset, following new events, without showing a retried attempt twice."""
+"""Reading a run's event log, the one way every reader does (the CLI, and the HTTP streams): from any offset,
+following new events or not, and never showing a step twice: a retried attempt replaces the one before it."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 
 from keel.storage import RunEvent, Storage
 
@@ -39,6 +41,19 @@ class AttemptFilter:
         return shown
 
 
+@dataclass(frozen=True)
+class Shown:
+    """An event a reader shows; `retry` marks the first event of an attempt that replaces an earlier one."""
+
+    event: RunEvent
+    retry: bool = False
+
+
+async def read(storage: Storage, run_id: str, *, offset: int = 0) -> list[Shown]:
+    """The events from `offset` on as they stand now, each step's superseded attempts left out."""
+    return [Shown(e, retry) for e, retry in AttemptFilter().filter(await storage.read_events(run_id, offset=offset))]
+
+
 async def follow(
     storage: Storage,
     run_id: str,
@@ -46,7 +61,7 @@ async def follow(
     offset: int = 0,
     until: frozenset[str] = frozenset({"finish"}),
     idle_check: Callable[[], Awaitable[bool]] | None = None,
-) -> AsyncIterator[RunEvent]:
+) -> AsyncIterator[Shown]:
     """Yield events from `offset` on, polling for new ones, until an event whose type is in `until`.
 
     `idle_check` is awaited when no event arrived for a while; if it returns True the stream ends (the run
@@ -58,8 +73,8 @@ async def follow(
         events = await storage.read_events(run_id, offset=offset)
         if events:
             offset = events[-1].offset + 1
-        for event, _ in filt.filter(events):
-            yield event
+        for event, retry in filt.filter(events):
+            yield Shown(event, retry)
             if event.type in until:
                 return
         if events:

@@ -11,13 +11,17 @@ from keel.worker import run_worker
 
 
 async def cmd_worker(args: argparse.Namespace) -> int:
-    await run_worker(args.app, args.address, args.namespace, args.task_queue)
+    await run_worker(args.app, args.address, args.namespace, args.task_queue, join=args.join)
     return 0
 
 
 COMMANDS = {
     **dev_stack.COMMANDS,
-    "worker": client_cli.Command("run a worker for an app (--app module:attr) until Ctrl-C", cmd_worker),
+    "worker": client_cli.Command(
+        "run a worker for an app (--app module:attr) until Ctrl-C; waits for Temporal and the database",
+        cmd_worker,
+        options=("temporal", "queue", "app", "join"),
+    ),
     **client_cli.COMMANDS,
 }
 

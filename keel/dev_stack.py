@@ -14,20 +14,22 @@ from keel.client.demo import run_demo
 from keel.client.devserver import DevServer, DevServerConfig, wait_for_ui
 from keel.client.keel_client import KeelClient
 from keel.storage import open_storage
-from keel.worker import build_worker
+from keel.worker import build_worker, check_queue_free
 
 StackBody = Callable[[KeelClient, App, DevServer], Awaitable[int]]
 
 
 async def with_stack(args: argparse.Namespace, body: StackBody) -> int:
     """Run `body` with a dev server (started or reused) and an in-process worker; stop what was started."""
-    app = load_app(args.app)
+    app = load_app(getattr(args, "app", None))
     server = DevServer(DevServerConfig())
     await server.start()
     storage = open_storage()  # the stack's own storage: created and migrated here
     await storage.init()
     try:
         keel = await connect_client(args, app)
+        if not getattr(args, "join", False):
+            await check_queue_free(keel.temporal, keel.task_queue)
         async with build_worker(keel.temporal, app, storage, task_queue=keel.task_queue):
             return await body(keel, app, server)
     finally:
@@ -61,6 +63,10 @@ async def cmd_demo(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {
-    "dev": Command("run the dev server and a worker in the foreground (Ctrl-C stops all)", cmd_dev),
+    "dev": Command(
+        "run the dev server and a worker in the foreground (Ctrl-C stops all)",
+        cmd_dev,
+        options=("queue", "app", "join"),
+    ),
     "demo": Command("run the demo end to end (approve one run, decline another) and exit", cmd_demo),
 }

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import os
 from urllib.parse import urlsplit
 
 from keel.protocol import EventRecord
+from keel.protocol.settings import load_settings
 from keel.storage.base import Storage
 from keel.storage.blobs import BlobNotFound, BlobStore, DirectoryBlobStore, blob_key
 from keel.storage.errors import (
@@ -22,7 +22,6 @@ from keel.storage.sqlite import SQLiteStorage
 from keel.storage.threads import StoredMessage, Thread, ThreadStore
 
 __all__ = [
-    "DEFAULT_STORAGE_URL",
     "BlobNotFound",
     "BlobStore",
     "DatabaseNotFound",
@@ -46,7 +45,6 @@ __all__ = [
     "open_storage",
 ]
 
-DEFAULT_STORAGE_URL = "sqlite:///.keel/keel.db"
 _SQLITE_PREFIX = "sqlite:///"
 
 
@@ -55,8 +53,8 @@ def open_storage(url: str | None = None) -> Storage:
 
     Args:
         url: `sqlite:///relative/path.db` (relative to the working directory), `sqlite:////abs/path.db`,
-            or `postgresql://...` / `postgres://...`. None reads `KEEL_STORAGE_URL`, falling back to
-            `sqlite:///.keel/keel.db`.
+            or `postgresql://...` / `postgres://...`. None: the settings' (`KEEL_STORAGE_URL`, by default
+            `keel.db` in `KEEL_DATA_DIR`).
 
     Returns:
         An unopened `Storage`.
@@ -65,7 +63,8 @@ def open_storage(url: str | None = None) -> Storage:
         StorageConfigError: The URL names no supported backend.
     """
     if url is None:
-        url = os.environ.get("KEEL_STORAGE_URL") or DEFAULT_STORAGE_URL
+        url = load_settings().storage_url
+        assert url is not None  # derived from the data directory when not set
     scheme = urlsplit(url).scheme.lower()
     if scheme == "sqlite":
         # Not urlsplit's path: "sqlite:///rel" and "sqlite:////abs" differ only in the slash count, the
@@ -91,7 +90,7 @@ def open_payload_store(url: str | None = None, *, storage_url: str | None = None
             None reads `KEEL_PAYLOAD_STORE`, else follows the storage (`storage_url`, else `KEEL_STORAGE_URL`):
             SQLite's `payloads` folder beside the database file, or PostgreSQL's table.
     """
-    url = url or os.environ.get("KEEL_PAYLOAD_STORE")
+    url = url or load_settings().payload_store
     if not url:
         return open_storage(storage_url).payloads()
     if urlsplit(url).scheme.lower() in ("postgresql", "postgres"):

@@ -44,7 +44,7 @@ async def test_a_re_executed_model_step_replaces_its_message_and_supersedes_its_
     assert messages[1].content == [TextPart(text="answer 2")]
     attempts = {e.attempt for e in await storage.read_events("r1") if e.source == "model:1"}
     assert attempts == {1, 2}
-    shown = [e.payload["text"] async for e in follow(storage, "r1") if e.type == "text-delta"]
+    shown = [s.event.payload["text"] async for s in follow(storage, "r1") if s.event.type == "text-delta"]
     assert "".join(shown) == "answer 2"
 
 

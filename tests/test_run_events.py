@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from keel.client.run_events import AttemptFilter, follow
+from keel.client.run_events import AttemptFilter, follow, read
 from keel.protocol import EventRecord
 from keel.storage import Storage
 
@@ -17,8 +17,10 @@ async def test_a_finished_run_read_from_the_start_shows_only_the_last_attempt_of
     await storage.append_events("r", text("Hello", " there"), source="model:1", attempt=2)
     await storage.append_events("r", text("late"), source="model:1", attempt=1)  # a zombie attempt wakes up
     await storage.append_events("r", [EventRecord(type="finish")], source="model:2")
-    shown = [e async for e in follow(storage, "r")]
-    assert [e.payload.get("text", e.type) for e in shown] == ["start", "Hello", " there", "finish"]
+    followed = [s.event async for s in follow(storage, "r")]
+    assert [e.payload.get("text", e.type) for e in followed] == ["start", "Hello", " there", "finish"]
+    snapshot = [s.event for s in await read(storage, "r")]
+    assert snapshot == followed
 
 
 async def test_a_live_reader_is_told_when_a_retry_begins(storage: Storage) -> None:

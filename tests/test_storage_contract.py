@@ -399,16 +399,20 @@ def test_open_storage_maps_sqlite_urls_to_relative_and_absolute_paths() -> None:
     assert isinstance(absolute, SQLiteStorage) and absolute.path == Path("/var/lib/keel.db")
 
 
-def test_open_storage_reads_keel_storage_url_then_defaults_to_dot_keel(
-    monkeypatch: pytest.MonkeyPatch,
+def test_open_storage_reads_keel_storage_url_then_defaults_to_the_data_dir(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv("KEEL_STORAGE_URL", "postgres://u@db/keel")
     from_env = open_storage()
     monkeypatch.delenv("KEEL_STORAGE_URL")
+    monkeypatch.delenv("KEEL_DATA_DIR", raising=False)
     default = open_storage()
+    monkeypatch.setenv("KEEL_DATA_DIR", str(tmp_path / "data"))
+    in_data_dir = open_storage()
 
     assert isinstance(from_env, PostgresStorage) and from_env.dsn == "postgres://u@db/keel"
-    assert isinstance(default, SQLiteStorage) and default.path == Path(".keel/keel.db")
+    assert isinstance(default, SQLiteStorage) and default.path == Path.cwd() / ".keel" / "keel.db"
+    assert isinstance(in_data_dir, SQLiteStorage) and in_data_dir.path == tmp_path / "data" / "keel.db"
 
 
 def test_open_storage_maps_postgresql_urls_to_postgres_storage() -> None:

@@ -1,0 +1,105 @@
+"""Keel's settings, in one place: every address and path derives from these (environment, then flags, which win).
+
+    KEEL_DATA_DIR            .keel              the dev server's database and logs, storage, payloads, demo notes
+    KEEL_TEMPORAL_ADDRESS    HOST:PORT          where clients and workers reach Temporal
+    KEEL_TEMPORAL_HOST       127.0.0.1          } the local dev server's, and the address when
+    KEEL_TEMPORAL_PORT       7233               } KEEL_TEMPORAL_ADDRESS is not set
+    KEEL_UI_PORT             8233               the dev server's Web UI
+    KEEL_NAMESPACE           default
+    KEEL_TASK_QUEUE          keel
+    KEEL_APP                 keel.app.demo:app  the app reference (module:attr)
+    KEEL_STORAGE_URL         sqlite:///<KEEL_DATA_DIR>/keel.db
+    KEEL_PAYLOAD_STORE       (follows the storage) where payloads of 256 KiB or more go
+
+A contradiction (an address whose host or port differs from one set on its own) is an error naming both values.
+`keel config` prints what is in effect and where each value came from.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, PrivateAttr, ValidationError, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+Source = Literal["flag", "environment", "default", "derived"]
+
+
+class SettingsError(ValueError):
+    """Settings that contradict each other or cannot be parsed."""
+
+
+class Settings(BaseSettings):
+    """Read from `KEEL_*` environment variables; keyword arguments (the CLI's flags) override them."""
+
+    model_config = SettingsConfigDict(env_prefix="KEEL_", extra="ignore", validate_default=True)
+
+    data_dir: Path = Path(".keel")
+    temporal_address: str | None = None
+    temporal_host: str = "127.0.0.1"
+    temporal_port: int = Field(default=7233, ge=1, le=65535)
+    ui_port: int = Field(default=8233, ge=1, le=65535)
+    namespace: str = "default"
+    task_queue: str = "keel"
+    app: str = "keel.app.demo:app"
+    storage_url: str | None = None
+    payload_store: str | None = None
+
+    @model_validator(mode="after")
+    def _derive(self) -> Settings:
+        self.data_dir = self.data_dir.expanduser().absolute()
+        if self.temporal_address is None:
+            self.temporal_address = f"{self.temporal_host}:{self.temporal_port}"
+        else:
+            host, _, port = self.temporal_address.rpartition(":")
+            if not host or not port.isdigit():
+                raise ValueError(f"KEEL_TEMPORAL_ADDRESS must be HOST:PORT, not {self.temporal_address!r}")
+            for name, given, derived in (("port", str(self.temporal_port), port), ("host", self.temporal_host, host)):
+                if f"temporal_{name}" in self.model_fields_set and given != derived:
+                    raise ValueError(
+                        f"KEEL_TEMPORAL_ADDRESS is {self.temporal_address} but KEEL_TEMPORAL_{name.upper()} is "
+                        f"{given}: set only one of them, or make them agree"
+                    )
+            self.temporal_host, self.temporal_port = host, int(port)
+        if self.storage_url is None:
+            self.storage_url = f"sqlite:///{self.data_dir / 'keel.db'}"
+        return self
+
+    @property
+    def ui_url(self) -> str:
+        return f"http://{self.temporal_host}:{self.ui_port}"
+
+    def sources(self) -> dict[str, Source]:
+        """Where each value came from: a flag, the environment, a default, or derived from other values."""
+        return dict(self._sources)
+
+    _sources: dict[str, Source] = PrivateAttr(default_factory=dict)
+
+
+def load_settings(**flags: Any) -> Settings:
+    """The settings in effect: the environment, overridden by `flags` that are not None (the CLI's options).
+
+    Raises:
+        SettingsError: contradictory or malformed values, with every problem named.
+    """
+    given = {k: v for k, v in flags.items() if v is not None}
+    try:
+        settings = Settings(**given)
+    except ValidationError as err:
+        problems = "; ".join(e["msg"].removeprefix("Value error, ") for e in err.errors(include_url=False))
+        raise SettingsError(f"Invalid settings: {problems}") from None
+    env = {name for name in Settings.model_fields if f"KEEL_{name.upper()}" in os.environ}
+    for name in Settings.model_fields:
+        settings._sources[name] = (
+            "flag" if name in given
+            else "environment" if name in env
+            else "derived" if name in _DERIVED or (name in _FROM_ADDRESS and "temporal_address" in env | set(given))
+            else "default"
+        )  # fmt: skip
+    return settings
+
+
+_DERIVED = {"temporal_address", "storage_url"}
+_FROM_ADDRESS = {"temporal_host", "temporal_port"}
