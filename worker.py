@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import concurrent.futures
+import logging
 import os
 import signal
 import sys
@@ -62,6 +63,32 @@ def build_worker(
 T = TypeVar("T")
 
 
+class _OneLineActivityFailures(logging.Filter):
+    """The SDK logs every failed activity attempt at WARNING with its traceback (28 lines for a rate-limited
+    model call that will be retried). Keep one line at WARNING, and the traceback at DEBUG."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, "__temporal_error_identifier", None) != "ActivityFailure" or not record.exc_info:
+            return True
+        err = record.exc_info[1]
+        if _TRACEBACKS.isEnabledFor(logging.DEBUG):
+            _TRACEBACKS.debug("%s", record.getMessage(), exc_info=record.exc_info)
+        record.msg = f"{record.getMessage()}: {' '.join(str(err).split())}"
+        record.args = ()
+        record.exc_info = None
+        return True
+
+
+_TRACEBACKS = logging.getLogger("keel.worker.tracebacks")
+
+
+def quiet_activity_failures() -> None:
+    """Install the one-line failure log on temporalio's activity logger (once per process)."""
+    logger = logging.getLogger("temporalio.activity")
+    if not any(isinstance(f, _OneLineActivityFailures) for f in logger.filters):
+        logger.addFilter(_OneLineActivityFailures())
+
+
 async def waiting_for(what: str, attempt: Callable[[], Awaitable[T]], errors: tuple[type[Exception], ...]) -> T:
     """`attempt()`, retried with backoff (0.5 s doubling to 30 s) while it raises one of `errors`, saying on
     stderr what the worker waits for: a worker started before its server or database waits instead of exiting."""
@@ -86,6 +113,7 @@ async def check_queue_free(client: Client, task_queue: str) -> None:
 async def serve(app: App, client: Client, *, task_queue: str) -> None:
     """Run a worker for `app` on `task_queue`, with the storage of `$KEEL_STORAGE_URL`, until SIGINT or SIGTERM.
     The storage's migrations are applied first (waiting while the database cannot be reached)."""
+    quiet_activity_failures()
     storage = open_storage()
     await waiting_for(f"storage ({type(storage).__name__})", storage.init, (StorageUnavailable,))
     stop = asyncio.Event()

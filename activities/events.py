@@ -75,7 +75,7 @@ class StepWriter:
         self._last_flush = time.monotonic()
         if not self._buffer and not messages:
             return
-        batch, self._buffer = self._buffer, []
+        batch, self._buffer = _joined_deltas(self._buffer), []
         used = await self._storage.write(
             self.run_id,
             messages=stored_messages(messages, self._where) if messages else None,
@@ -87,3 +87,22 @@ class StepWriter:
         )
         if batch:
             self._attempt = used
+
+
+def _joined_deltas(records: list[EventRecord]) -> list[EventRecord]:
+    """Consecutive text deltas of one text joined into one: a flush writes one row for what streamed since the
+    last, not one per token."""
+    joined: list[EventRecord] = []
+    for record in records:
+        last = joined[-1] if joined else None
+        if (
+            last is not None
+            and record.type == last.type == "text-delta"
+            and record.payload.get("id") == last.payload.get("id")
+        ):
+            joined[-1] = EventRecord(
+                type="text-delta", payload={**last.payload, "text": last.payload["text"] + record.payload["text"]}
+            )
+        else:
+            joined.append(record)
+    return joined

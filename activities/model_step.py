@@ -100,7 +100,7 @@ class ModelSteps:
             events.add(TextEndChunk(run_id=run_id, payload=TextEndPayload(id=text_id)))
 
         planned = [await _plan(agent, c.id, c.name, c.args) for c in response.tool_calls]
-        _make_ids_unique(planned)
+        _make_ids_unique(planned, taken=_tool_call_ids(context))
         parts: list[TextPart | ToolCallPart | ToolResultPart] = []
         if response.text:
             parts.append(TextPart(text=response.text))
@@ -118,7 +118,9 @@ class ModelSteps:
                 )
                 events.add(ToolCallApprovalChunk(run_id=run_id, payload=approval))
         finish_reason: FinishReason = "tool-calls" if planned else response.finish_reason
-        step_result = StepResult(reason=finish_reason, is_continued=bool(planned))
+        # At the last step the run stops after the tools: there is no next step to continue to.
+        last_step = input.step >= (input.max_steps or agent.max_steps)
+        step_result = StepResult(reason=finish_reason, is_continued=bool(planned) and not last_step)
         output = StepOutput(text=response.text, usage=response.usage)
         events.add(
             StepFinishChunk(
@@ -164,10 +166,22 @@ async def _plan(agent: Agent, call_id: str, name: str, args: dict[str, Any]) -> 
     return planned
 
 
-def _make_ids_unique(calls: list[PlannedToolCall]) -> None:
-    """Approval and results are keyed by tool call id: a model that repeats an id within one answer gets
-    the repeats renamed (`id-2`, `id-3`, ...), in the message it is shown later too."""
-    seen: set[str] = set()
+def _tool_call_ids(context: list[MessageRecord]) -> set[str]:
+    """The tool call ids the conversation already holds."""
+    return {
+        part.tool_call_id
+        for message in context
+        if message.role == "assistant" and isinstance(message.content, list)
+        for part in message.content
+        if isinstance(part, ToolCallPart)
+    }
+
+
+def _make_ids_unique(calls: list[PlannedToolCall], *, taken: set[str]) -> None:
+    """Approvals and results are keyed by tool call id: a model that repeats an id (within one answer, or one an
+    earlier step of the conversation used, as some servers do) gets the repeat renamed `id-2`, `id-3`, ...,
+    in the message it is shown later too."""
+    seen = set(taken)
     for call in calls:
         base, n = call.tool_call_id, 1
         while call.tool_call_id in seen:

@@ -199,6 +199,7 @@ class KeelClient:
                 id=run_id,
                 task_queue=self.task_queue,
                 search_attributes=_initial_attributes(run_input, run_id),
+                static_summary=_summary(run_input),
                 # A run id names one run everywhere (its event log, its messages, its page in the UI).
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
             )
@@ -444,6 +445,18 @@ def _gone(identity: str) -> bool:
     except PermissionError:
         return False
     return False
+
+
+def _summary(run_input: AgentRunInput) -> str:
+    """The run's summary in the UI: the agent, and the first words the user said."""
+    messages = run_input.messages
+    text = (
+        messages
+        if isinstance(messages, str)
+        else next((m.content for m in reversed(messages) if m.role == "user" and isinstance(m.content, str)), "")
+    )
+    words = " ".join(text.split())
+    return f"{run_input.agent_id}: {words[:77] + '...' if len(words) > 80 else words}"
 
 
 def _quote(value: str) -> str:

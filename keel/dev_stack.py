@@ -14,13 +14,14 @@ from keel.client.demo import run_demo
 from keel.client.devserver import DevServer, DevServerConfig, wait_for_ui
 from keel.client.keel_client import KeelClient
 from keel.storage import open_storage
-from keel.worker import build_worker, check_queue_free
+from keel.worker import build_worker, check_queue_free, quiet_activity_failures
 
 StackBody = Callable[[KeelClient, App, DevServer], Awaitable[int]]
 
 
 async def with_stack(args: argparse.Namespace, body: StackBody) -> int:
     """Run `body` with a dev server (started or reused) and an in-process worker; stop what was started."""
+    quiet_activity_failures()
     app = load_app(getattr(args, "app", None))
     server = DevServer(DevServerConfig())
     await server.start()

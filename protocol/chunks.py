@@ -8,7 +8,7 @@ record back into its chunk with `parse_chunk`. Types, in the order a run emits t
     step-start            {messageId, step}
     text-start            {id}
     text-delta            {id, text}
-    text-end              {type: "text-end", id}
+    text-end              {id}
     tool-call             {toolCallId, toolName, args}
     tool-call-approval    {toolCallId, toolName, args, resumeSchema: "<JSON schema as a string>"}
     tool-result           {toolCallId, toolName, args, result}
@@ -64,7 +64,6 @@ class TextDeltaPayload(WireModel):
 
 
 class TextEndPayload(WireModel):
-    type: Literal["text-end"] = "text-end"
     id: str
 
 

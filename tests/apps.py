@@ -14,6 +14,7 @@ from keel.app.demo import demo
 from keel.model_providers import (
     ModelRequest,
     ModelResponse,
+    ModelRetryableError,
     ModelToolCall,
     ScriptedModel,
     last_user_text,
@@ -198,4 +199,18 @@ def bulky_script(request: ModelRequest) -> ModelResponse:
 
 bulky = Agent(id="bulky", model=ScriptedModel(bulky_script, name="bulky"), tools=(blob,), max_steps=200)
 
-app = App.of(demo, multi, ledger, once, mistakes, payer, reuser, bulky)
+_failed_once: set[str] = set()
+
+
+def flaky_script(request: ModelRequest) -> ModelResponse:
+    """Rate limited the first time it sees a conversation (by its last message id), then answers."""
+    key = request.messages[-1].id if request.messages else ""
+    if key not in _failed_once:
+        _failed_once.add(key)
+        raise ModelRetryableError("rate limited, try again", retry_after=0.2)
+    return ModelResponse(text="answered after a retry")
+
+
+flaky = Agent(id="flaky", model=ScriptedModel(flaky_script, name="flaky"))
+
+app = App.of(demo, multi, ledger, once, mistakes, payer, reuser, bulky, flaky)

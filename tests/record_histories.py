@@ -120,6 +120,7 @@ SCENARIOS: dict[str, Scenario] = {
         for name in SHAPE_SCENARIOS
     },
     "bad_input": Scenario(_bad_input, DEFAULT_SHAPE),
+    "first_step_retried": Scenario(lambda keel, name: keel.start_run("flaky", "hi", run_id=name), DEFAULT_SHAPE),
     "continued_as_new": Scenario(
         lambda keel, name: keel.start_run("bulky", "steps=4 size=1000", run_id=name),
         DEFAULT_SHAPE,

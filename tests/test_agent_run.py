@@ -153,19 +153,21 @@ async def test_approval_can_depend_on_the_arguments_and_only_those_calls_wait(
     assert denied[0]["approval"] == {"id": "large", "approved": False, "reason": "too much"}
 
 
-async def test_a_tool_call_id_reused_in_a_later_step_waits_for_its_own_approval(
+async def test_a_tool_call_id_reused_in_a_later_step_is_renamed_and_waits_for_its_own_approval(
     client: Client, storage: Storage, task_queue: str
 ) -> None:
     async with running_worker(client, test_app, storage, task_queue) as keel:
-        run_id = await keel.start_run("reuser", "pay twice", thread_id="t-reuse")
+        run_id = await keel.start_run("reuser", "pay twice", thread_id="t-reuse")  # the model says call_0 twice
         assert await wait_for_pending(keel, run_id) == ["call_0"]
         await keel.approve(run_id, "call_0")
         async with asyncio.timeout(20):
             while (await keel.describe(run_id)).status != "suspended" or not await keel.pending_tool_calls(run_id):
                 await asyncio.sleep(0.05)
-        await keel.approve(run_id, "call_0")
+        assert [p.tool_call_id for p in await keel.pending_tool_calls(run_id)] == ["call_0-2"]
+        await keel.approve(run_id, "call_0-2")
         result = await keel.result(run_id)
     assert result.text == "{'paid': 200}, {'paid': 201}"
+    assert [c.payload.tool_call_id for c in result.tool_calls] == ["call_0", "call_0-2"]
     messages, _ = await storage.list_messages("t-reuse")
     assert [m.role for m in messages] == ["user", "assistant", "tool", "assistant", "tool", "assistant"]
 

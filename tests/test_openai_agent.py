@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -14,10 +15,12 @@ from temporalio.client import Client
 
 from keel.app import Agent, App
 from keel.client import RunFailed
+from keel.client.devserver import DevServer
 from keel.model_providers import OpenAIChatModel
 from keel.storage import Storage
 from tests.apps import echo
 from tests.conftest import running_worker
+from tests.test_temporal_cli import ui_api
 
 
 class FakeOpenAI(ThreadingHTTPServer):
@@ -123,3 +126,22 @@ async def test_a_rejected_model_request_fails_the_run_at_once_with_the_providers
         with pytest.raises(RunFailed, match="Incorrect API key provided"):
             await keel.result(run_id)
     assert len(fake_openai.requests) == 1
+
+
+async def test_retries_of_the_first_model_step_show_in_the_ui_as_a_pending_activity(
+    client: Client, storage: Storage, task_queue: str, fake_openai: FakeOpenAI, dev_server: DevServer
+) -> None:
+    limited = (429, {"retry-after": "1", "content-type": "application/json"}, b'{"error":{"message":"slow down"}}')
+    fake_openai.replies = [limited, limited, limited, sse(delta(content="Finally."), finish("stop"))]
+    async with running_worker(client, openai_app(fake_openai), storage, task_queue) as keel:
+        run_id = await keel.start_run("gpt", "hello")
+        async with ui_api(dev_server) as (http, api), asyncio.timeout(30):
+            while True:  # the local attempt failed; the step now retries as an activity the UI lists
+                pending = (await http.get(f"{api}/workflows/{run_id}")).json().get("pendingActivities", [])
+                if pending and pending[0].get("attempt", 1) >= 2:
+                    break
+                await asyncio.sleep(0.2)
+        result = await keel.result(run_id)
+    assert pending[0]["activityType"]["name"] == "keel.model_step"
+    assert "slow down" in pending[0]["lastFailure"]["message"]
+    assert result.text == "Finally."

@@ -81,11 +81,11 @@ async def test_a_reused_run_id_is_refused_by_the_client_and_fails_at_once_from_t
     assert all(m.run_id == run_id for m in messages)
 
 
-async def test_a_late_approval_of_a_reused_call_id_never_approves_the_next_steps_call(
+async def test_a_late_approval_never_decides_the_next_steps_call(
     client: Client, storage: Storage, task_queue: str
 ) -> None:
     async with running_worker(client, test_app, storage, task_queue) as keel:
-        run_id = await keel.start_run("reuser", "pay twice")  # every step's call is "call_0"
+        run_id = await keel.start_run("reuser", "pay twice")  # the model says "call_0" at every step
         await wait_for_pending(keel, run_id)
         [first] = await keel.pending_tool_calls(run_id)
         await keel.approve(run_id, "call_0", step=first.step, args_digest=first.args_digest)
@@ -93,21 +93,23 @@ async def test_a_late_approval_of_a_reused_call_id_never_approves_the_next_steps
             while (pending := await keel.pending_tool_calls(run_id)) == [] or pending[0].step == first.step:
                 await asyncio.sleep(0.05)
         [second] = pending
-        assert (first.step, second.step, second.tool_call_id) == (1, 2, "call_0")
+        assert (first.step, second.step, second.tool_call_id) == (1, 2, "call_0-2")  # renamed: the id was taken
         assert second.args_digest != first.args_digest
 
         # The same approval again, late: refused by the update, recorded for the signal; step 2 still waits.
-        with pytest.raises(ToolCallRejected, match="pending now is step 2's, not step 1's"):
+        with pytest.raises(ToolCallRejected, match="'call_0' was already approved"):
             await keel.approve(run_id, "call_0", step=first.step)
+        with pytest.raises(ToolCallRejected, match="pending now is step 2's, not step 1's"):
+            await keel.approve(run_id, "call_0-2", step=first.step)
         with pytest.raises(ToolCallRejected, match="arguments of digest"):
-            await keel.approve(run_id, "call_0", args_digest=first.args_digest)
+            await keel.approve(run_id, "call_0-2", args_digest=first.args_digest)
         handle = client.get_workflow_handle(run_id)
-        await handle.signal("tool_approval", ToolApproval(tool_call_id="call_0", approved=True, step=first.step))
+        await handle.signal("tool_approval", ToolApproval(tool_call_id="call_0-2", approved=True, step=first.step))
         rejected = await handle.query("rejected_signals", result_type=list[str])
         assert "not step 1's" in rejected[-1]
         assert [p.step for p in await keel.pending_tool_calls(run_id)] == [second.step]
 
-        await keel.approve(run_id, "call_0")  # without step or digest: the pending call, as before
+        await keel.approve(run_id, "call_0-2")  # without step or digest: the pending call, as before
         result = await keel.result(run_id)
     assert result.text == "{'paid': 200}, {'paid': 201}"
 

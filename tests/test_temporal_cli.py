@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import sys
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
+import httpx
 from temporalio.client import Client
 
 from keel.client.devserver import DevServer, wait_for_ui
 from keel.storage import Storage
 from tests.apps import app as test_app
 from tests.conftest import running_worker
+from tests.test_agent_run import wait_for_pending
 
 TEMPORAL = str(Path(sys.executable).parent / "temporal")
 
@@ -78,8 +84,6 @@ async def test_temporal_cli_decline_completes_without_running_the_tool(
 async def test_the_temporal_ui_lists_a_suspended_run_and_serves_its_history(
     client: Client, dev_server: DevServer, storage: Storage, task_queue: str, data_dir: Path
 ) -> None:
-    import httpx
-
     async with running_worker(client, test_app, storage, task_queue):
         run_id, _ = await start_and_wait_suspended(dev_server, task_queue, "look at me")
         assert await wait_for_ui(dev_server.cfg)
@@ -110,3 +114,40 @@ async def test_temporal_cli_update_rejects_an_unknown_tool_call_and_accepts_the_
         result = await client.get_workflow_handle(run_id).result()
     assert json.loads(accepted)["result"] == {"accepted": True, "toolCallId": call_id}
     assert "Tool result" in result["text"]
+
+
+@asynccontextmanager
+async def ui_api(dev_server: DevServer) -> AsyncIterator[tuple[httpx.AsyncClient, str]]:
+    """An HTTP client of the Web UI's API (with the CSRF cookie its POSTs need), and the namespace's API root."""
+    assert await wait_for_ui(dev_server.cfg)
+    async with httpx.AsyncClient(timeout=10) as http:
+        await http.get(f"{dev_server.cfg.ui_url}/")
+        http.headers["X-CSRF-TOKEN"] = http.cookies.get("_csrf") or ""
+        yield http, f"{dev_server.cfg.ui_url}/api/v1/namespaces/default"
+
+
+def decoded(payload: dict[str, Any]) -> Any:
+    return json.loads(base64.b64decode(payload["data"]))
+
+
+async def test_the_ui_shows_what_a_suspended_run_waits_for_and_its_summary(
+    client: Client, dev_server: DevServer, storage: Storage, task_queue: str, data_dir: Path
+) -> None:
+    async with running_worker(client, test_app, storage, task_queue) as keel:
+        run_id = await keel.start_run("demo", "please remember to buy the milk before friday")
+        await wait_for_pending(keel, run_id)
+        async with ui_api(dev_server) as (http, api):
+            described = (await http.get(f"{api}/workflows/{run_id}")).json()
+            metadata = (
+                await http.post(
+                    f"{api}/workflows/{run_id}/query/__temporal_workflow_metadata",
+                    json={"query": {"queryType": "__temporal_workflow_metadata"}},
+                )
+            ).json()
+        await keel.approve(run_id, "call_1")
+        await keel.result(run_id)
+    summary = decoded(described["executionConfig"]["userMetadata"]["summary"])
+    assert summary == "demo: please remember to buy the milk before friday"
+    details = decoded(metadata["queryResult"]["payloads"][0])["currentDetails"]
+    assert "Waiting for approval" in details and "`save_note` (`call_1`)" in details
+    assert f"keel approve {run_id} call_1" in details and "tool_approval" in details

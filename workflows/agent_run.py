@@ -14,8 +14,9 @@ from typing import Any
 
 from pydantic import ValidationError
 from temporalio import workflow
-from temporalio.common import RawValue
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.common import RawValue, RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, FailureError
+from temporalio.exceptions import TimeoutError as TemporalTimeout
 
 from keel.protocol import (
     ApprovalDecision,
@@ -201,7 +202,9 @@ class AgentRun:
                 args_digest=args_digest(call.args),
             )
         workflow.upsert_search_attributes([KEEL_STATUS.value_set("suspended")])
+        workflow.set_current_details(_waiting_details(workflow.info().workflow_id, calls))
         await workflow.wait_condition(lambda: all(c.tool_call_id in self._decisions for c in calls))
+        workflow.set_current_details("")
         workflow.upsert_search_attributes([KEEL_STATUS.value_set("running")])
         decided = {c.tool_call_id: self._decisions.pop(c.tool_call_id) for c in calls}
         for call_id, decision in decided.items():
@@ -279,6 +282,7 @@ class _Loop:
             usage_before=c.usage,
             requires=[c.last_message_id] if c.last_message_id else [],
             execution_id=workflow.info().first_execution_run_id,
+            max_steps=self.input.max_steps or c.max_steps,
         )
         c.pending = PendingWrites()
         c.pending_bytes = 0
@@ -288,16 +292,40 @@ class _Loop:
         # A model step of its own: the first one, or one after tools that ran apart (see `_fuse`). As a local
         # activity its result is recorded in the workflow task that schedules what follows (one round trip
         # fewer); a regular one is the choice for model calls that may outlive a workflow task timeout.
-        local = self.shape.model_as_local_activity
-        execute = workflow.execute_local_activity if local else workflow.execute_activity
-        result: ModelStepResult = await execute(
+        step_input = self._next_model_input()
+        summary = f"model step {self.carry.step}"
+        if self.shape.model_as_local_activity:
+            try:
+                local: ModelStepResult = await workflow.execute_local_activity(
+                    names.MODEL_STEP,
+                    step_input,
+                    result_type=ModelStepResult,
+                    start_to_close_timeout=self.opts.model_start_to_close,
+                    # A local activity's retries happen inside the worker, out of the UI's sight: a run whose
+                    # shape is pinned tries once, then retries as a regular activity, whose attempts and last
+                    # failure the UI shows under Pending Activities.
+                    retry_policy=self.opts.model_retry if self.legacy else ONE_ATTEMPT,
+                    summary=summary,
+                )
+                return local
+            except (ActivityError, ApplicationError, TemporalTimeout) as err:  # a local activity fails with its cause
+                if self.legacy or not _retryable(err):
+                    raise
+                cause = _cause(err)
+                workflow.set_current_details(
+                    f"{summary} failed once ({cause}); retrying it as an activity: see Pending Activities"
+                )
+                delay = cause.next_retry_delay if isinstance(cause, ApplicationError) else None
+                await workflow.sleep(delay or self.opts.model_retry.initial_interval)  # the provider's retry-after
+        result: ModelStepResult = await workflow.execute_activity(
             names.MODEL_STEP,
-            self._next_model_input(),
+            step_input,
             result_type=ModelStepResult,
             start_to_close_timeout=self.opts.model_start_to_close,
             retry_policy=self.opts.model_retry,
-            summary=f"model step {self.carry.step}",
+            summary=summary,
         )
+        workflow.set_current_details("")
         return result
 
     async def _run_tools(self, step: ModelStepResult) -> ModelStepResult | None:
@@ -538,3 +566,28 @@ def _agent_run_input(inputs: tuple[Any, ...]) -> AgentRunInput:
         attributes.append(KEEL_AGENT_ID.value_set(agent_id))
     workflow.upsert_search_attributes(attributes)
     raise ApplicationError(problem, type="InvalidInput", non_retryable=True)
+
+
+ONE_ATTEMPT = RetryPolicy(maximum_attempts=1)
+
+
+def _cause(err: FailureError) -> FailureError | BaseException:
+    return err.cause if isinstance(err, ActivityError) and err.cause is not None else err
+
+
+def _retryable(err: FailureError) -> bool:
+    """Whether Temporal would retry the failure (a timeout, or an application error not marked otherwise)."""
+    cause = _cause(err)
+    return not (isinstance(cause, ApplicationError) and cause.non_retryable)
+
+
+def _waiting_details(run_id: str, calls: list[PlannedToolCall]) -> str:
+    """What the UI shows on the run's page while it waits for decisions (Markdown, as the UI renders it)."""
+    lines = ["**Waiting for approval**", ""]
+    for call in calls:
+        lines.append(
+            f"- `{call.tool_name}` (`{call.tool_call_id}`): approve with `keel approve {run_id} {call.tool_call_id}`"
+            f" (`--decline` to decline), or signal `tool_approval` "
+            f'`{{"toolCallId": "{call.tool_call_id}", "approved": true}}`'
+        )
+    return "\n".join(lines)

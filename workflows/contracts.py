@@ -156,6 +156,8 @@ class ModelStepInput(Contract):
     writes: PendingWrites = Field(default_factory=PendingWrites)
     request_context: dict[str, Any] | None = None
     usage_before: Usage | None = None
+    max_steps: int | None = None
+    """The run's `maxSteps`, once known (step 1 goes by the agent's)."""
     execution_id: str | None = None
     """Temporal's first execution run id: the first step claims the run id for it (`RunIdReused` if taken)."""
     requires: list[str] = Field(default_factory=list)
