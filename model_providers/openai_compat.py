@@ -10,6 +10,8 @@ Error mapping (see `model_providers.base`):
   raise `ModelRetryableError`, with `retry_after` from the `retry-after-ms` or `retry-after` headers; an
   `x-should-retry: true|false` header overrides the status either way;
 * any other non-2xx status raises `ModelRequestError`, naming the status and the provider's message;
+* an error object inside a stream or completion is classified the same way, by its `code` and `type`
+  (LiteLLM's `throttling_error`, Anthropic's `overloaded_error`, `rate_limit_exceeded`, `server_error`, ...);
 * a stream that cannot be parsed raises `ModelError` (non-retryable).
 """
 
@@ -43,9 +45,20 @@ from keel.protocol import FinishReason, MessageRecord, TextPart, ToolCallPart, T
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 _OFFICIAL_HOST = "api.openai.com"
 _RETRYABLE_STATUSES = frozenset({408, 409, 429})
-_RETRYABLE_STREAM_ERRORS = frozenset(
-    {"server_error", "rate_limit_exceeded", "rate_limit_error", "overloaded_error", "timeout"}
+_RETRYABLE_ERROR_KINDS = frozenset(
+    {
+        "server_error",
+        "internal_server_error",
+        "service_unavailable",
+        "rate_limit_exceeded",
+        "rate_limit_error",
+        "throttling_error",  # LiteLLM's rate limit
+        "overloaded_error",  # Anthropic through a proxy
+        "timeout",
+        "request_timeout",
+    }
 )
+"""Error `type`s and `code`s inside a response that mean "try again later", as HTTP 429, 408, 409 and 5xx do."""
 _FINISH_REASONS: dict[str, FinishReason] = {
     "stop": "stop",
     "tool_calls": "tool-calls",
@@ -327,14 +340,24 @@ def _error_detail(response: httpx.Response) -> str:
 
 
 def _stream_error(error: Any) -> ModelError:
+    """An error object inside a response (a stream chunk or a completion): classified like an HTTP status, by
+    its `code` (a status such as "429") and `type`, and honouring a `retry_after` it carries (seconds)."""
     if isinstance(error, dict):
         message = str(error.get("message") or error)
-        kinds = {str(error.get("type")), str(error.get("code"))}
+        kinds = {str(error.get("type")).lower(), str(error.get("code")).lower()}
+        status = next((int(k) for k in kinds if k.isdigit()), None)
+        hint = error.get("retry_after", error.get("retryAfter"))
     else:
-        message, kinds = str(error), set()
+        message, kinds, status, hint = str(error), set(), None, None
     text = f"The provider reported an error in the response: {message}"
-    if kinds & _RETRYABLE_STREAM_ERRORS:
-        return ModelRetryableError(text)
+    retryable = bool(kinds & _RETRYABLE_ERROR_KINDS) or (
+        status is not None and (status in _RETRYABLE_STATUSES or status >= 500)
+    )
+    if retryable:
+        retry_after = float(hint) if isinstance(hint, int | float) and hint >= 0 else None
+        return ModelRetryableError(text, status=status, retry_after=retry_after)
+    if status is not None and 400 <= status < 500:
+        return ModelRequestError(text, status=status)
     return ModelError(text)
 
 

@@ -23,6 +23,7 @@ from keel.client.devserver import DevServer, DevServerConfig
 from keel.plugin import SANDBOX_ENV
 from keel.storage import DirectoryBlobStore, SQLiteStorage, Storage
 from keel.worker import build_worker
+from tests.fake_openai import FakeOpenAI, serving_fake_openai
 from tests.pg import postgres_server
 
 # Every workflow the tests run (in-process and in worker subprocesses) runs in Temporal's sandbox, Keel's own
@@ -111,3 +112,9 @@ async def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     finally:
         await conn.close()
     return urlsplit(dsn)._replace(path=f"/{name}").geturl()
+
+
+@pytest.fixture
+def fake_openai() -> Iterator[FakeOpenAI]:
+    with serving_fake_openai() as server:
+        yield server

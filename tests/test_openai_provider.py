@@ -512,3 +512,33 @@ async def test_scripted_model_accepts_async_scripts_and_helpers_find_recent_tool
     assert last_user_text(request) == "save\nit"
     assert tool_results_since_last_user(request) == [result]
     assert response.text == "saved"
+
+
+@pytest.mark.parametrize(
+    ("error", "retryable", "retry_after"),
+    [
+        ({"message": "slow", "type": "throttling_error", "code": "429"}, True, None),  # LiteLLM's rate limit
+        ({"message": "busy", "type": "overloaded_error"}, True, None),
+        ({"message": "later", "code": 503}, True, None),
+        ({"message": "wait", "type": "rate_limit_exceeded", "retry_after": 2.5}, True, 2.5),
+        ({"message": "oops", "type": "server_error"}, True, None),
+        ({"message": "bad", "type": "invalid_request_error", "code": "400"}, False, None),
+        ({"message": "what", "type": "weird"}, False, None),
+    ],
+)
+async def test_an_error_in_the_middle_of_a_stream_is_classified_like_an_http_status(
+    make_model: Callable[..., OpenAIChatModel], error: dict[str, Any], retryable: bool, retry_after: float | None
+) -> None:
+    body = b'data: {"choices":[{"index":0,"delta":{"content":"Hel"}}]}\n\n' + sse_error(error)
+    model = make_model(lambda request: sse_response(body))
+
+    with pytest.raises(ModelError) as caught:
+        await model.generate(request_of(), Deltas())
+
+    assert caught.value.retryable is retryable
+    if isinstance(caught.value, ModelRetryableError):
+        assert caught.value.retry_after == retry_after
+
+
+def sse_error(error: dict[str, Any]) -> bytes:
+    return f"data: {json.dumps({'error': error})}\n\n".encode()
