@@ -3,6 +3,7 @@ app per task queue, each step shown once, exit codes and output formats, and the
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import os
@@ -15,10 +16,13 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
+from keel.app import Agent, App
 from keel.client.devserver import DevServer
+from keel.model_providers import OpenAIChatModel
 from keel.storage import Storage
 from tests.apps import app as test_app
 from tests.conftest import running_worker
+from tests.fake_openai import FakeOpenAI
 from tests.test_agent_run import wait_for_pending
 
 KEEL = str(Path(sys.executable).parent / "keel")
@@ -232,3 +236,27 @@ async def test_a_failed_attempt_is_one_line_in_the_worker_log(tmp_path: Path, de
     [line] = [line for line in log.splitlines() if "Completing activity as failed" in line]
     assert "ModelRetryableError: rate limited, try again" in line
     assert "Traceback" not in log
+
+
+def test_every_command_and_option_has_help() -> None:
+    from keel.cli import COMMANDS
+    from keel.client.cli import build_parser
+
+    parser = build_parser(COMMANDS)
+    [sub] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    for name, command_parser in sub.choices.items():
+        assert command_parser.description, name
+        for action in command_parser._actions:
+            assert action.help, f"keel {name}: {action.dest} has no help"
+
+
+async def test_a_providers_multi_line_message_is_one_line_on_stderr(
+    client: Client, storage: Storage, task_queue: str, keel: Keel, fake_openai: FakeOpenAI
+) -> None:
+    body = json.dumps({"error": {"message": "Bad request:\n  field x\n  is wrong"}}).encode()
+    fake_openai.replies = [(400, {"content-type": "application/json"}, body)]
+    model = OpenAIChatModel("m", base_url=fake_openai.base_url, api_key="k")
+    async with running_worker(client, App.of(Agent(id="strict", model=model)), storage, task_queue) as k:
+        run_id = await k.start_run("strict", "hi")
+        code, _, err = await keel("result", run_id)
+    assert code == 1 and err.count("\n") == 1 and "Bad request: field x is wrong" in err
