@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 KEEL := $(VENV)/bin/keel
 
-.PHONY: install demo dev test lint bench record-histories clean
+.PHONY: install bwrap demo dev test lint bench record-histories clean
 
 install: $(VENV)/.installed
 
@@ -20,11 +20,18 @@ demo: install  ## the demo end to end: local Temporal, worker, one approved and 
 dev: install  ## the whole stack in the foreground (Temporal dev server + UI, worker); Ctrl-C stops all
 	$(KEEL) dev
 
-test: install  ## every test; the tests start their own Temporal dev server and PostgreSQL
+test: install bwrap  ## every test; the tests start their own Temporal dev server and PostgreSQL
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
 	$(PY) -m pytest
+
+bwrap:  ## bubblewrap for isolated workspace commands: installed with apt where it can be; its tests skip without it
+	@command -v bwrap >/dev/null || { command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
+		{ DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null 2>&1 || \
+		  { apt-get update -qq >/dev/null 2>&1 && \
+		    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null 2>&1; }; }; } || \
+		echo "bubblewrap not installed: the bwrap tests will say 'skipped: bwrap missing'"
 
 bench: install  ## per-step cost of Keel against bare temporalio, side by side (see bench/README.md)
 	$(PY) -m bench.agent_steps

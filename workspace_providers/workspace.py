@@ -1,0 +1,369 @@
+"""`Workspace`: a filesystem and a sandbox given to agents, with the tool configuration that decides which
+workspace tools they get (Mastra's `Workspace` class, for its filesystem and sandbox parts).
+
+Lifecycle: ``pending → initializing → ready`` (`init()`), ``ready → paused`` (`stop()`: processes killed, files
+kept, the next `init()` makes it ready again), ``→ destroying → destroyed`` (`destroy()`), ``error`` when
+`init()` or `destroy()` fails. Search, skills and LSP attach later through `extensions` (anything with optional
+`init()`, `stop()`, `destroy()` and `get_instructions()`), so this class does not grow with each of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import secrets
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from typing import Any, Literal, Protocol
+
+from keel.workspace_providers import output
+from keel.workspace_providers.errors import WorkspaceError, WriteLockTimeout, iso_ms
+from keel.workspace_providers.tool_config import normalize_tools_config
+
+WorkspaceStatus = Literal["pending", "initializing", "ready", "paused", "error", "destroying", "destroyed"]
+RequestContext = Mapping[str, Any]
+Resolver = Callable[[RequestContext], Any]
+DynamicSandboxInstructions = Literal["placeholder", "resolve"] | Callable[[RequestContext], str]
+
+DYNAMIC_SANDBOX_INSTRUCTIONS = (
+    "Dynamic sandbox configured. Shell commands execute in a request-scoped sandbox resolved at tool execution time."
+)
+DEFAULT_WRITE_LOCK_TIMEOUT_MS = 30_000
+
+
+class Extension(Protocol):
+    """A capability attached to a workspace (search, skills, LSP): every method is optional."""
+
+
+async def _call(obj: Any, method: str) -> None:
+    fn = getattr(obj, method, None)
+    if fn is not None:
+        result = fn()
+        if inspect.isawaitable(result):
+            await result
+
+
+class FileWriteLock:
+    """One writer at a time per path, waiting at most `timeout_ms` (Mastra's `InMemoryFileWriteLock`)."""
+
+    def __init__(self, timeout_ms: int = DEFAULT_WRITE_LOCK_TIMEOUT_MS) -> None:
+        self.timeout_ms = timeout_ms
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._users: dict[str, int] = {}
+
+    @asynccontextmanager
+    async def hold(self, key: str, path: str | None = None):  # type: ignore[no-untyped-def]
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        self._users[key] = self._users.get(key, 0) + 1
+        try:
+            try:
+                await asyncio.wait_for(lock.acquire(), self.timeout_ms / 1000)
+            except TimeoutError:
+                raise WriteLockTimeout(path or key, self.timeout_ms) from None
+            try:
+                yield
+            finally:
+                lock.release()
+        finally:
+            self._users[key] -= 1
+            if not self._users[key]:
+                del self._users[key], self._locks[key]
+
+
+class Workspace:
+    """Files and commands for agents.
+
+    Args:
+        id: default generated (`ws-…`). name: default `workspace-{id[:8]}`.
+        filesystem: a filesystem provider, or a function of the request context returning one (one per tenant).
+        mounts: several filesystems under path prefixes, instead of `filesystem`.
+        sandbox: a sandbox provider, or a function of the request context returning one.
+        sandbox_cache_key: for a resolver sandbox: a function of the request context whose value keys a cache of
+            resolved sandboxes, so background processes are found again by later calls.
+        instructions: `{"dynamic_sandbox": "placeholder" | "resolve" | fn(request_context)}`.
+        tools: the `WorkspaceToolsConfig` (see `tool_config`); `write_lock_timeout_ms` may be given there too.
+        operation_timeout: ms; bounds each filesystem tool call.
+        write_lock_timeout_ms: how long a write waits for another write to the same file (default 30 s).
+        extensions: search, skills, LSP providers (later issues).
+    """
+
+    def __init__(
+        self,
+        *,
+        id: str | None = None,
+        name: str | None = None,
+        filesystem: Any | Resolver | None = None,
+        mounts: Mapping[str, Any] | None = None,
+        sandbox: Any | Resolver | None = None,
+        sandbox_cache_key: Callable[[RequestContext], str | None] | None = None,
+        instructions: Mapping[str, Any] | None = None,
+        tools: Mapping[str, Any] | None = None,
+        operation_timeout: int | None = None,
+        write_lock_timeout_ms: int | None = None,
+        extensions: Sequence[Extension] = (),
+    ) -> None:
+        self.id = id or f"ws-{int(time.time() * 1000):x}-{secrets.token_hex(3)}"
+        self.name = name or f"workspace-{self.id[:8]}"
+        self.created_at = datetime.now(UTC)
+        self.last_accessed_at = self.created_at
+        self._status: WorkspaceStatus = "pending"
+        self._filesystem_resolver: Resolver | None = None
+        self._sandbox_resolver: Resolver | None = None
+        self._fs: Any = None
+        self._sandbox: Any = None
+        if _is_resolver(sandbox):
+            self._sandbox_resolver = sandbox
+        else:
+            self._sandbox = sandbox
+        if mounts:
+            if filesystem is not None:
+                raise WorkspaceError('Cannot use both "filesystem" and "mounts"')
+            if self._sandbox_resolver is not None:
+                raise WorkspaceError(
+                    'Cannot use "mounts" with a dynamic sandbox resolver. Mounts are attached to a sandbox instance at '
+                    "construction time. Either pass a static sandbox instance, or have your resolver return a sandbox "
+                    "with its mounts already configured."
+                )
+            from keel.workspace_providers.composite_filesystem import CompositeFilesystem
+
+            self._fs = CompositeFilesystem(mounts)
+        elif inspect.isclass(filesystem):
+            raise WorkspaceError(
+                "filesystem received a class instead of an instance or resolver function. Pass an instance "
+                "(e.g., LocalFilesystem(...)) or a resolver function (lambda request_context: fs)."
+            )
+        elif _is_resolver(filesystem):
+            self._filesystem_resolver = filesystem
+        else:
+            self._fs = filesystem
+        self._sandbox_cache_key = sandbox_cache_key
+        self._sandbox_cache: dict[str, Awaitable[Any]] = {}
+        dynamic = (instructions or {}).get("dynamic_sandbox", (instructions or {}).get("dynamicSandbox"))
+        self._dynamic_sandbox_instructions: DynamicSandboxInstructions = dynamic or "placeholder"
+        self._tools_config = normalize_tools_config(tools)
+        self.operation_timeout = operation_timeout
+        lock_ms = write_lock_timeout_ms or self._tools_config.get("write_lock_timeout_ms")
+        self.write_lock = FileWriteLock(lock_ms or DEFAULT_WRITE_LOCK_TIMEOUT_MS)
+        self.extensions = tuple(extensions)
+        if not (self.has_filesystem_config() or self.has_sandbox_config() or self.extensions):
+            raise WorkspaceError("Workspace requires at least a filesystem, sandbox, or skills")
+
+    # --- providers ----------------------------------------------------------------------------------------
+
+    @property
+    def status(self) -> WorkspaceStatus:
+        return self._status
+
+    @property
+    def filesystem(self) -> Any:
+        """The static filesystem; None when a resolver is configured (see `has_filesystem_config()`)."""
+        return self._fs
+
+    @property
+    def sandbox(self) -> Any:
+        """The static sandbox; None when a resolver is configured (see `has_sandbox_config()`)."""
+        return self._sandbox
+
+    @property
+    def skills(self) -> Any:
+        """The skills interface: None until skills are configured (a later extension)."""
+        return next((e for e in self.extensions if getattr(e, "kind", None) == "skills"), None)
+
+    @property
+    def can_bm25(self) -> bool:
+        return any(getattr(e, "can_bm25", False) for e in self.extensions)
+
+    @property
+    def can_vector(self) -> bool:
+        return any(getattr(e, "can_vector", False) for e in self.extensions)
+
+    @property
+    def can_hybrid(self) -> bool:
+        return any(getattr(e, "can_hybrid", False) for e in self.extensions)
+
+    def has_filesystem_config(self) -> bool:
+        return self._fs is not None or self._filesystem_resolver is not None
+
+    def has_sandbox_config(self) -> bool:
+        return self._sandbox is not None or self._sandbox_resolver is not None
+
+    async def resolve_filesystem(self, request_context: RequestContext | None = None) -> Any:
+        if self._filesystem_resolver is None:
+            return self._fs
+        return await _resolved(self._filesystem_resolver(dict(request_context or {})))
+
+    async def resolve_sandbox(self, request_context: RequestContext | None = None) -> Any:
+        """The static sandbox, or the resolver's (cached by `sandbox_cache_key` when it gives a key)."""
+        if self._sandbox_resolver is None:
+            return self._sandbox
+        context = dict(request_context or {})
+        key = self._sandbox_cache_key(context) if self._sandbox_cache_key else None
+        if key is None:
+            return await _resolved(self._sandbox_resolver(context))
+        pending = self._sandbox_cache.get(key)
+        if pending is None:
+            pending = asyncio.ensure_future(_resolved(self._sandbox_resolver(context)))
+            self._sandbox_cache[key] = pending
+        try:
+            return await pending
+        except BaseException:
+            if self._sandbox_cache.get(key) is pending:
+                del self._sandbox_cache[key]
+            raise
+
+    def clear_sandbox_cache(self, cache_key: str | None = None) -> None:
+        """Forget resolved sandboxes (one key, or all). The workspace does not own them: destroy them yourself."""
+        if cache_key is None:
+            self._sandbox_cache.clear()
+        else:
+            self._sandbox_cache.pop(cache_key, None)
+
+    # --- tools --------------------------------------------------------------------------------------------
+
+    def get_tools_config(self) -> dict[str, Any] | None:
+        return dict(self._tools_config) or None
+
+    def set_tools_config(self, config: Mapping[str, Any] | None) -> None:
+        """Replace (not merge) the tools config; None resets to the defaults. Takes effect at the next step."""
+        self._tools_config = normalize_tools_config(config)
+
+    # --- lifecycle ----------------------------------------------------------------------------------------
+
+    async def init(self) -> None:
+        """Load the token counter, start the filesystem (creates its base directory), the sandbox, then the
+        extensions."""
+        self._status = "initializing"
+        try:
+            await asyncio.to_thread(output.warm)  # tool outputs are token-counted: load the encoding once, now
+            if self._fs is not None:
+                await _call(self._fs, "init")
+            if self._sandbox is not None:
+                await _call(self._sandbox, "init")
+            for extension in self.extensions:
+                await _call(extension, "init")
+        except BaseException:
+            self._status = "error"
+            raise
+        self._status = "ready"
+
+    async def stop(self) -> None:
+        """Pause: the sandbox's processes are killed and it stops; files stay. `init()` resumes."""
+        if self._status in ("destroying", "destroyed"):
+            return
+        for extension in self.extensions:
+            await _call(extension, "stop")
+        if self._sandbox is not None:
+            await _call(self._sandbox, "stop")
+        self._status = "paused"
+
+    async def destroy(self) -> None:
+        """Release everything the workspace owns (extensions, sandbox, filesystem); files on disk stay."""
+        if self._status == "destroyed":
+            return
+        self._status = "destroying"
+        try:
+            for extension in self.extensions:
+                await _call(extension, "destroy")
+            if self._sandbox is not None:
+                await _call(self._sandbox, "destroy")
+            if self._fs is not None:
+                await _call(self._fs, "destroy")
+        except BaseException:
+            self._status = "error"
+            raise
+        finally:
+            self._sandbox_cache.clear()
+        self._status = "destroyed"
+
+    # --- description --------------------------------------------------------------------------------------
+
+    def get_instructions(self, request_context: RequestContext | None = None) -> str:
+        """The static providers' instructions, added to the agent's system message."""
+        return self._instructions(self._fs, self._sandbox, request_context)
+
+    async def get_instructions_async(self, request_context: RequestContext | None = None) -> str:
+        """Instructions with resolver providers resolved: the filesystem always, the sandbox only when
+        `instructions.dynamic_sandbox` is "resolve" (else a placeholder, or the function's text)."""
+        context = dict(request_context or {})
+        filesystem = await self.resolve_filesystem(context)
+        mode = self._dynamic_sandbox_instructions
+        if self._sandbox_resolver is not None and mode != "resolve":
+            sandbox_text = mode(context) if callable(mode) else DYNAMIC_SANDBOX_INSTRUCTIONS
+            return "\n\n".join(p for p in (sandbox_text, self._instructions(filesystem, None, context)) if p)
+        return self._instructions(filesystem, await self.resolve_sandbox(context), context)
+
+    def _instructions(self, filesystem: Any, sandbox: Any, request_context: RequestContext | None) -> str:
+        parts = [p.get_instructions(request_context) for p in (sandbox, filesystem) if p is not None]
+        parts += [e.get_instructions(request_context) for e in self.extensions if hasattr(e, "get_instructions")]
+        return "\n\n".join(p for p in parts if p)
+
+    async def get_info(
+        self,
+        *,
+        include_file_count: bool = False,
+        request_context: RequestContext | None = None,
+        resolve_dynamic_providers: bool = True,
+    ) -> dict[str, Any]:
+        """`{id, name, status, createdAt, lastAccessedAt, filesystem?, sandbox?}` as Mastra reports it; resolver
+        providers appear as `dynamic` unless `resolve_dynamic_providers` (the sandbox resolver is never called)."""
+        info: dict[str, Any] = {
+            "id": self.id,
+            "name": self.name,
+            "status": self._status,
+            "createdAt": iso_ms(self.created_at),
+            "lastAccessedAt": iso_ms(self.last_accessed_at),
+        }
+        filesystem = self._fs
+        if filesystem is None and self._filesystem_resolver is not None and resolve_dynamic_providers:
+            filesystem = await self.resolve_filesystem(request_context)
+        if filesystem is not None:
+            fs_info = dict(filesystem.get_info())
+            entry = {
+                "id": fs_info.get("id"),
+                "name": fs_info.get("name"),
+                "provider": fs_info.get("provider"),
+                "readOnly": bool(getattr(filesystem, "read_only", False)),
+                "status": fs_info.get("status"),
+                "metadata": fs_info.get("metadata"),
+            }
+            if include_file_count:
+                entry["totalFiles"] = await _count_files(filesystem)
+            info["filesystem"] = entry
+        elif self._filesystem_resolver is not None:
+            info["filesystem"] = {
+                "id": f"{self.id}-dynamic-filesystem",
+                "name": "DynamicFilesystem",
+                "provider": "dynamic",
+                "status": "pending",
+            }
+        if self._sandbox is not None:
+            sandbox_info = dict(self._sandbox.get_info())
+            info["sandbox"] = {
+                "provider": self._sandbox.provider,
+                "status": sandbox_info.get("status"),
+                "resources": sandbox_info.get("resources"),
+            }
+        elif self._sandbox_resolver is not None:
+            info["sandbox"] = {"provider": "dynamic", "status": "pending"}
+        return info
+
+    def touch(self) -> None:
+        self.last_accessed_at = datetime.now(UTC)
+
+
+def _is_resolver(value: Any) -> bool:
+    return callable(value) and not inspect.isclass(value) and not hasattr(value, "provider")
+
+
+async def _resolved(value: Any) -> Any:
+    return await value if inspect.isawaitable(value) else value
+
+
+async def _count_files(filesystem: Any, limit_depth: int = 10) -> int | None:
+    try:
+        entries = await filesystem.readdir(".", recursive=True)
+    except Exception:
+        return None  # a filesystem that cannot list reports no count
+    return sum(1 for e in entries if e.type == "file")
