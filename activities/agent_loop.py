@@ -20,8 +20,11 @@ from keel.app import App
 from keel.protocol import FinishChunk, FinishPayload, StepResult, names
 from keel.storage import Storage
 from keel.workflows.contracts import (
+    ExecuteToolInput,
+    ExecuteToolResult,
     FinishRunInput,
     FinishRunResult,
+    KillProcessesInput,
     ModelStepInput,
     ModelStepResult,
     PersistWritesInput,
@@ -35,10 +38,10 @@ from keel.workflows.contracts import (
 class AgentActivities:
     """Activities bound to one app and one storage; the worker registers `all()`."""
 
-    def __init__(self, app: App, storage: Storage) -> None:
+    def __init__(self, app: App, storage: Storage, *, host_queue: str | None = None) -> None:
         self._storage = storage
         self._model = ModelSteps(app, storage)
-        self._tools = ToolCalls(app, storage)
+        self._tools = ToolCalls(app, storage, host_queue)
 
     @activity.defn(name=names.MODEL_STEP)
     async def model_step(self, input: ModelStepInput) -> ModelStepResult:
@@ -52,6 +55,20 @@ class AgentActivities:
         with translated():
             async with heartbeating():
                 return await self._tools.call_bounded(input)
+
+    @activity.defn(name=names.EXECUTE_TOOL)
+    async def execute_tool(self, input: ExecuteToolInput) -> ExecuteToolResult:
+        """One tool of an agent, outside any run (a standalone activity: `keel tool`). Bad arguments are a
+        non-retryable `InvalidToolArgs`; the tool's own errors come back as an error result."""
+        with translated():
+            async with heartbeating():
+                return await self._tools.execute(input)
+
+    @activity.defn(name=names.KILL_PROCESSES)
+    async def kill_processes(self, input: KillProcessesInput) -> list[str]:
+        """Kill background processes (a canceled run's) on this host; returns the ones that were running."""
+        with translated():
+            return await self._tools.kill_processes(input)
 
     @activity.defn(name=names.TOOLS_THEN_MODEL)
     async def tools_then_model(self, input: ToolsThenModelInput) -> ToolsThenModelResult:
@@ -105,7 +122,15 @@ class AgentActivities:
             await events.flush(input.writes.messages)
 
     def all(self) -> list[Callable[..., Any]]:
-        return [self.model_step, self.tool_call, self.tools_then_model, self.finish_run, self.persist_writes]
+        return [
+            self.model_step,
+            self.tool_call,
+            self.tools_then_model,
+            self.finish_run,
+            self.persist_writes,
+            self.execute_tool,
+            self.kill_processes,
+        ]
 
 
 async def _already(result: ToolCallResult) -> ToolCallResult:

@@ -9,6 +9,8 @@ attempts; a deterministic failure fails at once, because the next attempt would 
     ----------------------------------------  ----------------------  ------------------------------------
     keel.app.UnknownAgent                     UnknownAgent            no
     keel.app.UnknownTool                      UnknownTool             no
+    keel.app.AppError                         AppError                no   (a bad app definition: duplicate tool names)
+    keel.workspace_providers.WorkspaceError   WorkspaceError          no   (a workspace misconfigured)
     keel.model_providers.ModelRetryableError  ModelRetryableError     yes, after the provider's retry-after
     keel.model_providers.ModelRequestError    ModelRequestError       no   (4xx: bad key, bad request)
     keel.model_providers.ModelError           ModelResponseError      no   (an answer that cannot be parsed)
@@ -35,7 +37,7 @@ from datetime import timedelta
 
 from temporalio.exceptions import ApplicationError
 
-from keel.app import UnknownAgent, UnknownTool
+from keel.app import AppError, UnknownAgent, UnknownTool
 from keel.model_providers import ModelError, ModelRequestError, ModelRetryableError
 from keel.storage import (
     DatabaseNotFound,
@@ -45,6 +47,7 @@ from keel.storage import (
     StorageUnavailable,
     ThreadNotFound,
 )
+from keel.workspace_providers import WorkspaceError
 
 
 class ActivityFailure(Exception):
@@ -73,6 +76,7 @@ class Failure:
 FAILURES: tuple[Failure, ...] = (
     Failure(UnknownAgent, "UnknownAgent", retryable=False),
     Failure(UnknownTool, "UnknownTool", retryable=False),
+    Failure(AppError, "AppError", retryable=False),
     Failure(ModelRetryableError, "ModelRetryableError", retryable=True),
     Failure(ModelRequestError, "ModelRequestError", retryable=False),
     Failure(ModelError, "ModelResponseError", retryable=False),
@@ -85,6 +89,7 @@ FAILURES: tuple[Failure, ...] = (
     Failure(PayloadTooLarge, "PayloadTooLarge", retryable=False),
     Failure(RunIdReused, "RunIdReused", retryable=False),
     Failure(MissingMessages, "MissingMessages", retryable=False),
+    Failure(WorkspaceError, "WorkspaceError", retryable=False),
 )
 """The table (see the module docstring), most specific exception first."""
 

@@ -11,7 +11,8 @@ from keel.activities.events import StepWriter
 from keel.activities.failures import MissingMessages, RunIdReused
 from keel.activities.run_lists import run_lists
 from keel.activities.thread_cache import ThreadCache
-from keel.app import Agent, App
+from keel.app import App, Tool
+from keel.app.agent_tools import agent_instructions, agent_tools
 from keel.model_providers import ModelError, ModelRequest
 from keel.protocol import (
     APPROVAL_RESUME_SCHEMA,
@@ -80,7 +81,10 @@ class ModelSteps:
             await events.flush(input.writes.messages)
         context = await self._threads.messages(input.thread_id, before=input.message_id)
         _check_context(input, context)
-        request = ModelRequest(instructions=agent.instructions, messages=context, tools=[t.spec for t in agent.tools])
+        rc = input.request_context or {}
+        tools = await agent_tools(self._app, agent, rc)
+        instructions = await agent_instructions(self._app, agent, rc)
+        request = ModelRequest(instructions=instructions, messages=context, tools=[t.spec for t in tools])
         text_id = f"{input.message_id}-text"
         started = False
 
@@ -99,7 +103,7 @@ class ModelSteps:
         if started:
             events.add(TextEndChunk(run_id=run_id, payload=TextEndPayload(id=text_id)))
 
-        planned = [await _plan(agent, c.id, c.name, c.args) for c in response.tool_calls]
+        planned = [await _plan(tools, c.id, c.name, c.args) for c in response.tool_calls]
         _make_ids_unique(planned, taken=_tool_call_ids(context))
         parts: list[TextPart | ToolCallPart | ToolResultPart] = []
         if response.text:
@@ -149,12 +153,12 @@ class ModelSteps:
         return result
 
 
-async def _plan(agent: Agent, call_id: str, name: str, args: dict[str, Any]) -> PlannedToolCall:
+async def _plan(tools: list[Tool], call_id: str, name: str, args: dict[str, Any]) -> PlannedToolCall:
     """Resolve a requested call's tool and policy; problems become an `error` the model will see."""
     planned = PlannedToolCall(tool_call_id=call_id, tool_name=name, args=args)
-    tool = next((t for t in agent.tools if t.id == name), None)
+    tool = next((t for t in tools if t.id == name), None)
     if tool is None:
-        planned.error = f"Tool {name!r} not found. Available tools: {', '.join(t.id for t in agent.tools)}"
+        planned.error = f"Tool {name!r} not found. Available tools: {', '.join(t.id for t in tools)}"
         return planned
     try:
         tool.parse_args(args)
@@ -163,6 +167,10 @@ async def _plan(agent: Agent, call_id: str, name: str, args: dict[str, Any]) -> 
         return planned
     planned.idempotent = tool.idempotent
     planned.requires_approval = await tool.needs_approval(args)
+    if tool.workspace_tool is not None:
+        planned.file_path = tool.workspace_tool.file_path(args)
+        if tool.workspace_tool.pinned_to_host and isinstance(args.get("pid"), str | int):
+            planned.process_id = str(args["pid"])
     return planned
 
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from pydantic import ValidationError
 from pydantic_core import to_json, to_jsonable_python
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from keel.activities.events import StepWriter
 from keel.app import App, ToolContext, UnknownTool
+from keel.app.agent_tools import agent_tool
 from keel.protocol import (
     MessageRecord,
     ToolErrorChunk,
@@ -19,32 +21,50 @@ from keel.protocol import (
     ToolResultPart,
     ToolResultPayload,
 )
+from keel.protocol.validation import describe_validation_error
 from keel.storage import Storage
-from keel.workflows.contracts import ToolCallInput, ToolCallResult
+from keel.workflows.contracts import (
+    ExecuteToolInput,
+    ExecuteToolResult,
+    FileReadRecord,
+    KillProcessesInput,
+    ToolCallInput,
+    ToolCallResult,
+)
+from keel.workspace_providers.tools import ReadRecord
 
 MAX_TOOL_RESULT_BYTES = 32 * 1024 * 1024
 """A tool result larger than this (as JSON) becomes a tool error for the model. Smaller results of 256 KiB or more
 travel by reference (the payload store), never inline in the history."""
 
 
-class ToolCalls:
-    """Runs an app's tools against one storage."""
+def error_text(err: BaseException) -> str:
+    """`Name: message` as the model sees a failed call; workspace errors carry Mastra's names."""
+    return f"{getattr(err, 'error_name', type(err).__name__)}: {err}"
 
-    def __init__(self, app: App, storage: Storage) -> None:
+
+class ToolCalls:
+    """Runs an app's tools against one storage. `host_queue` is the task queue that reaches this worker
+    process alone: calls that start a background process report it, so their follow-ups are sent there."""
+
+    def __init__(self, app: App, storage: Storage, host_queue: str | None = None) -> None:
         self._app = app
         self._storage = storage
+        self._host_queue = host_queue
 
-    async def call(self, input: ToolCallInput) -> tuple[Any, bool]:
-        """Run the tool; returns its JSON-able result and whether it is an error.
+    async def call(self, input: ToolCallInput) -> tuple[Any, bool, dict[str, Any]]:
+        """Run the tool; returns its JSON-able result, whether it is an error, and what a workspace tool
+        reported (`ToolContext.effects`).
 
         The tool's own exceptions become an error result for the model. An `ApplicationError` it raises is the
         tool asking Temporal for a retry (or, non-retryable, to give up) and propagates.
         """
         agent = self._app.agent(input.agent_id)
         try:
-            tool = agent.tool(input.tool_name)
+            tool = await agent_tool(self._app, agent, input.tool_name, input.request_context)
         except UnknownTool as err:  # gone since the model step planned the call (an app redeployed): tell the model
-            return {"error": str(err)}, True
+            return {"error": str(err)}, True, {}
+        record = input.read_record
         ctx = ToolContext(
             run_id=input.run_id,
             tool_call_id=input.tool_call_id,
@@ -53,31 +73,79 @@ class ToolCalls:
             resource_id=input.resource_id,
             attempt=activity.info().attempt,
             request_context=input.request_context or {},
+            read_record=ReadRecord(record.path, record.scope, record.modified_at_ms) if record else None,
         )
         try:
-            return to_jsonable_python(await tool.execute(tool.parse_args(input.args), ctx), by_alias=True), False
+            result = to_jsonable_python(await tool.execute(tool.parse_args(input.args), ctx), by_alias=True)
+            return result, False, ctx.effects
         except ApplicationError:
             raise
         except Exception as err:  # a tool's own failure is an answer for the model, not a retry
-            return {"error": f"{type(err).__name__}: {err}"}, True
+            return {"error": error_text(err)}, True, ctx.effects
 
     async def call_in_step(self, input: ToolCallInput, timeout: float) -> ToolCallResult:
         """Run and record a call inside a fused step: a timeout or a tool giving up becomes an error result;
         a retryable `ApplicationError` propagates (the step is retried, and this tool, unrecorded, runs again)."""
+        effects: dict[str, Any] = {}
         try:
-            result, is_error = await asyncio.wait_for(self.call(input), timeout)
+            result, is_error, effects = await asyncio.wait_for(self.call(input), timeout)
         except TimeoutError:
             result, is_error = {"error": f"Tool {input.tool_name} did not complete within {timeout:g} s"}, True
         except ApplicationError as err:
             if not err.non_retryable:
                 raise
             result, is_error = {"error": f"Tool {input.tool_name} did not complete: {err}"}, True
-        return await self.record(input, result, is_error)
+        return self._with_effects(await self.record(input, result, is_error), effects)
 
     async def call_bounded(self, input: ToolCallInput) -> ToolCallResult:
         """Run the tool (a call of its own, not in a fused step); storage is left to the workflow's next step."""
-        result, is_error = await self.call(input)
-        return bounded(input, result, is_error)
+        result, is_error, effects = await self.call(input)
+        return self._with_effects(bounded(input, result, is_error), effects)
+
+    async def execute(self, input: ExecuteToolInput) -> ExecuteToolResult:
+        """Run one tool of an agent outside any run (no read records: a write tool that requires a read fails)."""
+        agent = self._app.agent(input.agent_id)
+        tool = await agent_tool(self._app, agent, input.tool_name, input.request_context)
+        try:
+            tool.parse_args(input.args)
+        except ValidationError as err:
+            raise ApplicationError(
+                f"Invalid arguments for tool {input.tool_name!r}: {describe_validation_error(err)}",
+                type="InvalidToolArgs",
+                non_retryable=True,
+            ) from None
+        info = activity.info()
+        call = ToolCallInput(
+            run_id=info.activity_id,
+            agent_id=input.agent_id,
+            thread_id="",
+            resource_id="",
+            step=0,
+            tool_call_id=info.activity_id,
+            tool_name=input.tool_name,
+            args=input.args,
+            result_message_id="",
+            request_context=input.request_context,
+        )
+        outcome = await self.call_bounded(call)
+        return ExecuteToolResult(result=outcome.result, is_error=outcome.is_error, host_queue=outcome.host_queue)
+
+    async def kill_processes(self, input: KillProcessesInput) -> list[str]:
+        workspace = self._app.workspace_of(self._app.agent(input.agent_id))
+        sandbox = await workspace.resolve_sandbox(input.request_context) if workspace is not None else None
+        if sandbox is None:
+            return []
+        return [pid for pid in input.pids if await sandbox.processes.kill(pid)]
+
+    def _with_effects(self, outcome: ToolCallResult, effects: dict[str, Any]) -> ToolCallResult:
+        read: ReadRecord | None = effects.get("read")
+        if read is not None:
+            outcome.file_read = FileReadRecord(path=read.path, scope=read.scope, modified_at_ms=read.modified_at_ms)
+        outcome.file_cleared = effects.get("cleared")
+        outcome.process_started = effects.get("process_started")
+        if outcome.process_started is not None:
+            outcome.host_queue = self._host_queue
+        return outcome
 
     async def record(self, input: ToolCallInput, result: Any, is_error: bool) -> ToolCallResult:
         """Store the call's tool message and its `tool-result` / `tool-error` chunk in one transaction."""

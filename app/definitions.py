@@ -20,6 +20,8 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from keel.model_providers import ChatModel, ToolSpec
+from keel.workspace_providers import Workspace
+from keel.workspace_providers.tools import ReadRecord, WorkspaceTool
 
 
 class AppError(Exception):
@@ -54,6 +56,10 @@ class ToolContext:
     resource_id: str
     attempt: int = 1
     request_context: Mapping[str, Any] = field(default_factory=dict)
+    read_record: ReadRecord | None = None
+    """The run's record of the agent's last read of the file this call writes (workspace write tools)."""
+    effects: dict[str, Any] = field(default_factory=dict)
+    """What a workspace tool reports back to the run: `read` (a `ReadRecord`), `cleared`, `process_started`."""
 
     @property
     def idempotency_key(self) -> str:
@@ -77,6 +83,9 @@ class Tool:
         require_approval: a bool, or a function of the validated input returning one (may be async).
         idempotent: True if re-running the tool after a crash is harmless; False makes Keel run it at most once
             (a lost attempt then fails the call instead of silently re-running it).
+        parameters: the JSON schema the model sees, when it is not the input model's own (workspace tools
+            advertise Mastra's schemas exactly).
+        workspace_tool: set on the tools a workspace gives an agent.
     """
 
     id: str
@@ -85,11 +94,14 @@ class Tool:
     execute: ToolFn
     require_approval: ApprovalPolicy = False
     idempotent: bool = True
+    parameters: Mapping[str, Any] | None = None
+    workspace_tool: WorkspaceTool | None = None
 
     @functools.cached_property
     def spec(self) -> ToolSpec:
         """The tool as the model sees it (computed once: building a JSON schema costs ~1 ms)."""
-        return ToolSpec(name=self.id, description=self.description, parameters=self.input_schema.model_json_schema())
+        schema = dict(self.parameters) if self.parameters is not None else self.input_schema.model_json_schema()
+        return ToolSpec(name=self.id, description=self.description, parameters=schema)
 
     def parse_args(self, args: Mapping[str, Any]) -> BaseModel:
         """Validate arguments; raises `pydantic.ValidationError`."""
@@ -140,7 +152,8 @@ def tool(
 
 @dataclass(frozen=True)
 class Agent:
-    """An agent: instructions, a model and tools. `max_steps` bounds model calls per run (Mastra's default 5)."""
+    """An agent: instructions, a model and tools. `max_steps` bounds model calls per run (Mastra's default 5).
+    `workspace` gives it the workspace's tools and instructions (else it inherits the app's workspace)."""
 
     id: str
     model: ChatModel
@@ -149,6 +162,7 @@ class Agent:
     description: str = ""
     tools: tuple[Tool, ...] = ()
     max_steps: int = 5
+    workspace: Workspace | None = None
 
     def __post_init__(self) -> None:
         ids = [t.id for t in self.tools]
@@ -168,16 +182,42 @@ class Agent:
 
 @dataclass
 class App:
-    """Everything a worker, the CLI and the HTTP API load from one reference (`module:attr`)."""
+    """Everything a worker, the CLI and the HTTP API load from one reference (`module:attr`).
+
+    `workspace` is the global workspace, inherited by every agent that has none of its own; `workspaces` are
+    further ones, listed and fetched by id (agents' own workspaces are registered too)."""
 
     agents: dict[str, Agent] = field(default_factory=dict)
+    workspace: Workspace | None = None
+    workspaces: dict[str, Workspace] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        found = [self.workspace, *self.workspaces.values(), *(a.workspace for a in self.agents.values())]
+        registry: dict[str, Workspace] = {}
+        for ws in found:
+            if ws is None:
+                continue
+            if registry.get(ws.id, ws) is not ws:
+                raise AppError(f"Two workspaces have the id {ws.id!r}")
+            registry[ws.id] = ws
+        self.workspaces = registry
 
     @classmethod
-    def of(cls, *agents: Agent) -> App:
-        return cls(agents={a.id: a for a in agents})
+    def of(cls, *agents: Agent, workspace: Workspace | None = None) -> App:
+        return cls(agents={a.id: a for a in agents}, workspace=workspace)
 
     def agent(self, agent_id: str) -> Agent:
         try:
             return self.agents[agent_id]
         except KeyError:
             raise UnknownAgent(agent_id, self.agents) from None
+
+    def workspace_of(self, agent: Agent) -> Workspace | None:
+        return agent.workspace or self.workspace
+
+    def get_workspace(self, workspace_id: str) -> Workspace:
+        try:
+            return self.workspaces[workspace_id]
+        except KeyError:
+            known = ", ".join(sorted(self.workspaces)) or "none"
+            raise AppError(f"Unknown workspace {workspace_id!r} (known workspaces: {known})") from None

@@ -1,7 +1,14 @@
-"""The bundled demo app: agent `demo` on a scripted model, so everything runs without an LLM key.
+"""The bundled demo app, on scripted models, so everything runs without an LLM key.
 
-Its first step calls `save_note`, which requires approval. Approved, the note is written and the final text
-quotes the tool's result; declined, the tool never runs and the final text says so.
+- `demo`: its first step calls `save_note`, which requires approval. Approved, the note is written and the final
+  text quotes the tool's result; declined, the tool never runs and the final text says so. It also has the demo
+  workspace's tools.
+- `coder`: writes, reads, edits, lists, greps, stats a file in the demo workspace, runs a command on it and
+  deletes it, one tool per step, so every workspace tool shows in the Temporal UI.
+
+The demo workspace lives in `.keel/workspace` (`$KEEL_DATA_DIR/workspace`). Commands run under bubblewrap
+(no network, no writes outside the workspace) when it is installed; without it, `execute_command` asks for
+approval first.
 """
 
 from __future__ import annotations
@@ -9,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shutil
 from pathlib import Path
 
 from pydantic import BaseModel, Field
@@ -23,6 +31,9 @@ from keel.model_providers import (
     tool_results_since_last_user,
 )
 from keel.protocol.settings import load_settings
+from keel.workspace_providers import WORKSPACE_TOOLS, Workspace
+from keel.workspace_providers.local_filesystem import LocalFilesystem
+from keel.workspace_providers.local_sandbox import LocalSandbox
 
 
 class NoteInput(BaseModel):
@@ -63,6 +74,52 @@ def demo_script(request: ModelRequest) -> ModelResponse:
     return ModelResponse(text=f"Saved your note. Tool result: {json.dumps(last.result)}")
 
 
+CODER_FILE = "coder/hello.py"
+CODER_STEPS: tuple[tuple[str, dict[str, object]], ...] = (
+    (
+        WORKSPACE_TOOLS.FILESYSTEM.WRITE_FILE,
+        {"path": CODER_FILE, "content": "def greet():\n    return 'hello world'\n"},
+    ),
+    (WORKSPACE_TOOLS.FILESYSTEM.READ_FILE, {"path": CODER_FILE}),
+    (WORKSPACE_TOOLS.FILESYSTEM.EDIT_FILE, {"path": CODER_FILE, "old_string": "world", "new_string": "Keel"}),
+    (WORKSPACE_TOOLS.FILESYSTEM.LIST_FILES, {"path": "coder"}),
+    (WORKSPACE_TOOLS.FILESYSTEM.GREP, {"pattern": "hello", "path": "coder"}),
+    (WORKSPACE_TOOLS.FILESYSTEM.FILE_STAT, {"path": CODER_FILE}),
+    (WORKSPACE_TOOLS.SANDBOX.EXECUTE_COMMAND, {"command": f"cat {CODER_FILE} && wc -l < {CODER_FILE}"}),
+    (WORKSPACE_TOOLS.FILESYSTEM.DELETE, {"path": CODER_FILE}),
+)
+
+
+def coder_script(request: ModelRequest) -> ModelResponse:
+    """One workspace tool per step, in `CODER_STEPS` order; then a summary of what each returned."""
+    done = tool_results_since_last_user(request)
+    if len(done) < len(CODER_STEPS):
+        name, args = CODER_STEPS[len(done)]
+        return ModelResponse(tool_calls=[ModelToolCall(id=f"call_{len(done) + 1}", name=name, args=args)])
+    lines = [f"- {r.tool_name.removeprefix('mastra_workspace_')}: {_first_line(r.result)}" for r in done]
+    return ModelResponse(text="Done. What each tool returned:\n" + "\n".join(lines))
+
+
+def _first_line(result: object) -> str:
+    text = result if isinstance(result, str) else json.dumps(result)
+    return text.splitlines()[0] if text else ""
+
+
+def demo_workspace() -> Workspace:
+    """`.keel/workspace` with its files and commands; bubblewrap isolation when installed, else approval."""
+    root = load_settings().data_dir / "workspace"
+    isolated = shutil.which("bwrap") is not None
+    return Workspace(
+        id="demo-workspace",
+        name="Demo workspace",
+        filesystem=LocalFilesystem(root),
+        sandbox=LocalSandbox(root, isolation="bwrap" if isolated else "none"),
+        tools={WORKSPACE_TOOLS.SANDBOX.EXECUTE_COMMAND: {"require_approval": not isolated}},
+    )
+
+
+workspace = demo_workspace()
+
 demo = Agent(
     id="demo",
     name="Demo agent",
@@ -70,6 +127,17 @@ demo = Agent(
     instructions="Save the user's message as a note.",
     model=ScriptedModel(demo_script, name="demo"),
     tools=(save_note,),
+    workspace=workspace,
 )
 
-app = App.of(demo)
+coder = Agent(
+    id="coder",
+    name="Coder",
+    description="Writes, reads, edits, lists, greps, stats and deletes a file and runs a command, in the workspace.",
+    instructions="Work on files in the workspace.",
+    model=ScriptedModel(coder_script, name="coder"),
+    max_steps=len(CODER_STEPS) + 1,
+    workspace=workspace,
+)
+
+app = App.of(demo, coder)

@@ -10,6 +10,7 @@ from keel.client.errors import (
     RunIdInUse,
     RunNotFound,
     ToolCallRejected,
+    ToolFailed,
 )
 from keel.client.keel_client import KeelClient, Poller, RunInfo, RunStatus
 
@@ -27,4 +28,5 @@ __all__ = [
     "RunNotFound",
     "RunStatus",
     "ToolCallRejected",
+    "ToolFailed",
 ]

@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Any, Literal
 
-from keel.app import Agent, App, AppError, load_app
+from keel.app import Agent, App, AppError, Tool, load_app
+from keel.app.agent_tools import agent_tool, agent_tools
 from keel.client.devserver import DevServer, DevServerConfig, is_listening, stop_detached, wait_for_ui
-from keel.client.errors import KeelClientError, RunFailed, RunNotFound
+from keel.client.errors import KeelClientError, RunFailed, RunNotFound, ToolFailed
 from keel.client.keel_client import KeelClient
 from keel.client.run_events import Shown, follow, read
 from keel.protocol import (
@@ -261,37 +262,106 @@ async def cmd_counts(args: argparse.Namespace) -> int:
     return 0
 
 
-def _agent_json(agent: Agent) -> dict[str, Any]:
+def _approval(t: Tool) -> bool | str:
+    policy = t.workspace_tool.config.require_approval if t.workspace_tool is not None else t.require_approval
+    return policy if isinstance(policy, bool) else "by arguments"
+
+
+def _tool_json(t: Tool) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "id": t.id,
+        "description": t.description,
+        "requireApproval": _approval(t),
+        "idempotent": t.idempotent,
+    }
+    if t.workspace_tool is not None:
+        entry["workspaceTool"] = t.workspace_tool.workspace_tool_name
+        entry["workspaceId"] = t.workspace_tool.workspace.id
+    return entry
+
+
+async def _agent_json(app: App, agent: Agent) -> dict[str, Any]:
+    workspace = app.workspace_of(agent)
     return {
         "id": agent.id,
         "name": agent.display_name,
         "description": agent.description,
         "model": agent.model.model_id,
         "maxSteps": agent.max_steps,
-        "tools": [
-            {
-                "id": t.id,
-                "description": t.description,
-                "requireApproval": t.require_approval if isinstance(t.require_approval, bool) else "by arguments",
-                "idempotent": t.idempotent,
-            }
-            for t in agent.tools
-        ],
+        "workspaceId": workspace.id if workspace is not None else None,
+        "tools": [_tool_json(t) for t in await agent_tools(app, agent)],
     }
 
 
 async def cmd_agents(args: argparse.Namespace) -> int:
     app = load_app(args.app)
     if args.json:
-        print(_json([_agent_json(a) for a in app.agents.values()]))
+        print(_json([await _agent_json(app, a) for a in app.agents.values()]))
         return 0
     for agent in app.agents.values():
-        print(f"{agent.id}  ({agent.model.model_id}, maxSteps {agent.max_steps})  {agent.description}".rstrip())
-        for t in agent.tools:
-            approval = t.require_approval if isinstance(t.require_approval, bool) else "by arguments"
+        workspace = app.workspace_of(agent)
+        where = f", workspace {workspace.id}" if workspace is not None else ""
+        print(f"{agent.id}  ({agent.model.model_id}, maxSteps {agent.max_steps}{where})  {agent.description}".rstrip())
+        for t in await agent_tools(app, agent):
+            approval = _approval(t)
             flags = [f"approval: {approval}"] if approval else []
             flags += [] if t.idempotent else ["not idempotent"]
-            print(f"  - {t.id}" + (f" [{', '.join(flags)}]" if flags else "") + f": {t.description}")
+            summary = t.description.splitlines()[0] if t.description else ""
+            print(f"  - {t.id}" + (f" [{', '.join(flags)}]" if flags else "") + f": {summary}")
+    return 0
+
+
+async def cmd_workspaces(args: argparse.Namespace) -> int:
+    app = load_app(args.app)
+    infos = [
+        await ws.get_info(include_file_count=args.file_count, resolve_dynamic_providers=False)
+        for ws in app.workspaces.values()
+    ]
+    if args.json:
+        print(_json(infos))
+        return 0
+    for info in infos:
+        print(f"{info['id']}  {info['name']}  ({info['status']} in this process)")
+        fs, sandbox = info.get("filesystem"), info.get("sandbox")
+        if fs:
+            meta = fs.get("metadata") or {}
+            where = meta.get("basePath", "")
+            files = f", {fs['totalFiles']} files" if fs.get("totalFiles") is not None else ""
+            print(f"  filesystem: {fs['provider']} {where}{' (read-only)' if fs.get('readOnly') else ''}{files}")
+        if sandbox:
+            print(f"  sandbox: {sandbox['provider']}")
+    return 0
+
+
+def _json_object(flag: str, raw: str | None) -> dict[str, Any] | None:
+    if raw is None:
+        return None
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as err:
+        raise CliError(f"{flag} is not JSON: {err}") from None
+    if not isinstance(value, dict):
+        raise CliError(f"{flag} must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+async def cmd_tool(args: argparse.Namespace) -> int:
+    app = load_app(args.app)
+    agent = app.agent(args.agent_id)
+    tool_args = _json_object("--args", args.args) or {}
+    request_context = _json_object("--request-context", args.request_context)
+    await agent_tool(app, agent, args.tool_name, request_context)  # UnknownTool before anything is sent
+    keel = await connect_client(args, app)
+    outcome = await keel.execute_tool(agent.id, args.tool_name, tool_args, request_context=request_context)
+    if outcome.is_error:
+        error = outcome.result.get("error") if isinstance(outcome.result, dict) else outcome.result
+        raise ToolFailed(args.tool_name, str(error))
+    if args.json:
+        print(_json(outcome.result))
+    elif isinstance(outcome.result, str):
+        print(outcome.result)
+    else:
+        print(_json(outcome.result))
     return 0
 
 
@@ -440,6 +510,19 @@ def _json_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print JSON (camelCase keys, ISO 8601 times)")
 
 
+def _workspaces_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--file-count", action="store_true", help="count each workspace's files (slow on big trees)")
+    _json_arg(p)
+
+
+def _tool_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("agent_id", help="the agent whose tool it is")
+    p.add_argument("tool_name", help="the tool's name as the model sees it (see `keel agents`)")
+    p.add_argument("--args", help='the tool\'s arguments as a JSON object, e.g. \'{"path": "notes.txt"}\'')
+    p.add_argument("--request-context", help="the request context as a JSON object (for tools that depend on it)")
+    p.add_argument("--json", action="store_true", help="print the output as JSON")
+
+
 def _events_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_id", help="the run")
     p.add_argument("--offset", type=int, default=0, help="the first event to print (default 0)")
@@ -464,6 +547,13 @@ COMMANDS: dict[str, Command] = {
     "counts": Command("running and suspended runs per agent", cmd_counts, _json_arg, ("temporal", "app")),
     "events": Command("print a run's event log from an offset", cmd_events, _events_args, ("temporal",)),
     "agents": Command("list the app's agents and their tools", cmd_agents, _json_arg, ("app",)),
+    "workspaces": Command("list the app's workspaces", cmd_workspaces, _workspaces_args, ("app",)),
+    "tool": Command(
+        "run one tool of an agent on a worker, as a run would, and print its output",
+        cmd_tool,
+        _tool_args,
+        ("temporal", "queue", "app"),
+    ),
     "config": Command(
         "print the settings in effect and where each comes from", cmd_config, _json_arg, ("temporal", "queue", "app")
     ),

@@ -1,13 +1,16 @@
-"""`keel demo` / `make demo`: the demo agent end to end, once approved by update and once declined by signal."""
+"""`keel demo` / `make demo`: the demo agent end to end, once approved by update and once declined by signal;
+then one `coder` run, which uses every workspace tool (its command approved when there is no bubblewrap)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 from keel.app import App
 from keel.client.devserver import DevServer
+from keel.client.errors import RunClosed
 from keel.client.keel_client import KeelClient
-from keel.workflows import ToolApproval
+from keel.workflows import AgentRunResult, ToolApproval
 
 
 async def _wait_for_pending(keel: KeelClient, run_id: str, timeout: float = 30.0) -> str:
@@ -16,6 +19,19 @@ async def _wait_for_pending(keel: KeelClient, run_id: str, timeout: float = 30.0
             pending = await keel.pending_tool_calls(run_id)
             if pending:
                 return pending[0].tool_call_id
+            await asyncio.sleep(0.05)
+
+
+async def _result_approving(keel: KeelClient, run_id: str) -> AgentRunResult:
+    """The run's result, approving each call it waits for on the way (the demo's command, without bwrap)."""
+    async with asyncio.timeout(60):
+        while True:
+            if (await keel.describe(run_id)).status not in ("running", "suspended"):
+                return await keel.result(run_id)
+            with contextlib.suppress(RunClosed):
+                for call in await keel.pending_tool_calls(run_id):
+                    print(f"run {run_id}: approving {call.tool_name}", flush=True)
+                    await keel.approve(run_id, call.tool_call_id)
             await asyncio.sleep(0.05)
 
 
@@ -42,9 +58,15 @@ async def run_demo(keel: KeelClient, app: App, server: DevServer) -> int:
     declined = await keel.result(declined_id)
     print(f"  -> {declined.text}", flush=True)
 
-    ok = "Tool result" in approved.text and "declined" in declined.text
+    coder_id = await keel.start_run("coder", "work on coder/hello.py")
+    coder = await _result_approving(keel, coder_id)
+    print(f"run {coder_id}: coder used {len(coder.tool_results)} workspace tools", flush=True)
+    for line in coder.text.splitlines()[1:]:
+        print(f"  {line}", flush=True)
+
+    ok = "Tool result" in approved.text and "declined" in declined.text and coder.text.startswith("Done.")
     print("\nRun ids:")
-    for run_id in (approved_id, declined_id):
+    for run_id in (approved_id, declined_id, coder_id):
         print(f"  {run_id}  {ui}/namespaces/{keel.temporal.namespace}/workflows/{run_id}")
     print(f"Temporal UI: {ui}" + ("" if not server.owned else " (stopped with the demo; `make dev` keeps it up)"))
     print("demo " + ("passed" if ok else "FAILED"))

@@ -12,7 +12,8 @@ Error tree::
      ├── RunIdInUse
      ├── NoWorker
      ├── QueueInUse
-     └── ToolCallRejected
+     ├── ToolCallRejected
+     └── ToolFailed              (a tool run by `execute_tool` answered with an error)
 """
 
 from __future__ import annotations
@@ -99,3 +100,11 @@ class ToolCallRejected(KeelClientError):
         super().__init__(f"Cannot decide tool call {tool_call_id!r} of run {run_id!r}: {reason}")
         self.run_id = run_id
         self.tool_call_id = tool_call_id
+
+
+class ToolFailed(KeelClientError):
+    """A tool run outside a run (`KeelClient.execute_tool`) answered with an error, or could not run."""
+
+    def __init__(self, tool_name: str, message: str) -> None:
+        super().__init__(f"Tool {tool_name!r}: {message}")
+        self.tool_name = tool_name

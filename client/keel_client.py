@@ -20,6 +20,7 @@ from temporalio.api.enums.v1 import TaskQueueType, WorkflowExecutionStatus
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import (
+    ActivityFailureError,
     Client,
     WorkflowExecutionDescription,
     WorkflowFailureError,
@@ -27,8 +28,14 @@ from temporalio.client import (
     WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
 )
-from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDReusePolicy
-from temporalio.exceptions import CancelledError, TerminatedError, WorkflowAlreadyStartedError
+from temporalio.common import RetryPolicy, SearchAttributePair, TypedSearchAttributes, WorkflowIDReusePolicy
+from temporalio.exceptions import (
+    ApplicationError,
+    CancelledError,
+    FailureError,
+    TerminatedError,
+    WorkflowAlreadyStartedError,
+)
 from temporalio.exceptions import TimeoutError as TimeoutError_
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -44,9 +51,11 @@ from keel.client.errors import (
     RunIdInUse,
     RunNotFound,
     ToolCallRejected,
+    ToolFailed,
 )
 from keel.protocol import describe_validation_error, names
 from keel.workflows import AgentRun, AgentRunInput, AgentRunResult, ApprovalAccepted, PendingToolCall, ToolApproval
+from keel.workflows.contracts import ExecuteToolInput, ExecuteToolResult
 from keel.workflows.search_attributes import (
     KEEL_AGENT_ID,
     KEEL_KIND,
@@ -355,6 +364,50 @@ class KeelClient:
         return await self.approve(
             run_id, tool_call_id, approved=False, reason=reason, step=step, args_digest=args_digest
         )
+
+    async def execute_tool(
+        self,
+        agent_id: str,
+        tool_name: str,
+        args: dict[str, Any] | None = None,
+        *,
+        request_context: dict[str, Any] | None = None,
+        timeout: timedelta = timedelta(minutes=10),
+    ) -> ExecuteToolResult:
+        """Run one tool of an agent as a run would, outside any run: a standalone activity on a worker of the
+        task queue (the Temporal UI lists it under Standalone Activities). Tried once: a tool may not be
+        idempotent. Raises `NoWorker` when none polls, `ToolFailed` when it cannot run (unknown agent or tool,
+        bad arguments); an error the tool answers with comes back as `is_error`."""
+        for _ in range(30):  # a worker that has just started may not have polled yet
+            if await self.workers():
+                break
+            await asyncio.sleep(0.1)
+        else:
+            raise NoWorker(self.task_queue)
+        input = ExecuteToolInput(
+            agent_id=agent_id, tool_name=tool_name, args=args or {}, request_context=request_context
+        )
+        try:
+            result: ExecuteToolResult = await self.temporal.execute_activity(
+                names.EXECUTE_TOOL,
+                input,
+                id=f"keel-tool-{agent_id}-{tool_name}-{uuid.uuid4().hex[:12]}",
+                task_queue=self.task_queue,
+                result_type=ExecuteToolResult,
+                start_to_close_timeout=timeout,
+                schedule_to_start_timeout=timedelta(seconds=30),
+                heartbeat_timeout=timedelta(seconds=10),
+                retry_policy=RetryPolicy(maximum_attempts=1),
+                summary=f"{agent_id}: {tool_name}",
+            )
+        except ActivityFailureError as err:
+            cause = err.cause
+            while (
+                isinstance(cause, FailureError) and cause.cause is not None and not isinstance(cause, ApplicationError)
+            ):
+                cause = cause.cause
+            raise ToolFailed(tool_name, str(cause or err)) from None
+        return result
 
     async def list_runs(
         self, *, status: RunStatus | None = None, agent_id: str | None = None, limit: int = 100

@@ -58,6 +58,13 @@ _EXPORTS: dict[str, str] = {
     "PendingToolCall": "keel.workflows",
     "ToolApproval": "keel.workflows",
     "AgentActivityOptions": "keel.workflows",
+    # workspaces
+    "Workspace": "keel.workspace_providers",
+    "LocalFilesystem": "keel.workspace_providers",
+    "LocalSandbox": "keel.workspace_providers",
+    "WORKSPACE_TOOLS": "keel.workspace_providers",
+    "WorkspaceError": "keel.workspace_providers",
+    "ToolFailed": "keel.client",
     # workers
     "KeelPlugin": "keel.plugin",
     "build_worker": "keel.worker",
@@ -65,6 +72,7 @@ _EXPORTS: dict[str, str] = {
 }
 
 __all__ = [
+    "WORKSPACE_TOOLS",
     "Agent",
     "AgentActivityOptions",
     "AgentRunInput",
@@ -76,6 +84,8 @@ __all__ = [
     "KeelClient",
     "KeelClientError",
     "KeelPlugin",
+    "LocalFilesystem",
+    "LocalSandbox",
     "MessageRecord",
     "ModelError",
     "ModelRequest",
@@ -96,11 +106,14 @@ __all__ = [
     "ToolCallPart",
     "ToolCallRejected",
     "ToolContext",
+    "ToolFailed",
     "ToolResultPart",
     "ToolSpec",
     "UnknownAgent",
     "UnknownTool",
     "Usage",
+    "Workspace",
+    "WorkspaceError",
     "build_worker",
     "last_user_text",
     "load_app",
@@ -120,6 +133,7 @@ if TYPE_CHECKING:
         RunInfo,
         RunNotFound,
         ToolCallRejected,
+        ToolFailed,
     )
     from keel.model_providers import (
         ChatModel,
@@ -140,6 +154,7 @@ if TYPE_CHECKING:
     from keel.storage import open_storage
     from keel.worker import build_worker
     from keel.workflows import AgentActivityOptions, AgentRunInput, AgentRunResult, PendingToolCall, ToolApproval
+    from keel.workspace_providers import WORKSPACE_TOOLS, LocalFilesystem, LocalSandbox, Workspace, WorkspaceError
 
 
 def __getattr__(name: str) -> Any:

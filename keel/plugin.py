@@ -16,7 +16,10 @@ import asyncio
 import contextlib
 import dataclasses
 import os
+import secrets
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 from temporalio.converter import DataConverter
 from temporalio.plugin import SimplePlugin
@@ -66,6 +69,11 @@ def keel_workflows_runner(sandboxed: bool | None = None) -> WorkflowRunner:
     return sandboxed_runner() if _sandbox_keel_workflows(sandboxed) else UnsandboxedWorkflowRunner()
 
 
+def host_queue_name() -> str:
+    """A task queue name no other worker process shares: `keel-host-{hostname}-{pid}-{random}`."""
+    return f"keel-host-{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
 class KeelPlugin(SimplePlugin):
     """Keel's workflows, an app's activities and Keel's data converter for a Temporal client and worker.
 
@@ -97,14 +105,19 @@ class KeelPlugin(SimplePlugin):
         self.payloads = payloads or (self.storage.payloads() if self.storage is not None else open_payload_store())
         self._initialised = False
         self._init_lock = asyncio.Lock()
-        activities = AgentActivities(app, self.storage).all() if app is not None and self.storage else None
+        self._workers_running = 0
+        self.host_queue = host_queue_name()
+        """The task queue that reaches this process alone: background processes' follow-ups are sent there."""
+        self._activities = (
+            AgentActivities(app, self.storage, host_queue=self.host_queue) if app is not None and self.storage else None
+        )
         super().__init__(
             "keel.KeelPlugin",
             data_converter=self._with_keel_payloads,
             workflows=WORKFLOWS,
-            activities=activities,
+            activities=self._activities.all() if self._activities else None,
             workflow_runner=sandboxed_runner,
-            run_context=contextlib.asynccontextmanager(self._storage_ready),
+            run_context=contextlib.asynccontextmanager(self._worker_resources),
         )
 
     def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
@@ -125,18 +138,51 @@ class KeelPlugin(SimplePlugin):
 
     async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
         try:
-            await super().run_worker(worker, next)
+            async with self._host_worker(worker):
+                await super().run_worker(worker, next)
         finally:
             run_options.unregister(worker.task_queue, self.options)
 
-    async def _storage_ready(self) -> AsyncIterator[None]:
-        """Before a worker polls: the plugin's own storage initialised (its migrations applied) once."""
-        if self._owns_storage and self.storage is not None:
+    @contextlib.asynccontextmanager
+    async def _host_worker(self, worker: Worker) -> AsyncIterator[None]:
+        """Beside a worker whose app has sandboxes: a worker on this process's own task queue, for the calls
+        that must reach a background process it started."""
+        app = self.app
+        needed = app is not None and any(ws.has_sandbox_config() for ws in app.workspaces.values())
+        if not needed or self._activities is None or worker.task_queue == self.host_queue:
+            yield
+            return
+        # A plugin on the client configures this worker too (and adds every activity itself).
+        on_client = any(p is self for p in worker.client.config().get("plugins", []))
+        activities: list[Callable[..., Any]] = (
+            [] if on_client else [self._activities.tool_call, self._activities.kill_processes]
+        )
+        host = Worker(worker.client, task_queue=self.host_queue, activities=activities)
+        async with host:
+            yield
+
+    async def _worker_resources(self) -> AsyncIterator[None]:
+        """Before a worker polls: the plugin's own storage initialised (its migrations applied) once, and the
+        app's workspaces initialised; when the last worker stops, the workspaces are stopped (their commands
+        killed, `paused`: a worker started again in this process resumes them). Destroying them is the app
+        owner's call (`Workspace.destroy()`)."""
+        async with self._init_lock:
+            if self._owns_storage and self.storage is not None and not self._initialised:
+                await self.storage.init()
+                self._initialised = True
+            if self._workers_running == 0 and self.app is not None:
+                for ws in self.app.workspaces.values():
+                    if ws.status != "ready":
+                        await ws.init()
+            self._workers_running += 1
+        try:
+            yield
+        finally:
             async with self._init_lock:
-                if not self._initialised:
-                    await self.storage.init()
-                    self._initialised = True
-        yield
+                self._workers_running -= 1
+                if self._workers_running == 0 and self.app is not None:
+                    for ws in self.app.workspaces.values():
+                        await ws.stop()
 
     def _with_keel_payloads(self, existing: DataConverter | None) -> DataConverter:
         """The caller's converter with Keel's payload converter (pydantic, strict input errors) and, unless it

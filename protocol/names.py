@@ -17,6 +17,9 @@ TOOL_CALL: Final = "keel.tool_call"
 TOOLS_THEN_MODEL: Final = "keel.tools_then_model"
 FINISH_RUN: Final = "keel.finish_run"
 PERSIST_WRITES: Final = "keel.persist_writes"
+KILL_PROCESSES: Final = "keel.kill_processes"
+EXECUTE_TOOL: Final = "keel.execute_tool"
+"""One tool of an agent run outside any run, as a standalone activity (`keel tool`, `tools/:id/execute`)."""
 
 # Handlers of `AgentRun`
 TOOL_APPROVAL_SIGNAL: Final = "tool_approval"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import tempfile
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -20,6 +21,8 @@ from keel.model_providers import (
     last_user_text,
     tool_results_since_last_user,
 )
+from keel.workspace_providers import LocalFilesystem, LocalSandbox, Workspace
+from tests.workspace.apps import plan_agent
 
 
 def data_dir() -> Path:
@@ -213,4 +216,14 @@ def flaky_script(request: ModelRequest) -> ModelResponse:
 
 flaky = Agent(id="flaky", model=ScriptedModel(flaky_script, name="flaky"))
 
-app = App.of(demo, multi, ledger, once, mistakes, payer, reuser, bulky, flaky)
+workspace_agent = plan_agent(
+    "workspace",
+    Workspace(
+        id="tests-workspace",
+        filesystem=LocalFilesystem(Path(tempfile.gettempdir()) / f"keel-tests-ws-{os.getpid()}"),
+        sandbox=LocalSandbox(Path(tempfile.gettempdir()) / f"keel-tests-ws-{os.getpid()}"),
+    ),
+)
+"""Runs a JSON plan of workspace tool calls (`tests.workspace.apps`)."""
+
+app = App.of(demo, multi, ledger, once, mistakes, payer, reuser, bulky, flaky, workspace_agent)

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import tempfile
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from keel.client import KeelClient, RunFailed
 from keel.client.connection import connect
@@ -93,6 +95,49 @@ CONTINUE_AS_NEW_SERVER = (("limit.historyCount.suggestContinueAsNew", "12"),)
 """A server that suggests continue-as-new after 12 history events, so a short run continues as new."""
 
 
+WORKSPACE_PLAN = [
+    [["mastra_workspace_write_file", {"path": "a.txt", "content": "one\n"}]],
+    [["mastra_workspace_read_file", {"path": "a.txt"}], ["mastra_workspace_list_files", {"path": "."}]],
+    [["mastra_workspace_edit_file", {"path": "a.txt", "old_string": "one", "new_string": "two"}]],
+    [["mastra_workspace_execute_command", {"command": "echo started; sleep 30", "background": True}]],
+    [["mastra_workspace_get_process_output", {"pid": "$pid", "wait": False}]],
+    [["mastra_workspace_kill_process", {"pid": "$pid"}]],
+]
+
+
+async def _workspace_canceled(keel: KeelClient, name: str) -> str:
+    plan = [
+        [["mastra_workspace_execute_command", {"command": "sleep 61", "background": True}]],
+        [["mastra_workspace_execute_command", {"command": "sleep 62", "timeout": 120}]],
+    ]
+    run_id = await keel.start_run("workspace", json.dumps(plan), run_id=name)
+    while not any(e.payload.get("args", {}).get("command") == "sleep 62" for e in await _events(keel, run_id)):
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.5)
+    await keel.cancel(run_id)
+    return run_id
+
+
+async def _events(keel: KeelClient, run_id: str) -> list[Any]:
+    history = await keel.temporal.get_workflow_handle(run_id).fetch_history()
+    found = []
+    for event in history.events:
+        attrs = event.activity_task_scheduled_event_attributes
+        if attrs.activity_type.name == "keel.tool_call":
+            found.append(attrs)
+    return [_Scheduled(a) for a in found]
+
+
+@dataclass(frozen=True)
+class _Scheduled:
+    attrs: Any
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        data = json.loads(self.attrs.input.payloads[0].data)
+        return {"args": data.get("args", {})}
+
+
 async def _bad_input(keel: KeelClient, name: str) -> str:
     await keel.temporal.start_workflow("AgentRun", id=name, task_queue=keel.task_queue)  # no input at all
     return name
@@ -121,6 +166,10 @@ SCENARIOS: dict[str, Scenario] = {
     },
     "bad_input": Scenario(_bad_input, DEFAULT_SHAPE),
     "first_step_retried": Scenario(lambda keel, name: keel.start_run("flaky", "hi", run_id=name), DEFAULT_SHAPE),
+    "workspace_tools": Scenario(
+        lambda keel, name: keel.start_run("workspace", json.dumps(WORKSPACE_PLAN), run_id=name), DEFAULT_SHAPE
+    ),
+    "workspace_canceled": Scenario(_workspace_canceled, DEFAULT_SHAPE),
     "continued_as_new": Scenario(
         lambda keel, name: keel.start_run("bulky", "steps=4 size=1000", run_id=name),
         DEFAULT_SHAPE,

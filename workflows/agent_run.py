@@ -10,12 +10,13 @@ or the `approve_tool_call` update.
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 from typing import Any
 
 from pydantic import ValidationError
 from temporalio import workflow
 from temporalio.common import RawValue, RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, FailureError
+from temporalio.exceptions import ActivityError, ApplicationError, FailureError, TimeoutType
 from temporalio.exceptions import TimeoutError as TemporalTimeout
 
 from keel.protocol import (
@@ -37,11 +38,14 @@ from keel.protocol import (
 )
 from keel.workflows.contracts import (
     ALL_SHAPES,
+    MAX_FILE_READS,
+    MAX_PROCESSES,
     AgentRunInput,
     AgentRunResult,
     ApprovalAccepted,
     FinishRunInput,
     FinishRunResult,
+    KillProcessesInput,
     ModelStepInput,
     ModelStepResult,
     PendingToolCall,
@@ -181,6 +185,9 @@ class AgentRun:
         loop = _Loop(self, input, run_id, thread_id, resource_id)
         try:
             result = await loop.run()
+        except asyncio.CancelledError:
+            await loop.kill_processes()  # a canceled run leaves no command of its own running
+            raise
         except (ActivityError, ApplicationError) as err:
             workflow.upsert_search_attributes([KEEL_STATUS.value_set("failed")])
             if isinstance(err, ApplicationError):
@@ -347,6 +354,8 @@ class _Loop:
         if self._fuse(runnable):
             fused = await self._tools_then_model(runnable)
             outcomes.update((r.tool_call_id, r) for r in fused.tool_results)
+            for r in fused.tool_results:
+                self._track(r)
             next_step = fused.model
         else:
             # Each tool's outcome reaches the history; the next activity that writes storage (a model step, or
@@ -389,11 +398,15 @@ class _Loop:
         return result
 
     async def _run_tool(self, call: PlannedToolCall) -> ToolCallResult:
+        # A background process's follow-up goes to the worker host that runs it, and waits only so long for it.
+        host = self.carry.processes.get(call.process_id) if call.process_id is not None else None
         try:
             result: ToolCallResult = await workflow.execute_activity(
                 names.TOOL_CALL,
                 self._tool_input(call),
                 result_type=ToolCallResult,
+                task_queue=host,
+                schedule_to_start_timeout=self.opts.host_schedule_to_start if host else None,
                 start_to_close_timeout=self.opts.tool_start_to_close,
                 heartbeat_timeout=self.opts.tool_heartbeat,
                 retry_policy=self.opts.idempotent_tool_retry if call.idempotent else self.opts.once_tool_retry,
@@ -402,7 +415,18 @@ class _Loop:
         except ActivityError as err:
             # The tool's own exceptions come back as results; reaching here means attempts were lost
             # (crashed workers, timeouts). The model is told, and the run goes on.
+            if (
+                host is not None
+                and isinstance(err.cause, TemporalTimeout)
+                and err.cause.type == TimeoutType.SCHEDULE_TO_START
+            ):
+                return self._tool_error(
+                    call,
+                    f"Background process {call.process_id} is gone: the worker that started it (task queue {host}) "
+                    "is no longer running",
+                )
             return self._tool_error(call, f"Tool {call.tool_name} did not complete: {err.cause or err}")
+        self._track(result)
         if self.carry.pending_bytes + result.result_bytes > MAX_PENDING_RESULT_BYTES:
             mib = result.result_bytes / (1024 * 1024)
             limit = MAX_PENDING_RESULT_BYTES // (1024 * 1024)
@@ -412,8 +436,44 @@ class _Loop:
         self.carry.pending_bytes += result.result_bytes
         return self._tool_outcome(call, result.result, is_error=result.is_error)
 
+    async def kill_processes(self) -> None:
+        """Kill the background processes the run started, each on its host (best effort: a host that has
+        stopped took its processes with it)."""
+        by_host: dict[str, list[str]] = {}
+        for pid, host in self.carry.processes.items():
+            by_host.setdefault(host, []).append(pid)
+        kills = [
+            workflow.execute_activity(
+                names.KILL_PROCESSES,
+                KillProcessesInput(agent_id=self.input.agent_id, pids=pids, request_context=self.input.request_context),
+                task_queue=host,
+                schedule_to_start_timeout=self.opts.host_schedule_to_start,
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=ONE_ATTEMPT,
+                summary=f"kill {len(pids)} background process(es)",
+            )
+            for host, pids in by_host.items()
+        ]
+        await asyncio.gather(*kills, return_exceptions=True)
+
+    def _track(self, result: ToolCallResult) -> None:
+        """Keep what a workspace tool reported: a file read (read-before-write), a cleared record, a process."""
+        reads, processes = self.carry.file_reads, self.carry.processes
+        if result.file_cleared is not None:
+            reads.pop(result.file_cleared, None)
+        if result.file_read is not None:
+            reads.pop(result.file_read.path, None)
+            reads[result.file_read.path] = result.file_read
+            while len(reads) > MAX_FILE_READS:
+                del reads[next(iter(reads))]
+        if result.process_started is not None and result.host_queue is not None:
+            processes[result.process_started] = result.host_queue
+            while len(processes) > MAX_PROCESSES:
+                del processes[next(iter(processes))]
+
     def _tool_input(self, call: PlannedToolCall) -> ToolCallInput:
         return ToolCallInput(
+            read_record=self.carry.file_reads.get(call.file_path) if call.file_path is not None else None,
             run_id=self.run_id,
             agent_id=self.input.agent_id,
             thread_id=self.thread_id,

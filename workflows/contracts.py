@@ -61,6 +61,20 @@ ALL_SHAPES = tuple(
 )
 
 
+class FileReadRecord(Contract):
+    """The agent read `path` (a read-tracker key) of the filesystem `scope` at mtime `modified_at_ms`."""
+
+    path: str
+    scope: str
+    modified_at_ms: int
+
+
+MAX_FILE_READS = 1000
+"""Read records a run keeps (the oldest forgotten first): a write to a file read longer ago needs a new read."""
+MAX_PROCESSES = 200
+"""Background processes a run remembers the host of (the oldest forgotten first)."""
+
+
 class RunCarry(Contract):
     """State carried across continue-as-new. Internal: callers never set it."""
 
@@ -75,6 +89,10 @@ class RunCarry(Contract):
     pending: PendingWrites = Field(default_factory=PendingWrites)
     pending_bytes: int = 0
     """Bytes of tool results in `pending` (bounded by `MAX_PENDING_RESULT_BYTES`)."""
+    file_reads: dict[str, FileReadRecord] = Field(default_factory=dict)
+    """Read-before-write state of workspace tools, by path (at most `MAX_FILE_READS`)."""
+    processes: dict[str, str] = Field(default_factory=dict)
+    """Background process id → the task queue of the worker host it runs on (at most `MAX_PROCESSES`)."""
 
 
 class AgentRunInput(Contract):
@@ -144,6 +162,10 @@ class PlannedToolCall(Contract):
     requires_approval: bool = False
     idempotent: bool = True
     error: str | None = None
+    file_path: str | None = None
+    """A workspace read or write tool's file (read-tracker key): the run passes it its read record."""
+    process_id: str | None = None
+    """A follow-up of a background process: it runs on the host that started the process."""
 
 
 class ModelStepInput(Contract):
@@ -194,6 +216,7 @@ class ToolCallInput(Contract):
     args: dict[str, Any] = Field(default_factory=dict)
     result_message_id: str
     request_context: dict[str, Any] | None = None
+    read_record: FileReadRecord | None = None
 
 
 class ToolCallResult(Contract):
@@ -203,6 +226,35 @@ class ToolCallResult(Contract):
     is_error: bool = False
     result_bytes: int = 0
     """The result's size as JSON."""
+    file_read: FileReadRecord | None = None
+    file_cleared: str | None = None
+    process_started: str | None = None
+    host_queue: str | None = None
+    """The task queue of the worker host that ran the call (where its background process lives)."""
+
+
+class ExecuteToolInput(Contract):
+    """Input of the standalone `keel.execute_tool` activity: one tool of an agent, outside any run."""
+
+    agent_id: str = Field(min_length=1)
+    tool_name: str = Field(min_length=1)
+    args: dict[str, Any] = Field(default_factory=dict)
+    request_context: dict[str, Any] | None = None
+
+
+class ExecuteToolResult(Contract):
+    result: Any = None
+    is_error: bool = False
+    host_queue: str | None = None
+    """Where a background process it started lives."""
+
+
+class KillProcessesInput(Contract):
+    """Background processes of a canceled run, killed by the worker host that runs them."""
+
+    agent_id: str
+    pids: list[str]
+    request_context: dict[str, Any] | None = None
 
 
 class ToolsThenModelInput(Contract):

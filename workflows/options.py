@@ -57,6 +57,10 @@ class AgentActivityOptions:
     tool_heartbeat: timedelta = timedelta(seconds=10)
     """Live. A tool attempt whose worker stops heartbeating for this long is considered lost (worker crash)."""
 
+    host_schedule_to_start: timedelta = timedelta(seconds=30)
+    """Live. A follow-up of a background process waits this long for the worker host that runs the process;
+    past it, the process is reported gone (that worker has stopped)."""
+
     idempotent_tool_retry: RetryPolicy = field(
         default_factory=lambda: RetryPolicy(
             initial_interval=timedelta(milliseconds=200),
