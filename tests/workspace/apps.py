@@ -46,8 +46,8 @@ def plan_script(request: ModelRequest) -> ModelResponse:
     return ModelResponse(text=json.dumps(results))
 
 
-def plan_agent(id: str, workspace: Workspace, **kwargs: Any) -> Agent:
-    return Agent(id=id, model=ScriptedModel(plan_script, name="plan"), workspace=workspace, max_steps=50, **kwargs)
+def plan_agent(id: str, workspace: Workspace, *, max_steps: int = 50) -> Agent:
+    return Agent(id=id, model=ScriptedModel(plan_script, name="plan"), workspace=workspace, max_steps=max_steps)
 
 
 def workspace_root() -> Path:
