@@ -92,7 +92,8 @@ class LocalSandbox:
         self._bwrap: str | None = None
 
     async def init(self) -> None:
-        """Start: check the isolation backend and create the working directory.
+        """Start: kill the commands of sandboxes whose worker died without cleaning up (`leftovers`), check the
+        isolation backend and create the working directory.
 
         Raises:
             IsolationUnavailable: ``isolation="bwrap"`` and bubblewrap is not installed.
@@ -104,6 +105,7 @@ class LocalSandbox:
             raise SandboxError("Cannot start a destroyed sandbox")
         self.status = "starting"
         try:
+            await asyncio.to_thread(self.processes.leftovers.reap)  # what a killed worker left running
             if self.isolation == "bwrap":
                 self._bwrap = find_bwrap()
             await asyncio.to_thread(os.makedirs, self.working_directory, exist_ok=True)

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from keel.workspace_providers.errors import SandboxError
+from keel.workspace_providers.leftovers import Leftovers
 from keel.workspace_providers.types import CommandResult
 
 KILL_GRACE = 0.5
@@ -89,7 +90,12 @@ class ProcessHandle:
     """One started process: its retained output, its exit code once it has exited and its pipes have closed."""
 
     def __init__(
-        self, command: str, transport: asyncio.SubprocessTransport, pipes: _Pipes, timeout: int | None
+        self,
+        command: str,
+        transport: asyncio.SubprocessTransport,
+        pipes: _Pipes,
+        timeout: int | None,
+        on_end: Callable[[int], None] = lambda pgid: None,
     ) -> None:
         self.pid = str(transport.get_pid())
         self.command = command
@@ -100,6 +106,7 @@ class ProcessHandle:
         self._exit_code: int | None = None
         self._started = time.monotonic()
         self._elapsed_ms = 0
+        self._on_end = on_end
         self._task = asyncio.get_running_loop().create_task(self._supervise(timeout))
 
     @property
@@ -183,16 +190,20 @@ class ProcessHandle:
         assert code is not None  # closed resolves only after the exit
         self._elapsed_ms = round((time.monotonic() - self._started) * 1000)
         self._exit_code = 124 if self.timed_out else 128 if code < 0 else code
+        self._on_end(self._pgid)
 
 
 class ProcessManager:
     """The processes a sandbox started. Background ones (`spawn`) stay queryable after they exit, until killed,
     released or the sandbox stops; foreground ones (`run`) are tracked only while they run."""
 
-    def __init__(self, launcher: Launcher, *, max_output_bytes: int = 1024 * 1024) -> None:
+    def __init__(
+        self, launcher: Launcher, *, max_output_bytes: int = 1024 * 1024, leftovers: Leftovers | None = None
+    ) -> None:
         if max_output_bytes < 0:
             raise ValueError("max_output_bytes must be a non-negative integer")
         self._launcher = launcher
+        self.leftovers = leftovers or Leftovers()
         self._max_output_bytes = max_output_bytes
         self._background: dict[str, ProcessHandle] = {}
         self._foreground: set[ProcessHandle] = set()
@@ -265,4 +276,5 @@ class ProcessManager:
             )
         except OSError as exc:
             raise SandboxError(f"Failed to spawn process: {exc}") from exc
-        return ProcessHandle(command, transport, pipes, timeout)
+        self.leftovers.add(transport.get_pid())
+        return ProcessHandle(command, transport, pipes, timeout, on_end=self.leftovers.remove)

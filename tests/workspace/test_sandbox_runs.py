@@ -11,6 +11,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -199,3 +200,26 @@ async def test_with_bwrap_a_command_has_no_network_no_writes_outside_no_host_pid
     assert write_in == "x\n"
     assert pids == "hidden\n"
     assert privs.split() == ["NoNewPrivs:", "1"]
+
+
+async def test_commands_left_by_a_killed_worker_are_killed_when_a_sandbox_starts_next(tmp_path: Path) -> None:
+    script = (
+        "import asyncio, sys\n"
+        "from keel.workspace_providers import LocalSandbox\n"
+        "async def main():\n"
+        f"    sandbox = LocalSandbox({str(tmp_path)!r})\n"
+        "    await sandbox.init()\n"
+        "    await sandbox.processes.spawn('sleep 76.5 & sleep 76.5')\n"
+        "    print('started', flush=True)\n"
+        "    await asyncio.sleep(60)\n"
+        "asyncio.run(main())\n"
+    )
+    owner = await asyncio.create_subprocess_exec(sys.executable, "-c", script, stdout=asyncio.subprocess.PIPE)
+    assert owner.stdout is not None
+    assert await asyncio.wait_for(owner.stdout.readline(), 30) == b"started\n"
+    owner.kill()  # kill -9: no cleanup ran
+    await owner.wait()
+    await asyncio.sleep(0.2)
+    assert len(processes_with("sleep 76.5")) >= 2  # orphaned (the shell and its sleeps), still running
+    await LocalSandbox(tmp_path / "next").init()
+    assert await gone("sleep 76.5")
