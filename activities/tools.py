@@ -95,7 +95,7 @@ class ToolCalls:
             if not err.non_retryable:
                 raise
             result, is_error = {"error": f"Tool {input.tool_name} did not complete: {err}"}, True
-        return self._with_effects(await self.record(input, result, is_error), effects)
+        return await self.record(input, result, is_error, effects)
 
     async def call_bounded(self, input: ToolCallInput) -> ToolCallResult:
         """Run the tool (a call of its own, not in a fused step); storage is left to the workflow's next step."""
@@ -147,9 +147,12 @@ class ToolCalls:
             outcome.host_queue = self._host_queue
         return outcome
 
-    async def record(self, input: ToolCallInput, result: Any, is_error: bool) -> ToolCallResult:
-        """Store the call's tool message and its `tool-result` / `tool-error` chunk in one transaction."""
-        outcome = bounded(input, result, is_error)
+    async def record(
+        self, input: ToolCallInput, result: Any, is_error: bool, effects: dict[str, Any] | None = None
+    ) -> ToolCallResult:
+        """Store the call's tool message (with what a workspace tool reported) and its `tool-result` /
+        `tool-error` chunk in one transaction."""
+        outcome = self._with_effects(bounded(input, result, is_error), effects or {})
         result, is_error = outcome.result, outcome.is_error
         events = StepWriter(self._storage, input, f"tool:{input.step}:{input.tool_call_id}")
         if is_error:
@@ -162,8 +165,13 @@ class ToolCalls:
                 tool_call_id=input.tool_call_id, tool_name=input.tool_name, args=input.args, result=result
             )
             events.add(ToolResultChunk(run_id=input.run_id, payload=ok))
+        kept = outcome.model_dump(include=_EFFECT_FIELDS, exclude_none=True)
         part = ToolResultPart(
-            tool_call_id=input.tool_call_id, tool_name=input.tool_name, result=result, is_error=is_error
+            tool_call_id=input.tool_call_id,
+            tool_name=input.tool_name,
+            result=result,
+            is_error=is_error,
+            provider_metadata={"keel": kept} if kept else None,
         )
         await events.flush([MessageRecord(id=input.result_message_id, role="tool", content=[part])], replace=True)
         return outcome
@@ -175,10 +183,16 @@ class ToolCalls:
             parts = message.content if isinstance(message.content, list) else []
             part = next((p for p in parts if isinstance(p, ToolResultPart)), None)
             if part is not None:
-                found[message.id] = ToolCallResult(
-                    tool_call_id=part.tool_call_id, tool_name=part.tool_name, result=part.result, is_error=part.is_error
+                kept = (part.provider_metadata or {}).get("keel", {})
+                found[message.id] = ToolCallResult.model_validate(
+                    {**kept, "toolCallId": part.tool_call_id, "toolName": part.tool_name, "result": part.result}
+                    | {"isError": part.is_error}
                 )
         return found
+
+
+_EFFECT_FIELDS = {"file_read", "file_cleared", "process_started", "host_queue"}
+"""The fields of `ToolCallResult` a workspace tool's report fills, kept with the stored tool message."""
 
 
 def bounded(input: ToolCallInput, result: Any, is_error: bool) -> ToolCallResult:

@@ -33,6 +33,9 @@ class ToolResultPart(WireModel):
     result: Any = None
     is_error: bool = False
     denied: bool = False
+    provider_metadata: dict[str, Any] | None = Field(default=None, exclude_if=lambda v: v is None)
+    """As on Mastra's parts; `{"keel": {...}}` holds what a workspace tool reported to its run (a file read, a
+    record cleared, a process started), so a retried step that reuses the stored result keeps it too."""
 
 
 Part = Annotated[TextPart | ToolCallPart | ToolResultPart, Field(discriminator="type")]

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import posixpath
 import re
+import time
 from dataclasses import dataclass, field
 from typing import Protocol
+
+import regex
 
 from keel.workspace_providers.errors import FileNotFound, PermissionDenied, WorkspaceError
 from keel.workspace_providers.file_tree import Listing, root_ignore_filter
@@ -16,6 +19,8 @@ from keel.workspace_providers.globs import GlobMatcher, glob_base, glob_matcher,
 MAX_PATTERN_LENGTH = 1000
 MAX_LINE_LENGTH = 500
 GLOBAL_CAP = 1000
+SEARCH_SECONDS = 10.0
+"""A grep gives up (saying so) after this long: a pattern that backtracks catastrophically cannot pin a thread."""
 
 TEXT_EXTENSIONS = frozenset(
     ".md .txt .json .yaml .yml .js .mjs .ts .tsx .jsx .py .rb .go .rs .java .c .cpp .h .hpp .sh .bash .zsh .html "
@@ -48,7 +53,7 @@ class GrepSource(Protocol):
 _JS_CLASSES = {"d": "0-9", "w": "A-Za-z0-9_"}
 
 
-def js_regex(pattern: str, *, case_sensitive: bool) -> re.Pattern[str]:
+def js_regex(pattern: str, *, case_sensitive: bool) -> regex.Pattern[str]:
     """Compile a JavaScript regex: named groups, ``\\k<n>``, ASCII ``\\d``/``\\w``, ``[^]`` and ``[]``."""
     out, i, in_class = [], 0, False
     while i < len(pattern):
@@ -89,18 +94,20 @@ def js_regex(pattern: str, *, case_sensitive: bool) -> re.Pattern[str]:
         else:
             out.append(char)
         i += 1
-    return re.compile("".join(out), 0 if case_sensitive else re.IGNORECASE)
+    # `regex` (re's syntax, V0) rather than `re`: its searches take a timeout, so a catastrophic pattern stops.
+    return regex.compile("".join(out), regex.V0 if case_sensitive else regex.V0 | regex.IGNORECASE)
 
 
-def _message(err: re.error, pattern: str, flags: str) -> str:
-    detail = err.msg[:1].upper() + err.msg[1:]
+def _message(err: re.error | regex.error, pattern: str, flags: str) -> str:
+    msg = str(getattr(err, "msg", err))
+    detail = msg[:1].upper() + msg[1:]
     return f"Invalid regular expression: /{pattern}/{flags}: {detail}"
 
 
 @dataclass
 class _Search:
     source: GrepSource
-    regex: re.Pattern[str]
+    regex: regex.Pattern[str]
     context: int
     max_count: int | None
     include_hidden: bool
@@ -112,6 +119,8 @@ class _Search:
     truncated: bool = False
     hunks_emitted: bool = False
     read_errors: int = 0
+    deadline: float = field(default_factory=lambda: time.monotonic() + SEARCH_SECONDS)
+    timed_out: bool = False
 
     def skip(self, name: str, full: str, is_dir: bool) -> bool:
         if (is_dir and name == ".git") or (not self.include_hidden and name.startswith(".")):
@@ -147,7 +156,11 @@ class _Search:
         lines = content.split("\n")
         found: list[tuple[int, int]] = []
         for index, line in enumerate(lines):
-            match = self.regex.search(line)
+            try:
+                match = self.regex.search(line, timeout=max(0.001, self.deadline - time.monotonic()))
+            except TimeoutError:
+                self.timed_out = self.truncated = True
+                break
             if match is None:
                 continue
             found.append((index, match.start()))
@@ -201,14 +214,14 @@ def grep(
     if len(pattern) > MAX_PATTERN_LENGTH:
         return f"Error: Pattern too long ({len(pattern)} chars, max {MAX_PATTERN_LENGTH}). Use a shorter pattern."
     try:
-        regex = js_regex(pattern, case_sensitive=case_sensitive)
-    except re.error as err:
+        compiled = js_regex(pattern, case_sensitive=case_sensitive)
+    except (re.error, regex.error) as err:
         return f"Error: Invalid regex pattern: {_message(err, pattern, 'g' if case_sensitive else 'gi')}"
     glob = glob_matcher(path, dot=include_hidden) if is_glob(path) else None
     search_path = glob_base(path) if glob else path
     run = _Search(
         source,
-        regex,
+        compiled,
         max(0, int(context_lines)),
         max_count,
         include_hidden,
@@ -240,7 +253,9 @@ def grep(
 def _summary(run: _Search, skipped_extension: int, not_found: bool) -> str:
     parts = [f"{run.total} match{'' if run.total == 1 else 'es'}"]
     parts.append(f"across {run.files_with_matches} file{'' if run.files_with_matches == 1 else 's'}")
-    if run.truncated:
+    if run.timed_out:
+        parts.append(f"(search stopped after {SEARCH_SECONDS:g} s: simplify the pattern)")
+    elif run.truncated:
         parts.append(f"(truncated at {GLOBAL_CAP})")
     if skipped_extension:
         parts.append(

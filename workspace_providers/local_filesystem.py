@@ -132,6 +132,10 @@ def _open(loc: Location, flags: int, mode: int = 0o666) -> int:
         raise
 
 
+MAX_READ_BYTES = 64 * 1024 * 1024
+"""Reading (and grepping, editing, copying) a larger file is refused: the worker holds a file whole to read it."""
+
+
 def _read(loc: Location) -> bytes:
     fd = _open(loc, os.O_RDONLY | os.O_NONBLOCK)
     try:
@@ -140,6 +144,8 @@ def _read(loc: Location) -> bytes:
             raise IsADirectoryError(errno.EISDIR, "is a directory")
         if not st.S_ISREG(info.st_mode):
             raise OSError(errno.EINVAL, "Not a regular file")
+        if info.st_size > MAX_READ_BYTES:
+            raise OSError(errno.EFBIG, f"File too large to read ({info.st_size} bytes, at most {MAX_READ_BYTES})")
         chunks = []
         while chunk := os.read(fd, 1 << 20):
             chunks.append(chunk)
@@ -618,7 +624,10 @@ class LocalFilesystem:
         if not recursive:
             raise IsDirectory(src)
         source, target = self._disk.resolver.target(src), self._disk.resolver.target(dest)
-        if source.root == target.root and target.parts[: len(source.parts)] == source.parts:
+        # By real path: `link/sub` with `link -> src` is inside `src` too.
+        real_src = os.path.realpath(os.path.join(source.root, *source.parts))
+        real_dest = os.path.realpath(os.path.join(target.root, *target.parts))
+        if real_dest == real_src or real_dest.startswith(real_src.rstrip(os.sep) + os.sep):
             raise FilesystemError(f"Cannot copy a directory into itself: {src} -> {dest}", dest)
         self._disk.mkdir(dest, recursive=True)
         for entry, _ in self._disk.scan(src):

@@ -22,6 +22,8 @@ from keel.workspace_providers.types import CommandResult
 
 KILL_GRACE = 0.5
 """Seconds between SIGTERM and SIGKILL."""
+MAX_BACKGROUND = 100
+"""Background processes a sandbox keeps (each holds up to 2 x `max_output_bytes` of output)."""
 PIPE_GRACE = 1.0
 """Seconds to wait, once the group is dead, for pipes still held by a process that left it (`setsid`)."""
 
@@ -211,7 +213,15 @@ class ProcessManager:
     async def spawn(
         self, command: str, *, cwd: str | None = None, env: Mapping[str, str] | None = None, timeout: int | None = None
     ) -> ProcessHandle:
-        """Start `command` in the background and return at once. `timeout` in ms (None or 0: none)."""
+        """Start `command` in the background and return at once. `timeout` in ms (None or 0: none). At most
+        `MAX_BACKGROUND` are kept: the oldest finished one is forgotten to make room; if all still run, refused."""
+        if len(self._background) >= MAX_BACKGROUND:
+            finished = next((pid for pid, h in self._background.items() if not h.running), None)
+            if finished is None:
+                raise SandboxError(
+                    f"Too many background processes ({MAX_BACKGROUND} running): kill some with kill_process first"
+                )
+            del self._background[finished]
         handle = await self._start(command, cwd, env, timeout)
         self._background[handle.pid] = handle
         return handle

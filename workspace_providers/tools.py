@@ -81,7 +81,8 @@ class _Kind:
     writes: bool = False
     write_lock: bool = False
     idempotent: bool = True
-    """Re-running after a crash is harmless (file tools); commands run at most once."""
+    """Re-running after a crash is harmless (most file tools; a write that already landed counts as done);
+    edits and commands run at most once."""
     pinned_to_host: bool = False
     """Follow-ups of a background process: they must run where the process lives."""
 
@@ -89,7 +90,10 @@ class _Kind:
 _KINDS: dict[str, _Kind] = {
     FS.READ_FILE: _Kind(impl.ReadFileInput, "filesystem", tracker="read"),
     FS.WRITE_FILE: _Kind(impl.WriteFileInput, "filesystem", tracker="write", writes=True, write_lock=True),
-    FS.EDIT_FILE: _Kind(impl.EditFileInput, "filesystem", tracker="write", writes=True, write_lock=True),
+    # An edit applied twice is not the edit asked for (`x` → `x y` becomes `x y y`): it runs at most once.
+    FS.EDIT_FILE: _Kind(
+        impl.EditFileInput, "filesystem", tracker="write", writes=True, write_lock=True, idempotent=False
+    ),
     FS.LIST_FILES: _Kind(impl.ListFilesInput, "filesystem"),
     FS.DELETE: _Kind(impl.DeleteInput, "filesystem", writes=True, write_lock=True),
     FS.FILE_STAT: _Kind(impl.FileStatInput, "filesystem"),
@@ -276,7 +280,10 @@ class WorkspaceTool:
                 call.effects.process_started = handle.pid
                 return f"Started background process (PID: {handle.pid})"
             command, piped_tail = impl.split_tail_pipe(args.command)
-            result = await sandbox.execute_command(command, cwd=args.cwd, timeout=timeout_ms)
+            try:
+                result = await sandbox.execute_command(command, cwd=args.cwd, timeout=timeout_ms)
+            except SandboxError as err:  # could not start (a missing cwd): Mastra answers, it does not throw
+                return f"Error: {err}"
             return impl.command_output(result, piped_tail if piped_tail is not None else args.tail, self.config)
         if name == SB.GET_PROCESS_OUTPUT:
             handle = sandbox.processes.get(args.pid)

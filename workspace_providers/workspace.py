@@ -13,7 +13,7 @@ import asyncio
 import inspect
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
@@ -139,7 +139,7 @@ class Workspace:
         else:
             self._fs = filesystem
         self._sandbox_cache_key = sandbox_cache_key
-        self._sandbox_cache: dict[str, Awaitable[Any]] = {}
+        self._sandbox_cache: dict[str, asyncio.Future[Any]] = {}
         dynamic = (instructions or {}).get("dynamic_sandbox", (instructions or {}).get("dynamicSandbox"))
         self._dynamic_sandbox_instructions: DynamicSandboxInstructions = dynamic or "placeholder"
         self._tools_config = normalize_tools_config(tools)
@@ -254,9 +254,19 @@ class Workspace:
             return
         for extension in self.extensions:
             await _call(extension, "stop")
-        if self._sandbox is not None:
-            await _call(self._sandbox, "stop")
+        for sandbox in [self._sandbox, *self._cached_sandboxes()]:
+            if sandbox is not None:
+                await _call(sandbox, "stop")
         self._status = "paused"
+
+    def _cached_sandboxes(self) -> list[Any]:
+        """Resolver sandboxes kept by `sandbox_cache_key`: stopped with the workspace, so the commands they run
+        do not outlive the worker (destroying them stays the app's call)."""
+        return [
+            f.result()
+            for f in self._sandbox_cache.values()
+            if isinstance(f, asyncio.Future) and f.done() and not f.cancelled() and f.exception() is None
+        ]
 
     async def destroy(self) -> None:
         """Release everything the workspace owns (extensions, sandbox, filesystem); files on disk stay."""
@@ -268,6 +278,8 @@ class Workspace:
                 await _call(extension, "destroy")
             if self._sandbox is not None:
                 await _call(self._sandbox, "destroy")
+            for sandbox in self._cached_sandboxes():
+                await _call(sandbox, "stop")
             if self._fs is not None:
                 await _call(self._fs, "destroy")
         except BaseException:

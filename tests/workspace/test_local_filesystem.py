@@ -389,3 +389,35 @@ async def test_grep_details(fs: LocalFilesystem) -> None:
     )
     await fs.write_file("many.txt", "hit\n" * 1200)
     assert (await fs.grep("hit")).startswith("1000 matches across 1 file (truncated at 1000)\n---\n./many.txt:1:1: hit")
+
+
+async def test_a_catastrophic_pattern_stops_the_search_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from keel.workspace_providers import grep as grep_module
+
+    monkeypatch.setattr(grep_module, "SEARCH_SECONDS", 0.3)
+    (tmp_path / "a.txt").write_text("a" * 30000 + "!\n")
+    out = await LocalFilesystem(tmp_path).grep(r"(a|aa)+$", path=".")
+    assert out == "0 matches across 0 files (search stopped after 0.3 s: simplify the pattern)\n---"
+
+
+async def test_a_file_over_the_read_limit_is_refused_not_loaded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from keel.workspace_providers import local_filesystem
+
+    monkeypatch.setattr(local_filesystem, "MAX_READ_BYTES", 1000)
+    (tmp_path / "big.log").write_text("x" * 1001)
+    with pytest.raises(FilesystemError, match=r"File too large to read \(1001 bytes, at most 1000\): big.log"):
+        await LocalFilesystem(tmp_path).read_file("big.log")
+
+
+async def test_a_directory_is_not_copied_into_itself_through_a_symlink(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "f.txt").write_text("x")
+    (tmp_path / "link").symlink_to("src")
+    fs = LocalFilesystem(tmp_path)
+    with pytest.raises(FilesystemError, match="Cannot copy a directory into itself"):
+        await fs.copy_file("src", "link/sub", recursive=True)
+    assert sorted(p.name for p in (tmp_path / "src").iterdir()) == ["f.txt"]

@@ -304,3 +304,23 @@ def test_bad_options_are_refused(tmp_path: Path) -> None:
         LocalSandbox(tmp_path, max_output_bytes=-1)
     with pytest.raises(ValueError, match="isolation"):
         LocalSandbox(tmp_path, isolation="seatbelt")  # type: ignore[arg-type]
+
+
+async def test_background_processes_are_bounded_finished_ones_making_room(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from keel.workspace_providers import processes
+
+    monkeypatch.setattr(processes, "MAX_BACKGROUND", 2)
+    sandbox = LocalSandbox(tmp_path)
+    await sandbox.init()
+    try:
+        done = await sandbox.processes.spawn("true")
+        await done.wait(5)
+        await sandbox.processes.spawn("sleep 78.5")
+        await sandbox.processes.spawn("sleep 78.5")  # the finished one is forgotten
+        assert sandbox.processes.get(done.pid) is None
+        with pytest.raises(SandboxError, match=r"Too many background processes \(2 running\)"):
+            await sandbox.processes.spawn("sleep 78.5")
+    finally:
+        await sandbox.destroy()

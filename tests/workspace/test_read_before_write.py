@@ -156,3 +156,33 @@ async def test_a_worker_killed_between_the_read_and_the_write_still_knows_the_fi
             results = json.loads((await keel.result(run_id)).text)
     assert results[1] == "Wrote 6 bytes to kept.txt"
     assert target.read_text() == "after\n"
+
+
+async def test_a_step_retried_after_its_read_was_stored_still_knows_the_file_was_read(
+    client: Client, storage: Storage, task_queue: str, data_dir: Path
+) -> None:
+    from keel.app import Agent
+    from keel.model_providers import ModelRequest, ModelResponse, ModelRetryableError, ScriptedModel
+    from keel.workspace_providers import LocalFilesystem, Workspace
+    from tests.workspace.apps import plan_script
+
+    (data_dir / "ws").mkdir(parents=True)
+    (data_dir / "ws" / "a.txt").write_text("old\n")
+    failed: list[int] = []
+
+    def script(request: ModelRequest) -> ModelResponse:
+        # The model call after the read fails once: the fused step is retried and reuses the stored read.
+        if len(request.messages) == 3 and not failed:
+            failed.append(1)
+            raise ModelRetryableError("rate limited", retry_after=0.01)
+        return plan_script(request)
+
+    ws = Workspace(
+        filesystem=LocalFilesystem(data_dir / "ws"), tools={FS.WRITE_FILE: {"require_read_before_write": True}}
+    )
+    app = App.of(Agent(id="a", model=ScriptedModel(script), workspace=ws, max_steps=5))
+    async with running_worker(client, app, storage, task_queue) as keel:
+        run_id = await keel.start_run("a", plan([read("a.txt")], [write("a.txt", "new\n")]))
+        results = json.loads((await keel.result(run_id)).text)
+    assert failed == [1]
+    assert results[1] == "Wrote 4 bytes to a.txt"

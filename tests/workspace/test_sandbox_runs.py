@@ -161,7 +161,10 @@ async def test_ansi_codes_are_stripped_and_tail_and_failures_read_as_in_mastra(
             [command("echo hi; ls notes")],
             [command("pwd", cwd="notes")],
             [command("true")],
+            [command("pwd", cwd="no/such/dir")],
         )
+    spawn_error = outputs.pop()
+    assert spawn_error.startswith("Error: Failed to spawn process: ")
     assert outputs == [
         "red\n",
         "[showing last 3 of 100 lines]\n98\n99\n100\n",

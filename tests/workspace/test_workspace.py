@@ -213,3 +213,11 @@ async def test_operation_timeout_bounds_a_filesystem_call(tmp_path: Path) -> Non
     with pytest.raises(WorkspaceError, match=r"mastra_workspace_read_file timed out after 50ms \(operation_timeout\)"):
         await read.execute({"path": "a.txt"}, WorkspaceCall())
     assert not ws.can_bm25 and not ws.can_vector and not ws.can_hybrid and ws.skills is None
+
+
+async def test_stopping_the_workspace_kills_the_commands_of_its_cached_resolver_sandboxes(tmp_path: Path) -> None:
+    ws = Workspace(sandbox=lambda ctx: LocalSandbox(tmp_path / ctx["thread"]), sandbox_cache_key=lambda c: c["thread"])
+    sandbox = await ws.resolve_sandbox({"thread": "t1"})
+    handle = await sandbox.processes.spawn("sleep 77.5")
+    await ws.stop()
+    assert await handle.wait(5) is not None
