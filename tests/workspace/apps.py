@@ -68,4 +68,15 @@ def guarded_workspace() -> Workspace:
     )
 
 
-app = App.of(plan_agent("guarded", guarded_workspace()))
+def procs_workspace() -> Workspace:
+    """A process follow-up asks for approval (so a test can stop a run between the start and the follow-up)."""
+    root = workspace_root()
+    return Workspace(
+        id="procs",
+        filesystem=LocalFilesystem(root),
+        sandbox=LocalSandbox(root),
+        tools={WORKSPACE_TOOLS.SANDBOX.GET_PROCESS_OUTPUT: {"require_approval": True}},
+    )
+
+
+app = App.of(plan_agent("guarded", guarded_workspace()), plan_agent("procs", procs_workspace()))

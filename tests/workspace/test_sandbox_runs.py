@@ -12,6 +12,7 @@ import shutil
 import socket
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from temporalio.client import Client
 
 from keel.app import App
 from keel.client import KeelClient
+from keel.client.devserver import DevServer
 from keel.storage import Storage
 from keel.workspace_providers import WORKSPACE_TOOLS, LocalFilesystem, LocalSandbox, Workspace
 from tests.conftest import running_worker
@@ -226,3 +228,26 @@ async def test_commands_left_by_a_killed_worker_are_killed_when_a_sandbox_starts
     assert len(processes_with("sleep 76.5")) >= 2  # orphaned (the shell and its sleeps), still running
     await LocalSandbox(tmp_path / "next").init()
     assert await gone("sleep 76.5")
+
+
+async def test_a_follow_up_of_a_process_whose_worker_died_says_the_process_is_gone(
+    client: Client, dev_server: DevServer, storage: Storage, task_queue: str, tmp_path: Path, data_dir: Path
+) -> None:
+    from keel.workflows.options import AgentActivityOptions
+    from tests.test_agent_run import wait_for_pending
+    from tests.workspace.apps import procs_workspace
+    from tests.workspace.test_read_before_write import worker_process
+
+    keel = KeelClient(client, task_queue=task_queue)
+    plan = [[command("sleep 79.5", background=True)], [[SB.GET_PROCESS_OUTPUT, {"pid": "$pid"}]]]
+    with worker_process(dev_server, task_queue, tmp_path, data_dir):  # killed with -9 on leaving
+        run_id = await keel.start_run("procs", json.dumps(plan))
+        [call_id] = await wait_for_pending(keel, run_id)
+    app = App.of(plan_agent("procs", procs_workspace()))
+    options = AgentActivityOptions(host_schedule_to_start=timedelta(seconds=2))
+    async with running_worker(client, app, storage, task_queue, options=options) as keel:
+        await keel.approve(run_id, call_id)
+        started, gone_result = json.loads((await keel.result(run_id)).text)
+    pid = started.removeprefix("Started background process (PID: ").removesuffix(")")
+    assert gone_result["error"].startswith(f"Background process {pid} is gone: the worker that started it")
+    assert await gone("sleep 79.5")  # the new worker's sandbox killed what the dead one left
