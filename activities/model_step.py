@@ -45,7 +45,7 @@ from keel.protocol import (
     describe_validation_error,
 )
 from keel.storage import Storage
-from keel.workflows.contracts import ModelStepInput, ModelStepResult, PlannedToolCall
+from keel.workflows.contracts import ModelStepInput, ModelStepResult, PlannedToolCall, thread_file_reads
 
 
 class ModelSteps:
@@ -146,6 +146,8 @@ class ModelSteps:
             usage=response.usage,
             max_steps=agent.max_steps,
         )
+        if input.step == 1:  # the thread's earlier runs may have read files this run will write
+            result.file_reads = thread_file_reads(context) or None
         if not planned:  # the run ends here: its result lists, from storage
             result.run_tool_calls, result.run_tool_results = await run_lists(
                 self._storage, input.thread_id, input.run_id

@@ -165,7 +165,7 @@ class ToolCalls:
                 tool_call_id=input.tool_call_id, tool_name=input.tool_name, args=input.args, result=result
             )
             events.add(ToolResultChunk(run_id=input.run_id, payload=ok))
-        kept = outcome.model_dump(include=_EFFECT_FIELDS, exclude_none=True)
+        kept = outcome.effects()
         part = ToolResultPart(
             tool_call_id=input.tool_call_id,
             tool_name=input.tool_name,
@@ -189,10 +189,6 @@ class ToolCalls:
                     | {"isError": part.is_error}
                 )
         return found
-
-
-_EFFECT_FIELDS = {"file_read", "file_cleared", "process_started", "host_queue"}
-"""The fields of `ToolCallResult` a workspace tool's report fills, kept with the stored tool message."""
 
 
 def bounded(input: ToolCallInput, result: Any, is_error: bool) -> ToolCallResult:

@@ -258,6 +258,8 @@ class _Loop:
                 step = await self._model_step()
             c.usage = c.usage.plus(step.usage)
             c.max_steps = self.input.max_steps or c.max_steps or step.max_steps
+            if step.file_reads and not c.file_reads:  # what the thread's earlier runs read
+                c.file_reads = dict(step.file_reads)
             c.last_message_id = step.message_id
             if not step.tool_calls:
                 return self._result(step.text, step.finish_reason, step.run_tool_calls, step.run_tool_results)
@@ -434,7 +436,7 @@ class _Loop:
                 call, f"Tool {call.tool_name} returned {mib:.1f} MiB: a step keeps at most {limit} MiB of tool results"
             )
         self.carry.pending_bytes += result.result_bytes
-        return self._tool_outcome(call, result.result, is_error=result.is_error)
+        return self._tool_outcome(call, result.result, is_error=result.is_error, effects=result.effects())
 
     async def kill_processes(self) -> None:
         """Kill the background processes the run started, each on its host (best effort: a host that has
@@ -508,9 +510,12 @@ class _Loop:
         """A call that never ran (unknown tool, bad arguments, attempts lost): the model sees the error."""
         return self._tool_outcome(call, {"error": message}, is_error=True)
 
-    def _tool_outcome(self, call: PlannedToolCall, result: Any, *, is_error: bool) -> ToolCallResult:
-        """Queue a call's tool message and its chunk for the next activity that writes storage."""
-        self._write_tool_message(call, result, is_error=is_error, denied=False)
+    def _tool_outcome(
+        self, call: PlannedToolCall, result: Any, *, is_error: bool, effects: dict[str, Any] | None = None
+    ) -> ToolCallResult:
+        """Queue a call's tool message (with what a workspace tool reported) and its chunk for the next
+        activity that writes storage."""
+        self._write_tool_message(call, result, is_error=is_error, denied=False, effects=effects)
         if is_error:
             payload = ToolErrorPayload(
                 tool_call_id=call.tool_call_id, tool_name=call.tool_name, args=call.args, error=result
@@ -525,13 +530,16 @@ class _Loop:
             tool_call_id=call.tool_call_id, tool_name=call.tool_name, result=result, is_error=is_error
         )
 
-    def _write_tool_message(self, call: PlannedToolCall, result: Any, *, is_error: bool, denied: bool) -> None:
+    def _write_tool_message(
+        self, call: PlannedToolCall, result: Any, *, is_error: bool, denied: bool, effects: dict[str, Any] | None = None
+    ) -> None:
         part = ToolResultPart(
             tool_call_id=call.tool_call_id,
             tool_name=call.tool_name,
             result=result,
             is_error=is_error,
             denied=denied,
+            provider_metadata={"keel": effects} if effects else None,
         )
         self.carry.pending.messages.append(MessageRecord(id=self._tool_message_id(call), role="tool", content=[part]))
 

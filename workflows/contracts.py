@@ -195,7 +195,8 @@ class RunLists(Contract):
 
 
 class ModelStepResult(RunLists):
-    """A model step's answer; the lists are set when it ends the run (no tool calls)."""
+    """A model step's answer; the lists are set when it ends the run (no tool calls). The first step of a run
+    also returns the read records its thread's earlier runs left (`file_reads`)."""
 
     message_id: str
     text: str = ""
@@ -203,6 +204,7 @@ class ModelStepResult(RunLists):
     finish_reason: FinishReason = "stop"
     usage: Usage | None = None
     max_steps: int = 5
+    file_reads: dict[str, FileReadRecord] | None = None
 
 
 class ToolCallInput(Contract):
@@ -231,6 +233,34 @@ class ToolCallResult(Contract):
     process_started: str | None = None
     host_queue: str | None = None
     """The task queue of the worker host that ran the call (where its background process lives)."""
+
+    def effects(self) -> dict[str, Any]:
+        """What a workspace tool reported to its run (camelCase), kept with its tool message as
+        `providerMetadata.keel`: a retried step and the thread's later runs read it back from there."""
+        return self.model_dump(include=_EFFECTS, exclude_none=True)
+
+
+_EFFECTS = {"file_read", "file_cleared", "process_started", "host_queue"}
+
+
+def thread_file_reads(messages: list[MessageRecord], limit: int = MAX_FILE_READS) -> dict[str, FileReadRecord]:
+    """The read records a thread's tool messages leave, oldest first (at most `limit`): a later run on the
+    thread starts with them, as Mastra's thread-scoped read tracker does."""
+    reads: dict[str, FileReadRecord] = {}
+    for message in messages:
+        for part in message.content if isinstance(message.content, list) else []:
+            kept = (getattr(part, "provider_metadata", None) or {}).get("keel")
+            if not kept:
+                continue
+            if kept.get("fileCleared"):
+                reads.pop(kept["fileCleared"], None)
+            if kept.get("fileRead"):
+                record = FileReadRecord.model_validate(kept["fileRead"])
+                reads.pop(record.path, None)
+                reads[record.path] = record
+                while len(reads) > limit:
+                    del reads[next(iter(reads))]
+    return reads
 
 
 class ExecuteToolInput(Contract):

@@ -186,3 +186,31 @@ async def test_a_step_retried_after_its_read_was_stored_still_knows_the_file_was
         results = json.loads((await keel.result(run_id)).text)
     assert failed == [1]
     assert results[1] == "Wrote 4 bytes to a.txt"
+
+
+async def test_a_later_run_on_the_thread_knows_what_the_earlier_ones_read_and_wrote(
+    client: Client, storage: Storage, task_queue: str, data_dir: Path
+) -> None:
+    from keel.app import Agent
+    from keel.model_providers import ScriptedModel
+    from keel.workspace_providers import LocalFilesystem, Workspace
+    from tests.workspace.apps import plan_script
+
+    for name in ("a.txt", "b.txt", "c.txt"):
+        (data_dir / "ws").mkdir(parents=True, exist_ok=True)
+        (data_dir / "ws" / name).write_text("old\n")
+    ws = Workspace(
+        filesystem=LocalFilesystem(data_dir / "ws"), tools={FS.WRITE_FILE: {"require_read_before_write": True}}
+    )
+    app = App.of(Agent(id="a", model=ScriptedModel(plan_script), workspace=ws, max_steps=5))
+    async with running_worker(client, app, storage, task_queue) as keel:
+        first = await keel.start_run("a", plan([read("a.txt"), read("c.txt")], [write("c.txt", "new\n")]))
+        await keel.result(first)
+        second = await keel.start_run(
+            "a",
+            plan([write("a.txt", "new\n")], [write("b.txt", "new\n")], [write("c.txt", "newer\n")]),
+            thread_id=first,
+        )
+        results = json.loads((await keel.result(second)).text)
+    unread = 'FileReadRequiredError: File "{}" has not been read. You must read a file before writing to it.'
+    assert results == ["Wrote 4 bytes to a.txt", {"error": unread.format("b.txt")}, {"error": unread.format("c.txt")}]
