@@ -281,7 +281,12 @@ def _tool_call(part: ToolCallPart) -> dict[str, Any]:
 
 def _tool_message(part: ToolResultPart) -> dict[str, Any]:
     result = part.result
-    content = result if isinstance(result, str) else json.dumps(result, default=str)
+    if isinstance(result, dict) and result.get("__workspaceMedia") is True:
+        # A workspace read of an image or PDF: chat completions take text only in tool messages, so the model
+        # gets the file's description, not megabytes of base64 (the stored result keeps the data).
+        content = f"{result.get('text', '')} (media file: its contents cannot be shown in a tool result here)"
+    else:
+        content = result if isinstance(result, str) else json.dumps(result, default=str)
     return {"role": "tool", "tool_call_id": part.tool_call_id, "content": content}
 
 

@@ -542,3 +542,14 @@ async def test_an_error_in_the_middle_of_a_stream_is_classified_like_an_http_sta
 
 def sse_error(error: dict[str, Any]) -> bytes:
     return f"data: {json.dumps({'error': error})}\n\n".encode()
+
+
+def test_a_workspace_media_result_reaches_the_model_as_its_description_not_its_bytes() -> None:
+    from keel.model_providers.openai_compat import to_openai_messages
+
+    media = {"__workspaceMedia": True, "text": "logo.png (5000000 bytes, image/png)", "mediaType": "image/png"}
+    part = ToolResultPart(tool_call_id="c1", tool_name="mastra_workspace_read_file", result={**media, "data": "A" * 10})
+    [message] = to_openai_messages("", [MessageRecord(id="m", role="tool", content=[part])])
+    assert message["content"] == (
+        "logo.png (5000000 bytes, image/png) (media file: its contents cannot be shown in a tool result here)"
+    )

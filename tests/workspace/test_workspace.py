@@ -221,3 +221,28 @@ async def test_stopping_the_workspace_kills_the_commands_of_its_cached_resolver_
     handle = await sandbox.processes.spawn("sleep 77.5")
     await ws.stop()
     assert await handle.wait(5) is not None
+
+
+async def test_read_file_answers_text_media_and_binary_as_mastra_does(tmp_path: Path) -> None:
+    import base64
+
+    png = b"\x89PNG\r\n\x1a\n" + b"\x00" * 20
+    (tmp_path / "logo.png").write_bytes(png)
+    (tmp_path / "blob.bin").write_bytes(b"\x00\x01\x02")
+    (tmp_path / "long.txt").write_text("".join(f"l{i}\n" for i in range(1, 13)))
+    read = next(
+        t for t in await workspace_tools(Workspace(filesystem=LocalFilesystem(tmp_path))) if t.name == FS.READ_FILE
+    )
+    media = await read.execute({"path": "logo.png"}, WorkspaceCall())
+    assert media == {
+        "__workspaceMedia": True,
+        "text": "logo.png (28 bytes, image/png)",
+        "mediaType": "image/png",
+        "data": base64.b64encode(png).decode(),
+    }
+    binary = await read.execute({"path": "blob.bin"}, WorkspaceCall())
+    assert binary.startswith("blob.bin (3 bytes, application/x-binary) — binary file not readable as text. Pass an")
+    encoded = await read.execute({"path": "blob.bin", "encoding": "base64"}, WorkspaceCall())
+    assert encoded.endswith("\nAAEC")
+    ranged = await read.execute({"path": "long.txt", "offset": 9, "limit": 2}, WorkspaceCall())
+    assert ranged == "long.txt (lines 9-10 of 13, 39 bytes)\n     9→l9\n    10→l10"
