@@ -321,7 +321,7 @@ async def cmd_workspaces(args: argparse.Namespace) -> int:
         print(_json(infos))
         return 0
     for info in infos:
-        print(f"{info['id']}  {info['name']}  ({info['status']} in this process)")
+        print(f"{info['id']}  {info['name']}")
         fs, sandbox = info.get("filesystem"), info.get("sandbox")
         if fs:
             meta = fs.get("metadata") or {}
