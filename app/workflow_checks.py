@@ -1,0 +1,296 @@
+"""Checking a workflow definition before it is saved: its shape (`keel.protocol.workflow_definition`), then
+what needs the app: every tool, agent and workflow it names exists, step ids are unique, mappings, templates
+and predicates refer to steps that ran before, nested workflows form no cycle, its JSON Schemas are schemas,
+and it stays within the size and depth limits. Every problem is reported at once, each at its JSON path with
+the offending value.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+from pydantic import ValidationError
+
+from keel.app.definitions import AppError
+from keel.protocol.workflow_definition import (
+    ENTRY_TYPES,
+    TEMPLATE_PLACEHOLDER,
+    AgentEntry,
+    AllOrAny,
+    ClassifierEntry,
+    Compare,
+    ConditionalEntry,
+    Existence,
+    ForeachEntry,
+    LoopEntry,
+    MappingEntry,
+    Membership,
+    NestedWorkflowEntry,
+    Not,
+    PathOperand,
+    Predicate,
+    StepSource,
+    TemplateSource,
+    ToolEntry,
+    Truthiness,
+    WorkflowDefinition,
+)
+
+MAX_DEFINITION_BYTES = 1024 * 1024
+"""A definition's JSON, at most (it is stored and carried by every run that pins it)."""
+MAX_GRAPH_ENTRIES = 500
+MAX_NESTING = 10
+"""Nested workflow references, at most this deep."""
+TEMPLATE_ROOTS = ("initData", "inputData", "stepResults", "state", "requestContext")
+
+
+@dataclass(frozen=True)
+class DefinitionError:
+    path: str
+    """A JSON path into the definition: `$`, `graph[2].toolId`, `graph[0].steps[1].predicates[0].left.path`."""
+    message: str
+    value: Any = None
+
+    def __str__(self) -> str:
+        shown = json.dumps(self.value, default=str)
+        return f"{self.path}: {self.message} (got {shown[:120]}{'...' if len(shown) > 120 else ''})"
+
+
+class InvalidDefinition(AppError):
+    """A definition that cannot be saved; `errors` holds every problem found."""
+
+    def __init__(self, workflow_id: str, errors: list[DefinitionError]) -> None:
+        lines = "\n".join(f"  {e}" for e in errors)
+        noun = "error" if len(errors) == 1 else "errors"
+        super().__init__(f"Workflow definition {workflow_id!r} has {len(errors)} {noun}:\n{lines}")
+        self.workflow_id = workflow_id
+        self.errors = errors
+
+
+@dataclass(frozen=True)
+class Known:
+    """What a definition may refer to."""
+
+    tools: frozenset[str] = frozenset()
+    agents: frozenset[str] = frozenset()
+    classifiers: frozenset[str] = frozenset()
+    workflows: Mapping[str, WorkflowDefinition | None] = field(default_factory=dict)
+    """Workflow id → its definition (None for a code workflow: it nests nothing of ours)."""
+
+
+def check_definition(raw: Any, known: Known) -> WorkflowDefinition:
+    """The definition `raw` (parsed JSON), checked; `InvalidDefinition` lists every problem."""
+    workflow_id = str(raw.get("id", "?")) if isinstance(raw, dict) else "?"
+    size = len(json.dumps(raw, default=str).encode())
+    if size > MAX_DEFINITION_BYTES:
+        raise InvalidDefinition(
+            workflow_id, [DefinitionError("$", f"{size} bytes: a definition holds at most {MAX_DEFINITION_BYTES}")]
+        )
+    try:
+        definition = WorkflowDefinition.model_validate(raw)
+    except ValidationError as err:
+        raise InvalidDefinition(workflow_id, [_shape_error(raw, e) for e in err.errors()]) from None
+    errors = list(_semantic_errors(definition, known))
+    if errors:
+        raise InvalidDefinition(definition.id, errors)
+    return definition
+
+
+# --- shape errors -------------------------------------------------------------------------------------------
+
+
+def _shape_error(raw: Any, error: Any) -> DefinitionError:
+    """A pydantic error at its JSON path: the location walked over the raw data, union member names skipped."""
+    node, path = raw, "$"
+    loc = error["loc"]
+    for i, part in enumerate(loc):
+        if isinstance(part, int) and isinstance(node, list) and part < len(node):
+            node, path = node[part], f"{path}[{part}]"
+        elif isinstance(node, dict) and part in node:
+            node, path = node[part], f"{path}.{part}"
+        elif i == len(loc) - 1 and error["type"] == "missing" and isinstance(part, str):
+            path = f"{path}.{part}"  # the field that is not there
+        # else: a union member's name in the location (`tool`, `function-after[...]`): not a JSON key
+    path = path.replace("$.", "", 1) if path.startswith("$.") else path
+    kind, message = error["type"], error["msg"]
+    if kind == "union_tag_invalid":
+        tag = error.get("ctx", {}).get("tag")
+        message = f"unknown step type {tag!r} (one of: {', '.join(ENTRY_TYPES)})"
+    elif kind == "extra_forbidden":
+        message = "unknown field"
+    elif kind == "missing":
+        message = "required field missing"
+    elif kind.startswith("value_error"):
+        message = message.removeprefix("Value error, ")
+    return DefinitionError(path, message, node if kind != "missing" else None)
+
+
+# --- semantic errors ----------------------------------------------------------------------------------------
+
+
+def _semantic_errors(d: WorkflowDefinition, known: Known) -> Iterator[DefinitionError]:
+    if len(d.graph) > MAX_GRAPH_ENTRIES:
+        yield DefinitionError("graph", f"{len(d.graph)} entries: at most {MAX_GRAPH_ENTRIES}", len(d.graph))
+    for name in ("input_schema", "output_schema", "state_schema", "request_context_schema"):
+        schema = getattr(d, name)
+        if schema is not None:
+            yield from _schema_errors(WorkflowDefinition.model_fields[name].alias or name, schema)
+    seen: dict[str, str] = {}
+    for index, entry in enumerate(d.graph):
+        at = f"graph[{index}]"
+        inner = [(f"{at}.steps[{i}]", s) for i, s in enumerate(getattr(entry, "steps", []))]
+        if isinstance(entry, ForeachEntry | LoopEntry):
+            inner = [(f"{at}.step", entry.step)]
+        if isinstance(entry, MappingEntry):
+            yield from _mapping_errors(at, entry, seen)
+        if isinstance(entry, ConditionalEntry):
+            for i, predicate in enumerate(entry.predicates):
+                yield from _predicate_errors(f"{at}.predicates[{i}]", predicate, seen)
+        if isinstance(entry, LoopEntry):
+            own = {entry.step.id: f"{at}.step.id"}
+            yield from _predicate_errors(f"{at}.predicate", entry.predicate, {**seen, **own})
+        steps = inner or [(at, entry)]
+        for where, step in steps:
+            yield from _reference_errors(where, step, d, known)
+            yield from _claim(seen, f"{where}.id", getattr(step, "id", None))
+        if inner:
+            yield from _claim(seen, f"{at}.id", getattr(entry, "id", None))
+    schedules = d.schedules()
+    if isinstance(d.schedule, list):
+        ids = [s.id for s in schedules]
+        for i, schedule_id in enumerate(ids):
+            if schedule_id is None:
+                yield DefinitionError(f"schedule[{i}].id", "each schedule of a list needs its own id", None)
+            elif ids.index(schedule_id) != i:
+                yield DefinitionError(f"schedule[{i}].id", "duplicate schedule id", schedule_id)
+
+
+def _claim(seen: dict[str, str], where: str, step_id: str | None) -> Iterator[DefinitionError]:
+    """Record a step id where it is first defined; a second definition is an error."""
+    if step_id is None:
+        return
+    if step_id in seen:
+        yield DefinitionError(where, f"duplicate step id (first at {seen[step_id]})", step_id)
+    else:
+        seen[step_id] = where
+
+
+def _schema_errors(path: str, schema: Any) -> Iterator[DefinitionError]:
+    if not isinstance(schema, dict | bool):
+        yield DefinitionError(path, "not a JSON Schema (an object or a boolean)", schema)
+        return
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as err:
+        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.absolute_path)
+        yield DefinitionError(f"{path}{where}", f"not a valid JSON Schema: {err.message}", err.instance)
+
+
+def _reference_errors(at: str, step: Any, d: WorkflowDefinition, known: Known) -> Iterator[DefinitionError]:
+    if isinstance(step, ToolEntry) and step.tool_id not in known.tools:
+        yield DefinitionError(f"{at}.toolId", f"unknown tool (known: {_names(known.tools)})", step.tool_id)
+    elif isinstance(step, AgentEntry):
+        if step.agent_id not in known.agents:
+            yield DefinitionError(f"{at}.agentId", f"unknown agent (known: {_names(known.agents)})", step.agent_id)
+        if step.output_schema is not None:
+            yield from _schema_errors(f"{at}.outputSchema", step.output_schema)
+    elif isinstance(step, ClassifierEntry) and step.classifier_id not in known.classifiers:
+        names = _names(known.classifiers)
+        yield DefinitionError(f"{at}.classifierId", f"unknown classifier (known: {names})", step.classifier_id)
+    elif isinstance(step, NestedWorkflowEntry):
+        workflows = known.workflows
+        if step.workflow_id == d.id:
+            yield DefinitionError(f"{at}.workflowId", "a workflow cannot run itself", step.workflow_id)
+        elif step.workflow_id not in workflows:
+            yield DefinitionError(
+                f"{at}.workflowId", f"unknown workflow (known: {_names(workflows)})", step.workflow_id
+            )
+        else:
+            cycle = _cycle(d.id, step.workflow_id, workflows, [d.id])
+            if cycle is not None:
+                chain = " -> ".join(cycle)
+                message = f"nested workflows reach this one again: {chain}" if cycle[-1] == d.id else chain
+                yield DefinitionError(f"{at}.workflowId", message, step.workflow_id)
+
+
+def _cycle(
+    root: str, current: str, workflows: Mapping[str, WorkflowDefinition | None], trail: list[str]
+) -> list[str] | None:
+    """The chain of nested references from `root` back to itself (or past `MAX_NESTING`), if any."""
+    trail = [*trail, current]
+    if current == root:
+        return trail
+    if len(trail) > MAX_NESTING + 1:
+        return [*trail, f"(nesting deeper than {MAX_NESTING})"]
+    definition = workflows.get(current)
+    if definition is None:
+        return None
+    for entry in definition.graph:
+        for step in [
+            *getattr(entry, "steps", []),
+            *([entry.step] if isinstance(entry, ForeachEntry | LoopEntry) else []),
+        ] or [entry]:
+            if isinstance(step, NestedWorkflowEntry):
+                found = _cycle(root, step.workflow_id, workflows, trail)
+                if found is not None:
+                    return found
+        if isinstance(entry, NestedWorkflowEntry):
+            found = _cycle(root, entry.workflow_id, workflows, trail)
+            if found is not None:
+                return found
+    return None
+
+
+def _mapping_errors(at: str, entry: MappingEntry, seen: Mapping[str, str]) -> Iterator[DefinitionError]:
+    for key, source in entry.sources().items():
+        where = f"{at}.mapConfig.{key}"
+        if isinstance(source, StepSource):
+            for step_id in [source.step] if isinstance(source.step, str) else source.step:
+                if step_id not in seen:
+                    yield DefinitionError(f"{where}.step", _unknown_step(seen), step_id)
+        elif isinstance(source, TemplateSource):
+            for placeholder in TEMPLATE_PLACEHOLDER.findall(source.template):
+                parts = placeholder.strip().split(".")
+                if parts[0] not in TEMPLATE_ROOTS:
+                    roots = ", ".join(TEMPLATE_ROOTS)
+                    yield DefinitionError(
+                        f"{where}.template", f"unknown placeholder root (one of: {roots})", placeholder
+                    )
+                elif parts[0] == "stepResults" and (len(parts) < 2 or parts[1] not in seen):
+                    yield DefinitionError(f"{where}.template", _unknown_step(seen), placeholder)
+
+
+def _predicate_errors(at: str, predicate: Predicate, seen: Mapping[str, str]) -> Iterator[DefinitionError]:
+    paths: list[tuple[str, str]] = []
+    if isinstance(predicate, Compare):
+        paths += [
+            (f"{at}.{side}.path", o.path)
+            for side, o in (("left", predicate.left), ("right", predicate.right))
+            if isinstance(o, PathOperand)
+        ]
+    elif isinstance(predicate, Membership | Truthiness) and isinstance(predicate.value, PathOperand):
+        paths.append((f"{at}.value.path", predicate.value.path))
+    elif isinstance(predicate, Existence):
+        paths.append((f"{at}.path", predicate.path))
+    elif isinstance(predicate, AllOrAny):
+        for i, arg in enumerate(predicate.args):
+            yield from _predicate_errors(f"{at}.args[{i}]", arg, seen)
+    elif isinstance(predicate, Not):
+        yield from _predicate_errors(f"{at}.arg", predicate.arg, seen)
+    for where, path in paths:
+        parts = path.split(".")
+        if parts[0] == "stepResults" and (len(parts) < 2 or parts[1] not in seen):
+            yield DefinitionError(where, _unknown_step(seen), path)
+
+
+def _unknown_step(seen: Mapping[str, str]) -> str:
+    return f"refers to no step that runs before it (steps so far: {_names(seen)})"
+
+
+def _names(names: Any) -> str:
+    return ", ".join(sorted(names)) or "none"
