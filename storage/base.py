@@ -2,10 +2,9 @@
 
 Two backends implement it (`SQLiteStorage`, `PostgresStorage`) and one contract test suite
 (`tests/test_storage_contract.py`) runs against both. Each domain has its own module (`threads.py`, `events.py`,
-`blobs.py` for values too large for Temporal's history; workflow definitions and traces will join them the same
-way), each backend one module per domain, and `rules.py` the rules both backends follow. The schema is created
-and upgraded by numbered migrations per dialect (`schema/<dialect>/NNNN_name.sql`, `migrations.py`), applied by
-`init()`.
+`blobs.py` for values too large for Temporal's history, `definitions.py` for stored workflow definitions), each
+backend one module per domain, and `rules.py` the rules both backends follow. The schema is created and upgraded
+by numbered migrations per dialect (`schema/<dialect>/NNNN_name.sql`, `migrations.py`), applied by `init()`.
 """
 
 from __future__ import annotations
@@ -16,13 +15,14 @@ from typing import ClassVar
 from keel.protocol import EventRecord
 from keel.storage import migrations
 from keel.storage.blobs import BlobStore
+from keel.storage.definitions import DefinitionStore
 from keel.storage.errors import SchemaError
 from keel.storage.events import EventStore
 from keel.storage.threads import StoredMessage, ThreadStore
 
 
-class Storage(ThreadStore, EventStore, abc.ABC):
-    """Threads, messages and run events."""
+class Storage(ThreadStore, EventStore, DefinitionStore, abc.ABC):
+    """Threads, messages, run events and stored workflow definitions."""
 
     dialect: ClassVar[migrations.Dialect]
 

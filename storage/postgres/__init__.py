@@ -11,13 +11,14 @@ from keel.storage.blobs import BlobStore
 from keel.storage.postgres import events as sql_events
 from keel.storage.postgres import threads as sql_threads
 from keel.storage.postgres.blobs import PostgresBlobs
+from keel.storage.postgres.definitions import PostgresDefinitions
 from keel.storage.postgres.events import PostgresEvents
 from keel.storage.postgres.pool import guarded
 from keel.storage.postgres.threads import PostgresThreads
 from keel.storage.threads import StoredMessage
 
 
-class PostgresStorage(PostgresThreads, PostgresEvents, PostgresBlobs, Storage):
+class PostgresStorage(PostgresThreads, PostgresEvents, PostgresDefinitions, PostgresBlobs, Storage):
     """Storage in a PostgreSQL database, through a small asyncpg connection pool.
 
     Args:

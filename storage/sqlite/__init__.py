@@ -11,12 +11,13 @@ from keel.storage.blobs import BlobStore, DirectoryBlobStore
 from keel.storage.sqlite import events as sql_events
 from keel.storage.sqlite import threads as sql_threads
 from keel.storage.sqlite.connection import now
+from keel.storage.sqlite.definitions import SQLiteDefinitions
 from keel.storage.sqlite.events import SQLiteEvents
 from keel.storage.sqlite.threads import SQLiteThreads
 from keel.storage.threads import StoredMessage
 
 
-class SQLiteStorage(SQLiteThreads, SQLiteEvents, Storage):
+class SQLiteStorage(SQLiteThreads, SQLiteEvents, SQLiteDefinitions, Storage):
     """Storage in one SQLite file (WAL mode), safe to share between processes.
 
     Args:
