@@ -16,6 +16,7 @@ from keel.activities.heartbeat import heartbeating
 from keel.activities.model_step import ModelSteps
 from keel.activities.run_lists import run_lists
 from keel.activities.tools import ToolCalls
+from keel.activities.workflow_steps import WorkflowSteps
 from keel.app import App
 from keel.protocol import FinishChunk, FinishPayload, StepResult, names
 from keel.storage import Storage
@@ -42,6 +43,7 @@ class AgentActivities:
         self._storage = storage
         self._model = ModelSteps(app, storage)
         self._tools = ToolCalls(app, storage, host_queue)
+        self._workflow_steps = WorkflowSteps(app, storage)
 
     @activity.defn(name=names.MODEL_STEP)
     async def model_step(self, input: ModelStepInput) -> ModelStepResult:
@@ -130,6 +132,7 @@ class AgentActivities:
             self.persist_writes,
             self.execute_tool,
             self.kill_processes,
+            *self._workflow_steps.all(),
         ]
 
 

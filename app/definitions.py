@@ -45,6 +45,16 @@ class AppLoadError(AppError):
     """An app reference (`module:attr`) that does not resolve to an `App`."""
 
 
+class ToolSuspended(Exception):
+    """Raised by `ToolContext.suspend`: the workflow step waits for `resumeData` matching `resume_schema`, then
+    runs the tool again with it in `ctx.resume_data`."""
+
+    def __init__(self, payload: Any, resume_schema: Mapping[str, Any] | None) -> None:
+        super().__init__("suspended")
+        self.payload = payload
+        self.resume_schema = dict(resume_schema) if resume_schema is not None else None
+
+
 @dataclass(frozen=True)
 class ToolContext:
     """What a running tool knows about its call. `attempt` > 1 means a retry after a crash or timeout."""
@@ -60,6 +70,13 @@ class ToolContext:
     """The run's record of the agent's last read of the file this call writes (workspace write tools)."""
     effects: dict[str, Any] = field(default_factory=dict)
     """What a workspace tool reports back to the run: `read` (a `ReadRecord`), `cleared`, `process_started`."""
+    resume_data: Any = None
+    """In a workflow step resumed after `suspend`: the data it was resumed with (validated against the schema)."""
+
+    def suspend(self, payload: Any = None, resume_schema: Mapping[str, Any] | None = None) -> typing.NoReturn:
+        """In a workflow tool step: stop here and wait (`KeelStatus=suspended`) for resume data matching
+        `resume_schema` (a JSON Schema); the tool then runs again with it in `resume_data`."""
+        raise ToolSuspended(payload, resume_schema)
 
     @property
     def idempotency_key(self) -> str:
@@ -190,6 +207,9 @@ class App:
     agents: dict[str, Agent] = field(default_factory=dict)
     workspace: Workspace | None = None
     workspaces: dict[str, Workspace] = field(default_factory=dict)
+    tools: dict[str, Tool] = field(default_factory=dict)
+    """Tools of the app itself, for workflow steps (every agent's tools and the built-in `ask-human` are there
+    too: `workflow_tools()`)."""
 
     def __post_init__(self) -> None:
         found = [self.workspace, *self.workspaces.values(), *(a.workspace for a in self.agents.values())]
@@ -203,8 +223,18 @@ class App:
         self.workspaces = registry
 
     @classmethod
-    def of(cls, *agents: Agent, workspace: Workspace | None = None) -> App:
-        return cls(agents={a.id: a for a in agents}, workspace=workspace)
+    def of(cls, *agents: Agent, workspace: Workspace | None = None, tools: Iterable[Tool] = ()) -> App:
+        return cls(agents={a.id: a for a in agents}, workspace=workspace, tools={t.id: t for t in tools})
+
+    def workflow_tools(self) -> dict[str, Tool]:
+        """The tools a workflow's tool steps may name: the built-ins, every agent's, then the app's own."""
+        from keel.app.builtin_tools import BUILTIN_TOOLS
+
+        found = {t.id: t for t in BUILTIN_TOOLS}
+        for agent in self.agents.values():
+            found.update((t.id, t) for t in agent.tools)
+        found.update(self.tools)
+        return found
 
     def agent(self, agent_id: str) -> Agent:
         try:

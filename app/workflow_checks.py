@@ -141,6 +141,7 @@ def _semantic_errors(d: WorkflowDefinition, known: Known) -> Iterator[Definition
         if schema is not None:
             yield from _schema_errors(WorkflowDefinition.model_fields[name].alias or name, schema)
     seen: dict[str, str] = {}
+    containers: dict[str, str] = {}
     for index, entry in enumerate(d.graph):
         at = f"graph[{index}]"
         inner = [(f"{at}.steps[{i}]", s) for i, s in enumerate(getattr(entry, "steps", []))]
@@ -158,8 +159,12 @@ def _semantic_errors(d: WorkflowDefinition, known: Known) -> Iterator[Definition
         for where, step in steps:
             yield from _reference_errors(where, step, d, known)
             yield from _claim(seen, f"{where}.id", getattr(step, "id", None))
-        if inner:
-            yield from _claim(seen, f"{at}.id", getattr(entry, "id", None))
+        container_id = getattr(entry, "id", None) if inner else None
+        if container_id is not None:  # unique too, but not a readable step result (Mastra: map from the branches)
+            if container_id in seen or container_id in containers:
+                first = seen.get(container_id) or containers[container_id]
+                yield DefinitionError(f"{at}.id", f"duplicate step id (first at {first})", container_id)
+            containers.setdefault(container_id, f"{at}.id")
     schedules = d.schedules()
     if isinstance(d.schedule, list):
         ids = [s.id for s in schedules]

@@ -42,6 +42,8 @@ SANDBOX_PASSTHROUGH: dict[str, str] = {
     "keel.workflows.contracts": "models only; re-importing them cost ~45 ms of schema building per new run",
     "keel.workflows.options": "the options each worker registered for its task queue: a fresh import has none",
     "keel.workflows.search_attributes": "constant search attribute keys",
+    "keel.protocol.workflow_definition": "the definition models: no state",
+    "jsonschema": "JSON Schema checks of workflow data: pure functions; importing it per run is slow",
 }
 """Modules shared with the sandbox instead of re-imported for each workflow run, each with why that is safe."""
 

@@ -21,6 +21,13 @@ KILL_PROCESSES: Final = "keel.kill_processes"
 EXECUTE_TOOL: Final = "keel.execute_tool"
 """One tool of an agent run outside any run, as a standalone activity (`keel tool`, `tools/:id/execute`)."""
 
+# Workflow definition runs
+LOAD_DEFINITION: Final = "keel.load_workflow_definition"
+WORKFLOW_TOOL_STEP: Final = "keel.workflow_tool_step"
+RESUME_SIGNAL: Final = "resume"
+RESUME_STEP_UPDATE: Final = "resume_step"
+STATE_QUERY: Final = "state"
+
 # Handlers of `AgentRun`
 TOOL_APPROVAL_SIGNAL: Final = "tool_approval"
 APPROVE_TOOL_CALL_UPDATE: Final = "approve_tool_call"

@@ -22,6 +22,7 @@ from keel.model_providers import (
     tool_results_since_last_user,
 )
 from keel.workspace_providers import LocalFilesystem, LocalSandbox, Workspace
+from tests.workflows_json import apps as definition_apps
 from tests.workspace.apps import plan_agent
 
 
@@ -226,4 +227,7 @@ workspace_agent = plan_agent(
 )
 """Runs a JSON plan of workspace tool calls (`tests.workspace.apps`)."""
 
-app = App.of(demo, multi, ledger, once, mistakes, payer, reuser, bulky, flaky, workspace_agent)
+app = App.of(
+    demo, multi, ledger, once, mistakes, payer, reuser, bulky, flaky, workspace_agent, definition_apps.writer,
+    tools=definition_apps.app.tools.values(),
+)  # fmt: skip

@@ -22,10 +22,11 @@ from keel.client.connection import connect
 from keel.client.devserver import DevServer, DevServerConfig
 from keel.storage import SQLiteStorage
 from keel.worker import build_worker
-from keel.workflows.contracts import ALL_SHAPES, RunShape
+from keel.workflows.contracts import ALL_SHAPES, ResumeStep, RunShape, WorkflowRunState
 from keel.workflows.options import DEFAULT_OPTIONS, AgentActivityOptions
 from tests.apps import app
 from tests.conftest import free_port
+from tests.workflows_json import apps as definition_apps
 
 HISTORIES = Path(__file__).parent / "histories"
 
@@ -138,6 +139,26 @@ class _Scheduled:
         return {"args": data.get("args", {})}
 
 
+_STORAGE: list[SQLiteStorage] = []
+"""The recording server's storage, for scenarios that save workflow definitions first."""
+
+
+async def _definition_everything(keel: KeelClient, name: str) -> str:
+    for raw in (definition_apps.CHILD, definition_apps.EVERYTHING):
+        await _STORAGE[0].save_definition(raw["id"], raw)
+    await keel.temporal.start_workflow("everything", {"n": 3, "name": "ann"}, id=name, task_queue=keel.task_queue)
+    return name
+
+
+async def _definition_resumed(keel: KeelClient, name: str) -> str:
+    await _STORAGE[0].save_definition("ask", definition_apps.ASK)
+    handle = await keel.temporal.start_workflow("ask", {"what": "x"}, id=name, task_queue=keel.task_queue)
+    while (await handle.query("state", result_type=WorkflowRunState)).status != "suspended":
+        await asyncio.sleep(0.05)
+    await handle.signal("resume", ResumeStep(step="human", resume_data={"answer": "yes"}))
+    return name
+
+
 async def _bad_input(keel: KeelClient, name: str) -> str:
     await keel.temporal.start_workflow("AgentRun", id=name, task_queue=keel.task_queue)  # no input at all
     return name
@@ -170,6 +191,8 @@ SCENARIOS: dict[str, Scenario] = {
         lambda keel, name: keel.start_run("workspace", json.dumps(WORKSPACE_PLAN), run_id=name), DEFAULT_SHAPE
     ),
     "workspace_canceled": Scenario(_workspace_canceled, DEFAULT_SHAPE),
+    "definition_every_entry_type": Scenario(_definition_everything, DEFAULT_SHAPE),
+    "definition_suspended_and_resumed": Scenario(_definition_resumed, DEFAULT_SHAPE),
     "continued_as_new": Scenario(
         lambda keel, name: keel.start_run("bulky", "steps=4 size=1000", run_id=name),
         DEFAULT_SHAPE,
@@ -198,6 +221,7 @@ async def record_on_server(dynamic_config: dict[str, str], names: list[str]) -> 
         server = await DevServer(cfg).start(reuse=False)
         storage = SQLiteStorage(Path(tmp) / "keel.db")
         await storage.init()
+        _STORAGE[:] = [storage]
         try:
             client = await connect(cfg.address, payloads=storage.payloads())
             keel = KeelClient(client, task_queue=TASK_QUEUE, app=app)
@@ -211,6 +235,9 @@ async def record_on_server(dynamic_config: dict[str, str], names: list[str]) -> 
                 async with build_worker(client, app, storage, task_queue=TASK_QUEUE, options=options):
                     for name in (n for n in names if SCENARIOS[n].shape == shape):
                         runs[name] = await SCENARIOS[name].run(keel, name)
+                        if name.startswith("definition_"):  # a workflow definition's run: no agent result
+                            await client.get_workflow_handle(runs[name]).result()
+                            continue
                         with contextlib.suppress(RunFailed):
                             await keel.result(runs[name])
             HISTORIES.mkdir(exist_ok=True)

@@ -1,4 +1,5 @@
-"""Deterministic orchestration: the agent run loop, and the contract models of its inputs and outputs.
+"""Deterministic orchestration: the agent run loop, the interpreter of stored workflow definitions, and the
+contract models of their inputs and outputs.
 
 Imports only the standard library, temporalio, pydantic, `keel.protocol` and the contract models.
 """
@@ -11,10 +12,11 @@ from keel.workflows.contracts import (
     PendingToolCall,
     ToolApproval,
 )
+from keel.workflows.definition_run import DefinitionRun
 from keel.workflows.options import DEFAULT_OPTIONS, AgentActivityOptions
 from keel.workflows.search_attributes import ALL_KEYS as SEARCH_ATTRIBUTES
 
-WORKFLOWS: list[type] = [AgentRun]
+WORKFLOWS: list[type] = [AgentRun, DefinitionRun]
 
 __all__ = [
     "DEFAULT_OPTIONS",
@@ -25,6 +27,7 @@ __all__ = [
     "AgentRunInput",
     "AgentRunResult",
     "ApprovalAccepted",
+    "DefinitionRun",
     "PendingToolCall",
     "ToolApproval",
 ]

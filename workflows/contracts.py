@@ -322,3 +322,70 @@ class FinishRunInput(Contract):
     writes: PendingWrites = Field(default_factory=PendingWrites)
     finish_reason: FinishReason = "stop"
     usage: Usage | None = None
+
+
+# --- Workflow definition runs (`DefinitionRun`) -------------------------------------------------------------
+
+
+class LoadDefinitionInput(Contract):
+    workflow_id: str
+    input_data: Any = None
+
+
+class LoadDefinitionResult(Contract):
+    """The stored definition a run pins (its version and hash, recorded in the run's history), after checking
+    the run's input against the definition's input schema."""
+
+    workflow_id: str
+    version: int
+    hash: str
+    definition: dict[str, Any]
+    idempotent_tools: dict[str, bool] = Field(default_factory=dict)
+    """Each tool the definition names: may a lost attempt of it run again (else it runs at most once)."""
+
+
+class WorkflowToolInput(Contract):
+    run_id: str
+    workflow_id: str
+    step_id: str
+    tool_id: str
+    input_data: Any = None
+    resume_data: Any = None
+    request_context: dict[str, Any] | None = None
+
+
+class StepSuspension(Contract):
+    payload: Any = None
+    resume_schema: dict[str, Any] | None = None
+
+
+class WorkflowToolResult(Contract):
+    output: Any = None
+    suspended: StepSuspension | None = None
+
+
+class ResumeStep(Contract):
+    """Input of the `resume` signal and the `resume_step` update: Mastra's `{step, resumeData}`."""
+
+    step: str | list[str]
+    resume_data: Any = None
+
+
+class StepState(Contract):
+    status: Literal["running", "success", "failed", "suspended"]
+    output: Any = None
+    suspend_payload: Any = None
+    resume_schema: dict[str, Any] | None = None
+    error: str | None = None
+
+
+class WorkflowRunState(Contract):
+    """The `state` query: Mastra's snapshot of a run (status, each step's status and output, the result)."""
+
+    workflow_id: str
+    version: int | None = None
+    hash: str | None = None
+    status: Literal["running", "success", "failed", "suspended"] = "running"
+    steps: dict[str, StepState] = Field(default_factory=dict)
+    result: Any = None
+    error: str | None = None

@@ -203,6 +203,13 @@ MISTAKES: list[tuple[str, Any, str, str, Any]] = [
         "strng",
     ),
     ("empty graph", _set(["graph"], []), "graph", "at least 1 item", []),
+    (
+        "mapping from a container",
+        _set(["graph", 12, "mapConfig"], {"x": {"step": "fan", "path": "p1"}}),
+        "graph[12].mapConfig.x.step",
+        "refers to no step",
+        "fan",
+    ),
 ]
 
 

@@ -1,0 +1,115 @@
+"""The activities of a workflow definition run: loading (and pinning) the stored definition with the run's input
+checked against its input schema, and running an app tool as a tool step."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from pydantic import ValidationError
+from pydantic_core import to_jsonable_python
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from keel.activities.failures import translated
+from keel.activities.heartbeat import heartbeating
+from keel.app import App, ToolContext
+from keel.app.definitions import ToolSuspended
+from keel.protocol import names
+from keel.protocol.validation import describe_validation_error
+from keel.storage import Storage
+from keel.workflows.contracts import (
+    LoadDefinitionInput,
+    LoadDefinitionResult,
+    StepSuspension,
+    WorkflowToolInput,
+    WorkflowToolResult,
+)
+
+
+def schema_problems(schema: Any, value: Any) -> list[str]:
+    """What is wrong with `value` under the JSON Schema `schema`, one line each at its JSON path."""
+    if schema in (None, {}, True):
+        return []
+    found = []
+    for error in sorted(Draft202012Validator(schema).iter_errors(value), key=lambda e: list(e.absolute_path)):
+        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
+        found.append(f"${where}: {error.message}")
+    return found
+
+
+def invalid(kind: str, message: str) -> ApplicationError:
+    return ApplicationError(message, type=kind, non_retryable=True)
+
+
+class WorkflowSteps:
+    """The activities of workflow definition runs, for one app and one storage."""
+
+    def __init__(self, app: App, storage: Storage) -> None:
+        self._app = app
+        self._storage = storage
+
+    @activity.defn(name=names.LOAD_DEFINITION)
+    async def load_definition(self, input: LoadDefinitionInput) -> LoadDefinitionResult:
+        """The latest stored version of the workflow (the run pins it: this result is in its history), after
+        checking the run's input against its input schema. Unknown workflow or bad input: non-retryable."""
+        with translated():
+            stored = await self._storage.get_definition(input.workflow_id)
+            if stored is None:
+                raise invalid(
+                    "UnknownWorkflow",
+                    f"No stored workflow definition {input.workflow_id!r}: save one with `keel workflows save FILE`",
+                )
+            problems = schema_problems(stored.definition.get("inputSchema"), input.input_data)
+            if problems:
+                raise invalid("InvalidWorkflowInput", "Invalid input: " + "; ".join(problems))
+            tools = self._app.workflow_tools()
+            return LoadDefinitionResult(
+                workflow_id=stored.workflow_id,
+                version=stored.version,
+                hash=stored.hash,
+                definition=stored.definition,
+                idempotent_tools={tool_id: t.idempotent for tool_id, t in tools.items()},
+            )
+
+    @activity.defn(name=names.WORKFLOW_TOOL_STEP)
+    async def tool_step(self, input: WorkflowToolInput) -> WorkflowToolResult:
+        """Run the app tool `tool_id` with the step's input; a tool that suspends answers with its payload."""
+        with translated():
+            async with heartbeating():
+                return await self._tool_step(input)
+
+    async def _tool_step(self, input: WorkflowToolInput) -> WorkflowToolResult:
+        tool = self._app.workflow_tools().get(input.tool_id)
+        if tool is None:
+            raise invalid("UnknownTool", f"Step {input.step_id!r}: no tool {input.tool_id!r} in this app")
+        try:
+            args = tool.parse_args(input.input_data if isinstance(input.input_data, dict) else {})
+        except ValidationError as err:
+            problem = describe_validation_error(err)
+            message = f"Step {input.step_id!r}: the input of tool {input.tool_id!r} is invalid: {problem}"
+            raise invalid("InvalidStepInput", message) from None
+        ctx = ToolContext(
+            run_id=input.run_id,
+            tool_call_id=input.step_id,
+            agent_id="",
+            thread_id=input.run_id,
+            resource_id=input.workflow_id,
+            attempt=activity.info().attempt,
+            request_context=input.request_context or {},
+            resume_data=input.resume_data,
+        )
+        try:
+            output = await tool.execute(args, ctx)
+        except ToolSuspended as suspended:
+            return WorkflowToolResult(
+                suspended=StepSuspension(payload=suspended.payload, resume_schema=suspended.resume_schema)
+            )
+        except ApplicationError:
+            raise
+        except Exception as err:  # the step fails, and with it the run (Mastra: the step's status is failed)
+            raise invalid("StepFailed", f"Step {input.step_id!r}: {type(err).__name__}: {err}") from err
+        return WorkflowToolResult(output=to_jsonable_python(output, by_alias=True))
+
+    def all(self) -> list[Any]:
+        return [self.load_definition, self.tool_step]

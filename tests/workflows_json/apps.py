@@ -1,0 +1,129 @@
+"""An app for the workflow definition tests: small tools, a scripted agent, and definitions using them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+from keel.app import Agent, App, ToolContext, tool
+from keel.model_providers import ModelRequest, ModelResponse, ScriptedModel, last_user_text
+
+
+class Number(BaseModel):
+    n: int
+
+
+class Count(BaseModel):
+    count: int
+
+
+class Text(BaseModel):
+    text: str = ""
+
+
+@tool("double")
+async def double(args: Number, ctx: ToolContext) -> dict[str, int]:
+    """Twice n."""
+    return {"n": args.n * 2}
+
+
+@tool("inc")
+async def inc(args: Number, ctx: ToolContext) -> dict[str, int]:
+    """n + 1."""
+    return {"n": args.n + 1}
+
+
+@tool("range")
+async def numbers(args: Count, ctx: ToolContext) -> list[dict[str, int]]:
+    """[{n: 1}, ..., {n: count}]."""
+    return [{"n": i} for i in range(1, args.count + 1)]
+
+
+@tool("echo")
+async def echo(args: Text, ctx: ToolContext) -> dict[str, str]:
+    """The text back."""
+    return {"echo": args.text}
+
+
+def writer_script(request: ModelRequest) -> ModelResponse:
+    return ModelResponse(text=f"draft: {last_user_text(request)}")
+
+
+writer = Agent(id="writer", model=ScriptedModel(writer_script, name="writer"))
+app = App.of(writer, tools=(double, inc, numbers, echo))
+
+
+def definition(workflow_id: str, graph: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    return {
+        "id": workflow_id,
+        "inputSchema": {"type": "object"},
+        "outputSchema": {"type": "object"},
+        "graph": graph,
+        **extra,
+    }
+
+
+def tool_step(step_id: str, tool_id: str) -> dict[str, Any]:
+    return {"type": "tool", "id": step_id, "toolId": tool_id}
+
+
+def mapping(step_id: str, config: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "mapping", "id": step_id, "mapConfig": config}
+
+
+CHILD = definition("child", [tool_step("twice", "double")])
+
+EVERYTHING = definition(
+    "everything",
+    [
+        mapping("prep", {"n": {"initData": True, "path": "n"}, "text": {"template": "hi ${initData.name}"}}),
+        tool_step("d1", "double"),
+        {"type": "parallel", "id": "fan", "steps": [tool_step("p1", "double"), tool_step("p2", "inc")]},
+        mapping("howmany", {"count": {"value": 3}}),
+        tool_step("list", "range"),
+        {"type": "foreach", "id": "each", "step": tool_step("e", "double"), "opts": {"concurrency": 2}},
+        mapping("ask", {"prompt": {"template": "count ${stepResults.d1.n}"}}),
+        {"type": "agent", "id": "draft", "agentId": "writer"},
+        {"type": "sleep", "id": "nap", "duration": 10},
+        {"type": "sleepUntil", "id": "past", "date": "2020-01-01T00:00:00Z"},
+        {
+            "type": "conditional",
+            "steps": [tool_step("yes", "echo"), tool_step("no", "echo")],
+            "predicates": [
+                {"op": "eq", "left": {"path": "stepResults.d1.n"}, "right": {"literal": 6}},
+                {"op": "ne", "left": {"path": "stepResults.d1.n"}, "right": {"literal": 6}},
+            ],
+        },
+        mapping("zero", {"n": {"value": 0}}),
+        {
+            "type": "loop",
+            "step": tool_step("up", "inc"),
+            "loopType": "dountil",
+            "predicate": {"op": "gte", "left": {"path": "inputData.n"}, "right": {"literal": 3}},
+        },
+        {"type": "workflow", "id": "nested", "workflowId": "child"},
+        mapping(
+            "out",
+            {
+                "doubled": {"step": "d1", "path": "n"},
+                "fan": {"step": "p2", "path": "n"},
+                "each": {"step": "e", "path": "2.n"},
+                "draft": {"step": "draft", "path": "text"},
+                "branch": {"step": ["yes", "no"], "path": "echo"},
+                "loop": {"step": "up", "path": "n"},
+                "nested": {"step": "nested", "path": "n"},
+                "who": {"requestContextPath": "user"},
+            },
+        ),
+    ],
+)
+
+ASK = definition(
+    "ask",
+    [
+        mapping("q", {"question": {"template": "Ship ${initData.what}?"}}),
+        tool_step("human", "ask-human"),
+        mapping("out", {"answer": {"step": "human", "path": "answer"}, "version": {"value": 1}}),
+    ],
+)

@@ -1,0 +1,161 @@
+"""Stored definitions run by the interpreter on a real worker: every entry type to success, suspend and resume
+(signal and update, bad resume data refused), pinned versions, and bad input failing at once."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from typing import Any
+
+import pytest
+from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
+
+from keel.app.workflow_checks import Known, check_definition
+from keel.client.devserver import DevServer
+from keel.storage import Storage
+from keel.workflows.contracts import ResumeStep, WorkflowRunState
+from tests.conftest import running_worker
+from tests.test_temporal_cli import temporal
+from tests.workflows_json.apps import ASK, CHILD, EVERYTHING, app
+
+
+async def save(storage: Storage, raw: dict[str, Any]) -> None:
+    known = Known(
+        tools=frozenset(app.workflow_tools()),
+        agents=frozenset(app.agents),
+        workflows={d.workflow_id: None for d in await storage.list_definitions()},
+    )
+    check_definition(raw, known)
+    await storage.save_definition(raw["id"], raw)
+
+
+async def start(client: Client, workflow_id: str, task_queue: str, *args: Any) -> Any:
+    return await client.start_workflow(
+        workflow_id, args=list(args), id=f"{workflow_id}-{uuid.uuid4()}", task_queue=task_queue
+    )
+
+
+async def suspended_on(client: Client, handle: Any, step: str) -> WorkflowRunState:
+    async with asyncio.timeout(30):
+        while True:
+            state: WorkflowRunState = await handle.query("state", result_type=WorkflowRunState)
+            if state.status == "suspended" and state.steps.get(step) and state.steps[step].status == "suspended":
+                return state
+            await asyncio.sleep(0.05)
+
+
+async def test_a_definition_with_every_entry_type_runs_to_success(
+    client: Client, storage: Storage, task_queue: str
+) -> None:
+    await save(storage, CHILD)
+    await save(storage, EVERYTHING)
+    async with running_worker(client, app, storage, task_queue):
+        handle = await start(client, "everything", task_queue, {"n": 3, "name": "ann"})
+        result = await handle.result()
+        state = await handle.query("state", result_type=WorkflowRunState)
+    assert result == {
+        "doubled": 6,
+        "fan": 7,
+        "each": 6,
+        "draft": "draft: count 6",
+        "branch": "draft: count 6",  # the conditional's branches take the previous output: the agent's
+        "loop": 3,
+        "nested": 6,
+        "who": None,
+    }
+    assert state.status == "success" and state.version == 1 and state.steps["e[2]"].output == {"n": 6}
+    history = await handle.fetch_history()
+    kinds = {e.WhichOneof("attributes") for e in history.events}
+    assert "timer_started_event_attributes" in kinds
+    assert "start_child_workflow_execution_initiated_event_attributes" in kinds
+
+
+async def test_ask_human_suspends_and_resumes_by_signal_and_by_update_refusing_bad_data(
+    client: Client, storage: Storage, task_queue: str
+) -> None:
+    await save(storage, ASK)
+    async with running_worker(client, app, storage, task_queue):
+        by_signal = await start(client, "ask", task_queue, {"what": "v1"})
+        state = await suspended_on(client, by_signal, "human")
+        assert state.steps["human"].suspend_payload == {"question": "Ship v1?"}
+        await by_signal.signal("resume", ResumeStep(step="human", resume_data={"answer": 42}))  # not a string
+        await asyncio.sleep(0.3)
+        assert (await by_signal.query("state", result_type=WorkflowRunState)).status == "suspended"
+        rejected = await by_signal.query("rejected_signals", result_type=list[str])
+        assert rejected == ["Invalid resumeData for step 'human': $.answer: 42 is not of type 'string'"]
+        await by_signal.signal("resume", ResumeStep(step="human", resume_data={"answer": "yes"}))
+        assert await by_signal.result() == {"answer": "yes", "version": 1}
+
+        by_update = await start(client, "ask", task_queue, {"what": "v2"})
+        await suspended_on(client, by_update, "human")
+        with pytest.raises(WorkflowUpdateFailedError) as caught:
+            await by_update.execute_update("resume_step", ResumeStep(step="nope", resume_data={"answer": "x"}))
+        assert "Step 'nope' is not suspended (suspended steps: human)" in str(caught.value.cause)
+        accepted = await by_update.execute_update("resume_step", ResumeStep(step="human", resume_data={"answer": "no"}))
+        assert accepted == {"accepted": True, "step": "human"}
+        assert await by_update.result() == {"answer": "no", "version": 1}
+
+
+async def test_a_run_finishes_on_the_version_it_started_with_while_new_runs_use_the_new_one(
+    client: Client, storage: Storage, task_queue: str
+) -> None:
+    await save(storage, ASK)
+    async with running_worker(client, app, storage, task_queue):
+        old = await start(client, "ask", task_queue, {"what": "x"})
+        await suspended_on(client, old, "human")
+        edited = json.loads(json.dumps(ASK))
+        edited["graph"][2]["mapConfig"]["version"] = {"value": 2}
+        await save(storage, edited)
+        await old.signal("resume", ResumeStep(step="human", resume_data={"answer": "a"}))
+        assert await old.result() == {"answer": "a", "version": 1}
+        new = await start(client, "ask", task_queue, {"what": "y"})
+        await suspended_on(client, new, "human")
+        await new.signal("resume", ResumeStep(step="human", resume_data={"answer": "b"}))
+        assert await new.result() == {"answer": "b", "version": 2}
+        assert (await new.query("state", result_type=WorkflowRunState)).version == 2
+
+
+@pytest.mark.parametrize(
+    ("args", "reason"),
+    [
+        ((), "takes one input, a JSON object (its inputData); got 0 inputs"),
+        (({"n": 1}, {"n": 2}), "got 2 inputs"),
+        (([1, 2],), "takes a JSON object as input (its inputData); got an array"),
+        (({"n": "three"},), "Invalid input: $.n: 'three' is not of type 'integer'"),
+    ],
+)
+async def test_bad_input_fails_the_run_at_once_with_a_readable_reason(
+    client: Client, storage: Storage, task_queue: str, args: tuple[Any, ...], reason: str
+) -> None:
+    typed = json.loads(json.dumps(CHILD))
+    typed["inputSchema"] = {"type": "object", "properties": {"n": {"type": "integer"}}}
+    await save(storage, typed)
+    async with running_worker(client, app, storage, task_queue):
+        handle = await start(client, "child", task_queue, *args)
+        with pytest.raises(WorkflowFailureError) as caught:
+            await asyncio.wait_for(handle.result(), 30)
+    assert reason in str(caught.value.cause)
+
+
+async def test_the_temporal_cli_starts_a_stored_definition_and_resumes_it_by_signal(
+    client: Client, dev_server: DevServer, storage: Storage, task_queue: str
+) -> None:
+    await save(storage, ASK)
+    run_id = f"cli-{uuid.uuid4()}"
+    async with running_worker(client, app, storage, task_queue):
+        await temporal(
+            dev_server, "workflow", "start", "--type", "ask", "--task-queue", task_queue, "--workflow-id", run_id,
+            "--input", '{"what": "cli"}',
+        )  # fmt: skip
+        handle = client.get_workflow_handle(run_id)
+        await suspended_on(client, handle, "human")
+        listed = await temporal(
+            dev_server, "workflow", "list", "--query", f"KeelStatus='suspended' AND WorkflowId='{run_id}'"
+        )
+        assert run_id in listed
+        await temporal(
+            dev_server, "workflow", "signal", "--workflow-id", run_id, "--name", "resume",
+            "--input", '{"step": "human", "resumeData": {"answer": "from the cli"}}',
+        )  # fmt: skip
+        assert await asyncio.wait_for(handle.result(), 30) == {"answer": "from the cli", "version": 1}

@@ -1,0 +1,366 @@
+"""`DefinitionRun`: one deterministic interpreter for every stored workflow definition. Registered as Temporal's
+dynamic workflow, so a definition saved with id `X` runs as workflow type `X` (`temporal workflow start --type X
+--input '{...}'` works without Keel's client).
+
+The run's first activity loads the latest version of the definition and checks the input against its input
+schema; its result, in the history, pins that version: editing or deleting the definition never changes a run
+in flight. Entries map to Temporal: tool steps are activities, agent steps `AgentRun` child workflows, nested
+workflows child workflows (of their own type), sleeps timers; mappings, predicates, parallel, foreach,
+conditional and loop are workflow code. A tool that suspends makes the run wait (`KeelStatus=suspended`) for the
+`resume` signal or the `resume_step` update, `{"step", "resumeData"}`, checked against the step's resume schema.
+
+Failure semantics: a failing step fails the run (non-retryable, saying which step); inside `parallel`, a
+`conditional` or a `foreach`, the first failure fails the run once the siblings already running finish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RawValue, RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError, FailureError
+
+with workflow.unsafe.imports_passed_through():
+    from jsonschema import Draft202012Validator
+
+from keel.protocol import names
+from keel.protocol.workflow_definition import (
+    AgentEntry,
+    ClassifierEntry,
+    ConditionalEntry,
+    ForeachEntry,
+    GraphEntry,
+    InnerStep,
+    LoopEntry,
+    MappingEntry,
+    NestedWorkflowEntry,
+    ParallelEntry,
+    SleepEntry,
+    SleepUntilEntry,
+    ToolEntry,
+    WorkflowDefinition,
+)
+from keel.workflows.contracts import (
+    AgentRunInput,
+    AgentRunResult,
+    LoadDefinitionInput,
+    LoadDefinitionResult,
+    ResumeStep,
+    StepState,
+    WorkflowRunState,
+    WorkflowToolInput,
+    WorkflowToolResult,
+)
+from keel.workflows.graph_values import RunData, holds, map_values
+from keel.workflows.search_attributes import KEEL_KIND, KEEL_STATUS, KEEL_WORKFLOW_ID
+
+MAX_LOOP_ITERATIONS = 10_000
+MAX_FOREACH_ITEMS = 10_000
+TOOL_TIMEOUT = timedelta(minutes=10)
+TOOL_HEARTBEAT = timedelta(seconds=10)
+LOAD_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
+
+
+class StepFailed(Exception):
+    """A step of the graph failed: the run fails with this message."""
+
+
+@workflow.defn(dynamic=True, sandboxed=False)
+class DefinitionRun:
+    def __init__(self) -> None:
+        self._state = WorkflowRunState(workflow_id=workflow.info().workflow_type)
+        self._suspended: dict[str, dict[str, Any] | None] = {}
+        """Suspended step key (a step id, `id[i]` in a foreach) → its resume schema."""
+        self._resumes: dict[str, Any] = {}
+        self._rejected: list[str] = []
+        self._children = 0
+        self._idempotent: dict[str, bool] = {}
+        self._request_context: dict[str, Any] = {}
+
+    # --- handlers ---------------------------------------------------------------------------------------
+
+    @workflow.query(name=names.STATE_QUERY)
+    def state(self) -> WorkflowRunState:
+        return self._state
+
+    @workflow.query(name="rejected_signals")
+    def rejected_signals(self) -> list[str]:
+        return list(self._rejected)
+
+    @workflow.signal(name=names.RESUME_SIGNAL)
+    def resume(self, resume: ResumeStep) -> None:
+        problem = self._resume_problem(resume)
+        if problem is not None:
+            self._rejected.append(problem)
+            workflow.logger.warning("resume signal ignored: %s", problem)
+            return
+        self._deliver(resume)
+
+    @workflow.update(name=names.RESUME_STEP_UPDATE)
+    def resume_step(self, resume: ResumeStep) -> dict[str, Any]:
+        self._deliver(resume)
+        return {"accepted": True, "step": resume.step}
+
+    @resume_step.validator
+    def _validate_resume(self, resume: ResumeStep) -> None:
+        problem = self._resume_problem(resume)
+        if problem is not None:
+            raise ApplicationError(problem, type="InvalidResume", non_retryable=True)
+
+    def _key(self, resume: ResumeStep) -> str | None:
+        step = resume.step if isinstance(resume.step, str) else ".".join(resume.step)
+        return next((k for k in self._suspended if k == step or k.startswith(f"{step}[")), None)
+
+    def _resume_problem(self, resume: ResumeStep) -> str | None:
+        key = self._key(resume)
+        if key is None:
+            waiting = ", ".join(self._suspended) or "none"
+            return f"Step {resume.step!r} is not suspended (suspended steps: {waiting})"
+        schema = self._suspended[key]
+        if schema:
+            errors = sorted(Draft202012Validator(schema).iter_errors(resume.resume_data), key=lambda e: e.path)
+            if errors:
+                where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in errors[0].absolute_path)
+                return f"Invalid resumeData for step {key!r}: ${where}: {errors[0].message}"
+        return None
+
+    def _deliver(self, resume: ResumeStep) -> None:
+        key = self._key(resume)
+        assert key is not None
+        self._resumes[key] = resume.resume_data
+        del self._suspended[key]
+
+    # --- the run ----------------------------------------------------------------------------------------
+
+    @workflow.run
+    async def run(self, args: Sequence[RawValue]) -> Any:
+        info = workflow.info()
+        workflow.upsert_search_attributes(
+            [
+                KEEL_KIND.value_set("workflow"),
+                KEEL_WORKFLOW_ID.value_set(info.workflow_type),
+                KEEL_STATUS.value_set("running"),
+            ]
+        )
+        try:
+            input_data = _one_object(info.workflow_type, args)
+            loaded: LoadDefinitionResult = await workflow.execute_activity(
+                names.LOAD_DEFINITION,
+                LoadDefinitionInput(workflow_id=info.workflow_type, input_data=input_data),
+                result_type=LoadDefinitionResult,
+                start_to_close_timeout=timedelta(minutes=1),
+                retry_policy=LOAD_RETRY,
+                summary=f"load definition {info.workflow_type}",
+            )
+            definition = WorkflowDefinition.model_validate(loaded.definition)
+            self._idempotent = loaded.idempotent_tools
+            self._state.version, self._state.hash = loaded.version, loaded.hash
+            workflow.upsert_memo({"definitionVersion": loaded.version, "definitionHash": loaded.hash})
+            workflow.set_current_details(f"definition {definition.id} v{loaded.version} ({loaded.hash})")
+            data = RunData(init_data=input_data, input_data=input_data)
+            for entry in definition.graph:
+                data.input_data = await self._entry(entry, data)
+            problems = _schema_problems(definition.output_schema, data.input_data)
+            if problems:
+                raise StepFailed("Invalid output: " + "; ".join(problems))
+        except (StepFailed, ActivityError, ChildWorkflowError, ApplicationError) as err:
+            message = str(_cause(err)) if isinstance(err, FailureError) else str(err)
+            self._state.status, self._state.error = "failed", message
+            workflow.upsert_search_attributes([KEEL_STATUS.value_set("failed")])
+            raise ApplicationError(message, type=type(_cause(err)).__name__, non_retryable=True) from None
+        self._state.status, self._state.result = "success", data.input_data
+        workflow.upsert_search_attributes([KEEL_STATUS.value_set("completed")])
+        return data.input_data
+
+    async def _entry(self, entry: GraphEntry, data: RunData) -> Any:
+        if isinstance(entry, MappingEntry):
+            return self._record(entry.id, map_values(entry, data), data)
+        if isinstance(entry, SleepEntry):
+            await workflow.sleep(timedelta(milliseconds=entry.duration))
+            return self._record(entry.id, data.input_data, data)
+        if isinstance(entry, SleepUntilEntry):
+            until = datetime.fromisoformat(entry.date.replace("Z", "+00:00"))
+            delay = (until - workflow.now()).total_seconds()
+            if delay > 0:
+                await workflow.sleep(delay)
+            return self._record(entry.id, data.input_data, data)
+        if isinstance(entry, ParallelEntry):
+            outputs = await _all(self._step(s, data.input_data, data) for s in entry.steps)
+            return {s.id: out for s, out in zip(entry.steps, outputs, strict=True)}
+        if isinstance(entry, ConditionalEntry):
+            chosen = [s for s, p in zip(entry.steps, entry.predicates, strict=True) if holds(p, data)]
+            outputs = await _all(self._step(s, data.input_data, data) for s in chosen)
+            return {s.id: out for s, out in zip(chosen, outputs, strict=True)}
+        if isinstance(entry, ForeachEntry):
+            return await self._foreach(entry, data)
+        if isinstance(entry, LoopEntry):
+            return await self._loop(entry, data)
+        return await self._step(entry, data.input_data, data)
+
+    async def _foreach(self, entry: ForeachEntry, data: RunData) -> list[Any]:
+        items = data.input_data
+        if not isinstance(items, list):
+            raise StepFailed(f"Step {entry.step.id!r}: foreach needs an array as its input, got {_kind(items)}")
+        if len(items) > MAX_FOREACH_ITEMS:
+            raise StepFailed(f"Step {entry.step.id!r}: {len(items)} items; foreach takes at most {MAX_FOREACH_ITEMS}")
+        slots = asyncio.Semaphore(entry.opts.concurrency if entry.opts else 1)
+
+        async def one(index: int, item: Any) -> Any:
+            async with slots:
+                return await self._step(entry.step, item, data, key=f"{entry.step.id}[{index}]")
+
+        outputs = await _all(one(i, item) for i, item in enumerate(items))
+        self._record(entry.step.id, outputs, data)
+        return outputs
+
+    async def _loop(self, entry: LoopEntry, data: RunData) -> Any:
+        value = data.input_data
+        for _ in range(MAX_LOOP_ITERATIONS):
+            value = await self._step(entry.step, value, data)
+            data.input_data = value
+            done = holds(entry.predicate, data)
+            if (entry.loop_type == "dowhile" and not done) or (entry.loop_type == "dountil" and done):
+                return value
+        raise StepFailed(f"Step {entry.step.id!r}: the loop ran {MAX_LOOP_ITERATIONS} times without ending")
+
+    async def _step(self, step: InnerStep | GraphEntry, value: Any, data: RunData, *, key: str | None = None) -> Any:
+        step_id = str(getattr(step, "id", ""))
+        self._state.steps[key or step_id] = StepState(status="running")
+        if isinstance(step, ToolEntry):
+            output = await self._tool(step, value, key or step_id)
+        elif isinstance(step, AgentEntry):
+            output = await self._agent(step, value)
+        elif isinstance(step, NestedWorkflowEntry):
+            output = await self._nested(step, value)
+        elif isinstance(step, ClassifierEntry):
+            raise StepFailed(f"Step {step_id!r}: classifier steps are not supported yet")
+        else:
+            raise StepFailed(f"Step {step_id!r}: cannot run a {getattr(step, 'type', '?')} entry here")
+        self._state.steps[key or step_id] = StepState(status="success", output=output)
+        if key is None:
+            data.step_results[step_id] = output
+        return output
+
+    def _record(self, step_id: str, output: Any, data: RunData) -> Any:
+        data.step_results[step_id] = output
+        self._state.steps[step_id] = StepState(status="success", output=output)
+        return output
+
+    async def _tool(self, step: ToolEntry, value: Any, key: str) -> Any:
+        retries = step.options.retries if step.options and step.options.retries is not None else 0
+        idempotent = self._idempotent.get(step.tool_id, False)
+        attempts = max(5, retries + 1) if idempotent else retries + 1
+        resume_data: Any = None
+        while True:
+            result: WorkflowToolResult = await workflow.execute_activity(
+                names.WORKFLOW_TOOL_STEP,
+                WorkflowToolInput(
+                    run_id=workflow.info().workflow_id,
+                    workflow_id=workflow.info().workflow_type,
+                    step_id=key,
+                    tool_id=step.tool_id,
+                    input_data=value,
+                    resume_data=resume_data,
+                    request_context=self._request_context or None,
+                ),
+                result_type=WorkflowToolResult,
+                start_to_close_timeout=TOOL_TIMEOUT,
+                heartbeat_timeout=TOOL_HEARTBEAT,
+                retry_policy=RetryPolicy(maximum_attempts=attempts),
+                summary=f"{key}: {step.tool_id}",
+            )
+            if result.suspended is None:
+                return result.output
+            suspension = result.suspended
+            self._suspended[key] = suspension.resume_schema
+            self._state.steps[key] = StepState(
+                status="suspended", suspend_payload=suspension.payload, resume_schema=suspension.resume_schema
+            )
+            self._set_status("suspended")
+            await workflow.wait_condition(lambda: key in self._resumes)
+            resume_data = self._resumes.pop(key)
+            self._state.steps[key] = StepState(status="running")
+            if not self._suspended:
+                self._set_status("running")
+
+    async def _agent(self, step: AgentEntry, value: Any) -> Any:
+        prompt = value.get("prompt") if isinstance(value, dict) else value
+        if not isinstance(prompt, str) or not prompt:
+            raise StepFailed(f"Step {step.id!r}: an agent step takes {{prompt: string}}, got {_kind(value)}")
+        result: AgentRunResult = await workflow.execute_child_workflow(
+            names.AGENT_RUN,
+            AgentRunInput(agent_id=step.agent_id, messages=prompt),
+            id=self._child_id(step.id),
+            result_type=AgentRunResult,
+        )
+        return {"text": result.text}
+
+    async def _nested(self, step: NestedWorkflowEntry, value: Any) -> Any:
+        return await workflow.execute_child_workflow(step.workflow_id, value, id=self._child_id(step.id))
+
+    def _child_id(self, step_id: str) -> str:
+        self._children += 1
+        return f"{workflow.info().workflow_id}-{step_id}-{self._children}"
+
+    def _set_status(self, status: str) -> None:
+        self._state.status = "suspended" if status == "suspended" else "running"
+        workflow.upsert_search_attributes([KEEL_STATUS.value_set(status)])
+
+
+async def _all(coros: Any) -> list[Any]:
+    """Run steps together; the first failure is raised once every sibling has finished (none left running)."""
+    results = await asyncio.gather(*coros, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return list(results)
+
+
+def _one_object(workflow_type: str, args: Sequence[RawValue]) -> dict[str, Any]:
+    if len(args) != 1:
+        raise ApplicationError(
+            f"Workflow {workflow_type!r} takes one input, a JSON object (its inputData); got {len(args)} inputs",
+            type="InvalidWorkflowInput",
+            non_retryable=True,
+        )
+    try:
+        value = workflow.payload_converter().from_payload(args[0].payload)
+    except Exception as err:
+        raise ApplicationError(
+            f"Workflow {workflow_type!r}: its input could not be read: {err}",
+            type="InvalidWorkflowInput",
+            non_retryable=True,
+        ) from None
+    if not isinstance(value, dict):
+        raise ApplicationError(
+            f"Workflow {workflow_type!r} takes a JSON object as input (its inputData); got {_kind(value)}",
+            type="InvalidWorkflowInput",
+            non_retryable=True,
+        )
+    return value
+
+
+def _schema_problems(schema: Any, value: Any) -> list[str]:
+    if schema in (None, {}, True):
+        return []
+    errors = sorted(Draft202012Validator(schema).iter_errors(value), key=lambda e: list(e.absolute_path))
+    return [
+        "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in e.absolute_path) + f": {e.message}"
+        for e in errors
+    ]
+
+
+def _cause(err: BaseException) -> BaseException:
+    while isinstance(err, FailureError) and err.cause is not None:
+        err = err.cause
+    return err
+
+
+def _kind(value: Any) -> str:
+    return {dict: "an object", list: "an array", str: "a string", type(None): "nothing"}.get(
+        type(value), type(value).__name__
+    )
