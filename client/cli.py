@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from keel.app import Agent, App, AppError, Tool, load_app
 from keel.app.agent_tools import agent_tool, agent_tools
+from keel.client import workflow_commands
 from keel.client.devserver import DevServer, DevServerConfig, is_listening, stop_detached, wait_for_ui
 from keel.client.errors import KeelClientError, RunFailed, RunNotFound, ToolFailed
 from keel.client.keel_client import KeelClient
@@ -556,6 +557,11 @@ COMMANDS: dict[str, Command] = {
     ),
     "config": Command(
         "print the settings in effect and where each comes from", cmd_config, _json_arg, ("temporal", "queue", "app")
+    ),
+    "workflows": Command(
+        "stored workflow definitions: list, show, save FILE, delete, run, resume, runs, counts",
+        lambda args: workflow_commands.run(args, connect_client, open_storage),
+        lambda p: workflow_commands.arguments(p, _add_options),
     ),
     "migrate": Command("create or upgrade the storage schema ($KEEL_STORAGE_URL)", cmd_migrate),
     "server": Command("start, stop or check a background dev server", cmd_server, _server_args),

@@ -1,0 +1,173 @@
+"""`keel workflows list|show|save FILE|delete|run ID --input JSON|resume RUN --step S --data JSON|runs ID|counts`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from keel.app import load_app
+from keel.app.workflow_checks import InvalidDefinition
+from keel.client.errors import KeelClientError
+from keel.client.workflows import RunStatus, Workflows
+from keel.storage import Storage, open_storage
+
+
+class WorkflowCommandError(KeelClientError):
+    """A workflows command's bad input (a file that is not JSON, --input that is not an object)."""
+
+
+def arguments(p: argparse.ArgumentParser, add_options: Callable[[argparse.ArgumentParser, Any], None]) -> None:
+    sub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+    def action(name: str, help: str) -> argparse.ArgumentParser:
+        parser = sub.add_parser(name, help=help, description=help)
+        add_options(parser, ("temporal", "queue", "app"))
+        parser.add_argument("--json", action="store_true", help="print JSON")
+        return parser
+
+    action("list", "the stored workflows (latest versions)").add_argument("--status", choices=["active", "archived"])
+    show = action("show", "a stored workflow's definition")
+    show.add_argument("workflow_id")
+    show.add_argument("--version", type=int, help="a version (default: the latest)")
+    save = action("save", "check a definition (every error with its JSON path) and store it as a new version")
+    save.add_argument("file", help="a JSON file with one definition")
+    save.add_argument("--author", help="recorded as its author")
+    save.add_argument("--archived", action="store_true", help="store it archived (its schedules off)")
+    action("delete", "hide a stored workflow and delete its schedules (runs in flight finish)").add_argument(
+        "workflow_id"
+    )
+    run = action("run", "start a stored workflow, wait until it ends or suspends")
+    run.add_argument("workflow_id")
+    run.add_argument("--input", default="{}", help="its inputData, a JSON object (default {})")
+    run.add_argument("--run-id", help="the run's id (default wf-<workflow>-<uuid>)")
+    resume = action("resume", "resume a suspended step, wait until the run ends or suspends again")
+    resume.add_argument("run_id")
+    resume.add_argument("--step", required=True, help="the suspended step's id")
+    resume.add_argument("--data", default="{}", help="its resumeData, JSON (default {})")
+    runs = action("runs", "a stored workflow's runs, from Temporal")
+    runs.add_argument("workflow_id")
+    runs.add_argument("--status", choices=["running", "suspended", "completed", "failed"])
+    action("counts", "running and suspended runs of each stored workflow")
+
+
+async def run(args: argparse.Namespace, connect: Callable[..., Any], settings_storage: Callable[[], Storage]) -> int:
+    app = load_app(args.app)
+    storage = settings_storage()
+    await storage.init()  # saving writes; a reader's listing works on a migrated database too
+    try:
+        keel = None if args.action in ("list", "show") else await connect(args, app)  # those read storage only
+        return await _ACTIONS[args.action](Workflows(storage, app, keel), args)
+    finally:
+        await storage.close()
+
+
+async def _list(w: Workflows, args: argparse.Namespace) -> int:
+    stored = await w.storage.list_definitions(status=args.status)
+    if args.json:
+        print(json.dumps([s.model_dump(mode="json", by_alias=True, exclude={"definition"}) for s in stored], indent=2))
+        return 0
+    for s in stored:
+        print(f"{s.workflow_id}  v{s.version} ({s.hash})  {s.status}  updated {s.updated_at:%Y-%m-%d %H:%M:%S}")
+    return 0
+
+
+async def _show(w: Workflows, args: argparse.Namespace) -> int:
+    stored = await w.get(args.workflow_id, args.version)
+    print(json.dumps(stored.model_dump(mode="json", by_alias=True) if args.json else stored.definition, indent=2))
+    return 0
+
+
+async def _save(w: Workflows, args: argparse.Namespace) -> int:
+    try:
+        raw = json.loads(Path(args.file).read_text())
+    except OSError as err:
+        raise WorkflowCommandError(f"Cannot read {args.file}: {err.strerror}") from None
+    except json.JSONDecodeError as err:
+        raise WorkflowCommandError(f"{args.file} is not JSON: {err}") from None
+    try:
+        stored = await w.save(raw, author_id=args.author, status="archived" if args.archived else "active")
+    except InvalidDefinition as err:
+        print(f"error: {str(err).splitlines()[0]}", flush=True)
+        for error in err.errors:
+            print(f"  {error}", flush=True)
+        return 2
+    print(f"saved {stored.workflow_id} v{stored.version} ({stored.hash})")
+    return 0
+
+
+async def _delete(w: Workflows, args: argparse.Namespace) -> int:
+    await w.delete(args.workflow_id)
+    print(f"deleted {args.workflow_id}")
+    return 0
+
+
+def _object(flag: str, raw: str) -> Any:
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as err:
+        raise WorkflowCommandError(f"{flag} is not JSON: {err}") from None
+
+
+def _report(status: RunStatus, as_json: bool) -> int:
+    state = status.state
+    if as_json:
+        print(json.dumps({"runId": status.run_id, **state.model_dump(mode="json", by_alias=True)}, indent=2))
+    elif state.status == "suspended":
+        waiting = {k: s.suspend_payload for k, s in state.steps.items() if s.status == "suspended"}
+        print(f"run {status.run_id} is suspended: {json.dumps(waiting)}")
+        for step in waiting:
+            print(f"  resume with: keel workflows resume {status.run_id} --step {step} --data '<json>'")
+    elif state.status == "success":
+        print(f"run {status.run_id} succeeded: {json.dumps(state.result)}")
+    else:
+        print(f"run {status.run_id} {state.status}: {state.error or ''}".rstrip())
+    return 1 if state.status == "failed" else 0
+
+
+async def _run(w: Workflows, args: argparse.Namespace) -> int:
+    input_data = _object("--input", args.input)
+    if not isinstance(input_data, dict):
+        raise WorkflowCommandError("--input must be a JSON object (the workflow's inputData)")
+    run_id = await w.start(args.workflow_id, input_data, run_id=args.run_id)
+    return _report(await w.settle(run_id), args.json)
+
+
+async def _resume(w: Workflows, args: argparse.Namespace) -> int:
+    await w.resume(args.run_id, args.step, _object("--data", args.data))
+    return _report(await w.settle(args.run_id), args.json)
+
+
+async def _runs(w: Workflows, args: argparse.Namespace) -> int:
+    found = await w.runs(args.workflow_id, status=args.status)
+    if args.json:
+        print(json.dumps(found, indent=2))
+        return 0
+    for r in found:
+        print(f"{r['runId']}  {r['status']}  started {r['startTime']}")
+    return 0
+
+
+async def _counts(w: Workflows, args: argparse.Namespace) -> int:
+    counts = await w.counts()
+    if args.json:
+        print(json.dumps(counts, indent=2))
+        return 0
+    for workflow_id, c in counts.items():
+        print(f"{workflow_id}: running={c['running']} suspended={c['suspended']}")
+    return 0
+
+
+_ACTIONS = {
+    "list": _list,
+    "show": _show,
+    "save": _save,
+    "delete": _delete,
+    "run": _run,
+    "resume": _resume,
+    "runs": _runs,
+    "counts": _counts,
+}
+__all__ = ["arguments", "open_storage", "run"]

@@ -1,0 +1,184 @@
+"""Stored workflow definitions from the client side: save (checked against the app, schedules made Temporal
+Schedules), list, show, delete, run, resume, a run's state, runs and counts from Temporal's visibility."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from temporalio.client import (
+    Schedule,
+    ScheduleActionStartWorkflow,
+    ScheduleAlreadyRunningError,
+    ScheduleSpec,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
+from temporalio.service import RPCError
+
+from keel.app import App
+from keel.app.workflow_checks import Known, check_definition
+from keel.client.errors import KeelClientError
+from keel.client.keel_client import KeelClient
+from keel.storage import Storage
+from keel.storage.definitions import Status, StoredDefinition
+from keel.workflows.contracts import ResumeStep, WorkflowRunState
+
+
+class WorkflowNotFound(KeelClientError):
+    def __init__(self, workflow_id: str) -> None:
+        super().__init__(f"No stored workflow {workflow_id!r} (see `keel workflows list`)")
+
+
+class ResumeRefused(KeelClientError):
+    """A resume the run refused: the step is not suspended, or the data does not match its resume schema."""
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    run_id: str
+    state: WorkflowRunState
+
+
+def schedule_id(workflow_id: str, schedule: str | None, index: int) -> str:
+    return f"keel-{workflow_id}-{schedule or index}"
+
+
+class Workflows:
+    """Stored workflows of one app, over its storage and (for runs and schedules) a Keel client."""
+
+    def __init__(self, storage: Storage, app: App, keel: KeelClient | None = None) -> None:
+        self.storage, self.app, self._keel = storage, app, keel
+
+    @property
+    def keel(self) -> KeelClient:
+        if self._keel is None:
+            raise KeelClientError("This needs Temporal: give Workflows a KeelClient")
+        return self._keel
+
+    async def known(self) -> Known:
+        stored = await self.storage.list_definitions()
+        return Known(
+            tools=frozenset(self.app.workflow_tools()),
+            agents=frozenset(self.app.agents),
+            workflows={d.workflow_id: _definition(d) for d in stored},
+        )
+
+    async def save(self, raw: Any, *, author_id: str | None = None, status: Status = "active") -> StoredDefinition:
+        """Check `raw` (every problem at its JSON path: `InvalidDefinition`), store it (a new version if it
+        changed) and make its schedules Temporal Schedules (replacing the workflow's earlier ones)."""
+        definition = check_definition(raw, await self.known())
+        stored = await self.storage.save_definition(definition.id, raw, author_id=author_id, status=status)
+        await self._sync_schedules(stored, active=status == "active")
+        return stored
+
+    async def delete(self, workflow_id: str) -> None:
+        """Hide the workflow and delete its schedules; runs in flight finish on their pinned version."""
+        stored = await self.storage.get_definition(workflow_id)
+        if stored is None or not await self.storage.delete_definition(workflow_id):
+            raise WorkflowNotFound(workflow_id)
+        await self._sync_schedules(stored, active=False)
+
+    async def get(self, workflow_id: str, version: int | None = None) -> StoredDefinition:
+        stored = await self.storage.get_definition(workflow_id, version)
+        if stored is None:
+            raise WorkflowNotFound(workflow_id)
+        return stored
+
+    async def start(self, workflow_id: str, input_data: dict[str, Any], *, run_id: str | None = None) -> str:
+        await self.get(workflow_id)
+        await self.keel.require_worker()
+        run_id = run_id or f"wf-{workflow_id}-{uuid.uuid4()}"
+        await self.keel.temporal.start_workflow(workflow_id, input_data, id=run_id, task_queue=self.keel.task_queue)
+        return run_id
+
+    async def state(self, run_id: str) -> WorkflowRunState:
+        state: WorkflowRunState = await self._handle(run_id).query("state", result_type=WorkflowRunState)
+        return state
+
+    async def settle(self, run_id: str, *, timeout: float = 60) -> RunStatus:
+        """Wait until the run ends or suspends; its state then."""
+        handle = self._handle(run_id)
+        async with asyncio.timeout(timeout):
+            while True:
+                description = await handle.describe()
+                if description.status is not None and description.status.name != "RUNNING":
+                    break
+                state = await self.state(run_id)
+                if state.status in ("suspended", "success", "failed"):
+                    return RunStatus(run_id, state)
+                await asyncio.sleep(0.1)
+        return RunStatus(run_id, await self.state(run_id))
+
+    async def resume(self, run_id: str, step: str, resume_data: Any) -> None:
+        """Resume a suspended step (the `resume_step` update): `ResumeRefused` says why a resume is refused."""
+        try:
+            await self._handle(run_id).execute_update("resume_step", ResumeStep(step=step, resume_data=resume_data))
+        except WorkflowUpdateFailedError as err:
+            raise ResumeRefused(str(err.cause or err)) from None
+        except RPCError as err:
+            raise ResumeRefused(f"Run {run_id!r}: {err.message}") from None
+
+    async def runs(self, workflow_id: str, *, status: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
+        query = f"KeelKind='workflow' AND KeelWorkflowId='{_quote(workflow_id)}'"
+        if status is not None:
+            query += f" AND KeelStatus='{_quote(status)}'"
+        found = []
+        async for ex in self.keel.temporal.list_workflows(query, limit=limit):
+            keel_status = ex.typed_search_attributes
+            found.append(
+                {
+                    "runId": ex.id,
+                    "workflowId": workflow_id,
+                    "status": next((p.value for p in keel_status if p.key.name == "KeelStatus"), None),
+                    "startTime": ex.start_time.isoformat() if ex.start_time else None,
+                    "closeTime": ex.close_time.isoformat() if ex.close_time else None,
+                }
+            )
+        return found
+
+    async def counts(self) -> dict[str, dict[str, int]]:
+        """`{workflowKey: {running, suspended}}`, from visibility counts only."""
+        ids = [d.workflow_id for d in await self.storage.list_definitions()]
+        keys = [(i, s) for i in ids for s in ("running", "suspended")]
+        queries = [f"KeelKind='workflow' AND KeelWorkflowId='{_quote(i)}' AND KeelStatus='{s}'" for i, s in keys]
+        found = await asyncio.gather(*(self.keel.temporal.count_workflows(q) for q in queries))
+        counts: dict[str, dict[str, int]] = {i: {"running": 0, "suspended": 0} for i in ids}
+        for (i, s), c in zip(keys, found, strict=True):
+            counts[i][s] = c.count
+        return counts
+
+    def _handle(self, run_id: str) -> WorkflowHandle[Any, Any]:
+        return self.keel.temporal.get_workflow_handle(run_id)
+
+    async def _sync_schedules(self, stored: StoredDefinition, *, active: bool) -> None:
+        client = self.keel.temporal
+        prefix = f"keel-{stored.workflow_id}-"
+        async for listed in await client.list_schedules():
+            if listed.id.startswith(prefix):
+                await client.get_schedule_handle(listed.id).delete()
+        if not active:
+            return
+        definition = _definition(stored)
+        for index, schedule in enumerate(definition.schedules()):
+            sid = schedule_id(stored.workflow_id, schedule.id, index)
+            spec = ScheduleSpec(cron_expressions=[schedule.cron], time_zone_name=schedule.timezone)
+            action = ScheduleActionStartWorkflow(
+                stored.workflow_id, schedule.input_data or {}, id=f"{sid}-run", task_queue=self.keel.task_queue
+            )
+            try:
+                await client.create_schedule(sid, Schedule(action=action, spec=spec))
+            except ScheduleAlreadyRunningError:
+                pass  # a concurrent save made it
+
+
+def _definition(stored: StoredDefinition) -> Any:
+    from keel.protocol.workflow_definition import WorkflowDefinition
+
+    return WorkflowDefinition.model_validate(stored.definition)
+
+
+def _quote(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("'", "\\'")
