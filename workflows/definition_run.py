@@ -180,9 +180,11 @@ class DefinitionRun:
         if isinstance(entry, MappingEntry):
             return self._record(entry.id, map_values(entry, data), data)
         if isinstance(entry, SleepEntry):
+            self._state.steps[entry.id] = StepState(status="running")
             await workflow.sleep(timedelta(milliseconds=entry.duration))
             return self._record(entry.id, data.input_data, data)
         if isinstance(entry, SleepUntilEntry):
+            self._state.steps[entry.id] = StepState(status="running")
             until = datetime.fromisoformat(entry.date.replace("Z", "+00:00"))
             delay = (until - workflow.now()).total_seconds()
             if delay > 0:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
@@ -46,12 +49,30 @@ async def echo(args: Text, ctx: ToolContext) -> dict[str, str]:
     return {"echo": args.text}
 
 
+class Item(BaseModel):
+    n: int
+
+
+@tool("record")
+async def record(args: Item, ctx: ToolContext) -> dict[str, int]:
+    """Append the item to `$KEEL_DATA_DIR/record.log` once per step (a retry finds its line), slowly."""
+    log = Path(os.environ.get("KEEL_DATA_DIR", ".keel")) / "record.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    (log.parent / "started.log").open("a").write(f"{ctx.idempotency_key}\n")
+    await asyncio.sleep(float(os.environ.get("KEEL_TEST_TOOL_SECONDS", "0")))
+    lines = log.read_text().splitlines() if log.exists() else []
+    if not any(line.startswith(f"{ctx.idempotency_key} ") for line in lines):
+        with log.open("a") as out:
+            out.write(f"{ctx.idempotency_key} {args.n}\n")
+    return {"n": args.n}
+
+
 def writer_script(request: ModelRequest) -> ModelResponse:
     return ModelResponse(text=f"draft: {last_user_text(request)}")
 
 
 writer = Agent(id="writer", model=ScriptedModel(writer_script, name="writer"))
-app = App.of(writer, tools=(double, inc, numbers, echo))
+app = App.of(writer, tools=(double, inc, numbers, echo, record))
 
 
 def definition(workflow_id: str, graph: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
@@ -125,5 +146,16 @@ ASK = definition(
         mapping("q", {"question": {"template": "Ship ${initData.what}?"}}),
         tool_step("human", "ask-human"),
         mapping("out", {"answer": {"step": "human", "path": "answer"}, "version": {"value": 1}}),
+    ],
+)
+
+FOREACH_AND_SLEEP = definition(
+    "crashy",
+    [
+        mapping("howmany", {"count": {"value": 6}}),
+        tool_step("list", "range"),
+        {"type": "foreach", "id": "each", "step": tool_step("rec", "record"), "opts": {"concurrency": 3}},
+        {"type": "sleep", "id": "nap", "duration": 3000},
+        mapping("out", {"items": {"step": "rec", "path": "5.n"}}),
     ],
 )

@@ -1,0 +1,77 @@
+"""kill -9 of the worker during a foreach (concurrency 3) and during a sleep: the run completes with each item
+processed once."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from temporalio.client import Client
+
+from keel.client.devserver import DevServer
+from keel.storage import SQLiteStorage
+from keel.workflows.contracts import WorkflowRunState
+from tests.workflows_json.apps import FOREACH_AND_SLEEP
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@contextmanager
+def worker(dev_server: DevServer, task_queue: str, tmp_path: Path, data_dir: Path) -> Iterator[None]:
+    env = {
+        **os.environ,
+        "KEEL_TEMPORAL_ADDRESS": dev_server.cfg.address,
+        "KEEL_STORAGE_URL": f"sqlite:///{tmp_path / 'keel.db'}",
+        "KEEL_DATA_DIR": str(data_dir),
+        "KEEL_TEST_TOOL_SECONDS": "1.5",
+    }
+    with open(tmp_path / "worker.log", "ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "worker.py", "--app", "tests.workflows_json.apps:app", "--task-queue", task_queue,
+             "--join"],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        yield
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+async def lines(path: Path, n: int, timeout: float = 30) -> list[str]:
+    async with asyncio.timeout(timeout):
+        while not path.exists() or len(path.read_text().splitlines()) < n:
+            await asyncio.sleep(0.05)
+    return path.read_text().splitlines()
+
+
+async def test_kill_9_during_a_foreach_and_during_a_sleep_completes_each_item_once(
+    client: Client, dev_server: DevServer, task_queue: str, tmp_path: Path, data_dir: Path
+) -> None:
+    storage = SQLiteStorage(tmp_path / "keel.db")
+    await storage.init()
+    await storage.save_definition("crashy", FOREACH_AND_SLEEP)
+    await storage.close()
+    run_id = f"crashy-{uuid.uuid4()}"
+    with worker(dev_server, task_queue, tmp_path, data_dir):
+        handle = await client.start_workflow("crashy", {}, id=run_id, task_queue=task_queue)
+        await lines(data_dir / "started.log", 3)  # three items in flight: kill -9 mid-foreach
+    with worker(dev_server, task_queue, tmp_path, data_dir):
+        async with asyncio.timeout(60):
+            while (await handle.query("state", result_type=WorkflowRunState)).steps.get("nap") is None:
+                await asyncio.sleep(0.1)  # the foreach is done and the 3 s sleep has begun: kill -9 again
+        state = await handle.query("state", result_type=WorkflowRunState)
+        assert state.steps["nap"].status == "running"
+    with worker(dev_server, task_queue, tmp_path, data_dir):
+        assert await asyncio.wait_for(handle.result(), 60) == {"items": 6}
+    recorded = (data_dir / "record.log").read_text().splitlines()
+    assert sorted(line.split()[1] for line in recorded) == ["1", "2", "3", "4", "5", "6"]
+    history = await handle.fetch_history()
+    assert any(e.WhichOneof("attributes") == "timer_fired_event_attributes" for e in history.events)
