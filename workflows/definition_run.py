@@ -2,8 +2,8 @@
 dynamic workflow, so a definition saved with id `X` runs as workflow type `X` (`temporal workflow start --type X
 --input '{...}'` works without Keel's client).
 
-The run's first activity loads the latest version of the definition and checks the input against its input
-schema; its result, in the history, pins that version: editing or deleting the definition never changes a run
+The run's first (local) activity loads the latest version of the definition and checks the input against its
+input schema; its result, in the history, pins that version: editing or deleting the definition never changes a run
 in flight. Entries map to Temporal: tool steps are activities, agent steps `AgentRun` child workflows, nested
 workflows child workflows (of their own type), sleeps timers; mappings, predicates, parallel, foreach,
 conditional and loop are workflow code. A tool that suspends makes the run wait (`KeelStatus=suspended`) for the
@@ -148,7 +148,9 @@ class DefinitionRun:
         )
         try:
             input_data = _one_object(info.workflow_type, args)
-            loaded: LoadDefinitionResult = await workflow.execute_activity(
+            # A local activity: the run's first workflow task loads the definition and schedules the first step
+            # (no server round trip of its own); its result, a marker in the history, pins the version.
+            loaded: LoadDefinitionResult = await workflow.execute_local_activity(
                 names.LOAD_DEFINITION,
                 LoadDefinitionInput(workflow_id=info.workflow_type, input_data=input_data),
                 result_type=LoadDefinitionResult,
