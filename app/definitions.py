@@ -210,6 +210,9 @@ class App:
     tools: dict[str, Tool] = field(default_factory=dict)
     """Tools of the app itself, for workflow steps (every agent's tools and the built-in `ask-human` are there
     too: `workflow_tools()`)."""
+    workflows: tuple[type, ...] = ()
+    """Code workflows: `@workflow.defn` classes (subclass `keel.workflows.Resumable` for suspend points). The
+    worker runs them (in Temporal's sandbox); they are listed, started and resumed like stored definitions."""
 
     def __post_init__(self) -> None:
         found = [self.workspace, *self.workspaces.values(), *(a.workspace for a in self.agents.values())]
@@ -223,8 +226,29 @@ class App:
         self.workspaces = registry
 
     @classmethod
-    def of(cls, *agents: Agent, workspace: Workspace | None = None, tools: Iterable[Tool] = ()) -> App:
-        return cls(agents={a.id: a for a in agents}, workspace=workspace, tools={t.id: t for t in tools})
+    def of(
+        cls,
+        *agents: Agent,
+        workspace: Workspace | None = None,
+        tools: Iterable[Tool] = (),
+        workflows: Iterable[type] = (),
+    ) -> App:
+        return cls(
+            agents={a.id: a for a in agents},
+            workspace=workspace,
+            tools={t.id: t for t in tools},
+            workflows=tuple(workflows),
+        )
+
+    def code_workflows(self) -> dict[str, type]:
+        """The code workflows by workflow type name (what `@workflow.defn` recorded on the class)."""
+        found: dict[str, type] = {}
+        for w in self.workflows:
+            definition = getattr(w, "__temporal_workflow_definition", None)
+            if definition is None:
+                raise AppError(f"{w.__name__} is not a Temporal workflow: decorate it with @workflow.defn")
+            found[definition.name or w.__name__] = w
+        return found
 
     def workflow_tools(self) -> dict[str, Tool]:
         """The tools a workflow's tool steps may name: the built-ins, every agent's, then the app's own."""

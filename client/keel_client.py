@@ -273,6 +273,14 @@ class KeelClient:
         if not await self.workers(queue):
             raise NoWorker(queue, signal_hint=signal_hint)
 
+    async def wait_for_worker(self, seconds: float = 3.0) -> None:
+        """`require_worker`, allowing a worker that has just started `seconds` to poll for the first time."""
+        for _ in range(max(1, int(seconds / 0.1))):
+            if await self.workers():
+                return
+            await asyncio.sleep(0.1)
+        raise NoWorker(self.task_queue)
+
     async def run_task_queue(self, run_id: str) -> str:
         """The task queue a run is on (its workers are the ones that can answer about it)."""
         return (await self.describe(run_id)).task_queue or self.task_queue
@@ -378,12 +386,7 @@ class KeelClient:
         task queue (the Temporal UI lists it under Standalone Activities). Tried once: a tool may not be
         idempotent. Raises `NoWorker` when none polls, `ToolFailed` when it cannot run (unknown agent or tool,
         bad arguments); an error the tool answers with comes back as `is_error`."""
-        for _ in range(30):  # a worker that has just started may not have polled yet
-            if await self.workers():
-                break
-            await asyncio.sleep(0.1)
-        else:
-            raise NoWorker(self.task_queue)
+        await self.wait_for_worker()
         input = ExecuteToolInput(
             agent_id=agent_id, tool_name=tool_name, args=args or {}, request_context=request_context
         )

@@ -65,12 +65,15 @@ async def run(args: argparse.Namespace, connect: Callable[..., Any], settings_st
 
 
 async def _list(w: Workflows, args: argparse.Namespace) -> int:
-    stored = await w.storage.list_definitions(status=args.status)
+    found = [f for f in await w.listing() if args.status is None or f.get("status", "active") == args.status]
     if args.json:
-        print(json.dumps([s.model_dump(mode="json", by_alias=True, exclude={"definition"}) for s in stored], indent=2))
+        print(json.dumps(found, indent=2))
         return 0
-    for s in stored:
-        print(f"{s.workflow_id}  v{s.version} ({s.hash})  {s.status}  updated {s.updated_at:%Y-%m-%d %H:%M:%S}")
+    for f in found:
+        if f["origin"] == "code":
+            print(f"{f['id']}  code")
+        else:
+            print(f"{f['id']}  v{f['version']} ({f['hash']})  {f['status']}  updated {f['updatedAt'][:19]}")
     return 0
 
 

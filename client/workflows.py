@@ -4,10 +4,13 @@ Schedules), list, show, delete, run, resume, a run's state, runs and counts from
 from __future__ import annotations
 
 import asyncio
+import inspect
+import typing
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import BaseModel, TypeAdapter
 from temporalio.client import (
     Schedule,
     ScheduleActionStartWorkflow,
@@ -63,8 +66,28 @@ class Workflows:
         return Known(
             tools=frozenset(self.app.workflow_tools()),
             agents=frozenset(self.app.agents),
-            workflows={d.workflow_id: _definition(d) for d in stored},
+            workflows={**dict.fromkeys(self.app.code_workflows()), **{d.workflow_id: _definition(d) for d in stored}},
         )
+
+    async def listing(self) -> list[dict[str, Any]]:
+        """Every workflow: the app's code workflows (`origin: code`, schemas from their type hints), then the
+        stored definitions (`origin: storage`, latest versions)."""
+        found = [code_workflow_info(name, cls) for name, cls in self.app.code_workflows().items()]
+        for d in await self.storage.list_definitions():
+            found.append(
+                {
+                    "id": d.workflow_id,
+                    "origin": "storage",
+                    "version": d.version,
+                    "hash": d.hash,
+                    "status": d.status,
+                    "description": d.definition.get("description"),
+                    "inputSchema": d.definition.get("inputSchema"),
+                    "outputSchema": d.definition.get("outputSchema"),
+                    "updatedAt": d.updated_at.isoformat(),
+                }
+            )
+        return found
 
     async def save(self, raw: Any, *, author_id: str | None = None, status: Status = "active") -> StoredDefinition:
         """Check `raw` (every problem at its JSON path: `InvalidDefinition`), store it (a new version if it
@@ -81,6 +104,10 @@ class Workflows:
             raise WorkflowNotFound(workflow_id)
         await self._sync_schedules(stored, active=False)
 
+    async def ensure_exists(self, workflow_id: str) -> None:
+        if workflow_id not in self.app.code_workflows():
+            await self.get(workflow_id)
+
     async def get(self, workflow_id: str, version: int | None = None) -> StoredDefinition:
         stored = await self.storage.get_definition(workflow_id, version)
         if stored is None:
@@ -88,8 +115,8 @@ class Workflows:
         return stored
 
     async def start(self, workflow_id: str, input_data: dict[str, Any], *, run_id: str | None = None) -> str:
-        await self.get(workflow_id)
-        await self.keel.require_worker()
+        await self.ensure_exists(workflow_id)
+        await self.keel.wait_for_worker()
         run_id = run_id or f"wf-{workflow_id}-{uuid.uuid4()}"
         await self.keel.temporal.start_workflow(workflow_id, input_data, id=run_id, task_queue=self.keel.task_queue)
         return run_id
@@ -172,6 +199,32 @@ class Workflows:
                 await client.create_schedule(sid, Schedule(action=action, spec=spec))
             except ScheduleAlreadyRunningError:
                 pass  # a concurrent save made it
+
+
+def code_workflow_info(name: str, cls: type) -> dict[str, Any]:
+    """A code workflow as listed: its input and output JSON Schemas from the run method's type hints (pydantic
+    models give theirs; anything else: any value)."""
+    from temporalio.workflow import _Definition
+
+    run = _Definition.must_from_class(cls).run_fn
+    hints = typing.get_type_hints(run)
+    params = [p for p in inspect.signature(run).parameters if p != "self"]
+    return {
+        "id": name,
+        "origin": "code",
+        "description": inspect.getdoc(cls),
+        "inputSchema": _schema(hints.get(params[0])) if params else {},
+        "outputSchema": _schema(hints.get("return")),
+    }
+
+
+def _schema(hint: Any) -> dict[str, Any]:
+    if isinstance(hint, type) and issubclass(hint, BaseModel):
+        return hint.model_json_schema(by_alias=True)
+    try:
+        return TypeAdapter(hint).json_schema() if hint is not None else {}
+    except Exception:
+        return {}
 
 
 def _definition(stored: StoredDefinition) -> Any:

@@ -116,7 +116,7 @@ class KeelPlugin(SimplePlugin):
         super().__init__(
             "keel.KeelPlugin",
             data_converter=self._with_keel_payloads,
-            workflows=WORKFLOWS,
+            workflows=[*WORKFLOWS, *(app.workflows if app is not None else ())],
             activities=self._activities.all() if self._activities else None,
             workflow_runner=sandboxed_runner,
             run_context=contextlib.asynccontextmanager(self._worker_resources),

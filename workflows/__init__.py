@@ -14,6 +14,7 @@ from keel.workflows.contracts import (
 )
 from keel.workflows.definition_run import DefinitionRun
 from keel.workflows.options import DEFAULT_OPTIONS, AgentActivityOptions
+from keel.workflows.resumable import Resumable
 from keel.workflows.search_attributes import ALL_KEYS as SEARCH_ATTRIBUTES
 
 WORKFLOWS: list[type] = [AgentRun, DefinitionRun]
@@ -29,5 +30,6 @@ __all__ = [
     "ApprovalAccepted",
     "DefinitionRun",
     "PendingToolCall",
+    "Resumable",
     "ToolApproval",
 ]

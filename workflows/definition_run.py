@@ -49,14 +49,13 @@ from keel.workflows.contracts import (
     AgentRunResult,
     LoadDefinitionInput,
     LoadDefinitionResult,
-    ResumeStep,
     StepState,
-    WorkflowRunState,
     WorkflowToolInput,
     WorkflowToolResult,
 )
 from keel.workflows.graph_values import RunData, holds, map_values
-from keel.workflows.search_attributes import KEEL_KIND, KEEL_STATUS, KEEL_WORKFLOW_ID
+from keel.workflows.resumable import Resumable
+from keel.workflows.search_attributes import KEEL_STATUS
 
 MAX_LOOP_ITERATIONS = 10_000
 MAX_FOREACH_ITEMS = 10_000
@@ -70,82 +69,19 @@ class StepFailed(Exception):
 
 
 @workflow.defn(dynamic=True, sandboxed=False)
-class DefinitionRun:
+class DefinitionRun(Resumable):
     def __init__(self) -> None:
-        self._state = WorkflowRunState(workflow_id=workflow.info().workflow_type)
-        self._suspended: dict[str, dict[str, Any] | None] = {}
-        """Suspended step key (a step id, `id[i]` in a foreach) → its resume schema."""
-        self._resumes: dict[str, Any] = {}
-        self._rejected: list[str] = []
+        super().__init__()
         self._children = 0
         self._idempotent: dict[str, bool] = {}
         self._request_context: dict[str, Any] = {}
-
-    # --- handlers ---------------------------------------------------------------------------------------
-
-    @workflow.query(name=names.STATE_QUERY)
-    def state(self) -> WorkflowRunState:
-        return self._state
-
-    @workflow.query(name="rejected_signals")
-    def rejected_signals(self) -> list[str]:
-        return list(self._rejected)
-
-    @workflow.signal(name=names.RESUME_SIGNAL)
-    def resume(self, resume: ResumeStep) -> None:
-        problem = self._resume_problem(resume)
-        if problem is not None:
-            self._rejected.append(problem)
-            workflow.logger.warning("resume signal ignored: %s", problem)
-            return
-        self._deliver(resume)
-
-    @workflow.update(name=names.RESUME_STEP_UPDATE)
-    def resume_step(self, resume: ResumeStep) -> dict[str, Any]:
-        self._deliver(resume)
-        return {"accepted": True, "step": resume.step}
-
-    @resume_step.validator
-    def _validate_resume(self, resume: ResumeStep) -> None:
-        problem = self._resume_problem(resume)
-        if problem is not None:
-            raise ApplicationError(problem, type="InvalidResume", non_retryable=True)
-
-    def _key(self, resume: ResumeStep) -> str | None:
-        step = resume.step if isinstance(resume.step, str) else ".".join(resume.step)
-        return next((k for k in self._suspended if k == step or k.startswith(f"{step}[")), None)
-
-    def _resume_problem(self, resume: ResumeStep) -> str | None:
-        key = self._key(resume)
-        if key is None:
-            waiting = ", ".join(self._suspended) or "none"
-            return f"Step {resume.step!r} is not suspended (suspended steps: {waiting})"
-        schema = self._suspended[key]
-        if schema:
-            errors = sorted(Draft202012Validator(schema).iter_errors(resume.resume_data), key=lambda e: e.path)
-            if errors:
-                where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in errors[0].absolute_path)
-                return f"Invalid resumeData for step {key!r}: ${where}: {errors[0].message}"
-        return None
-
-    def _deliver(self, resume: ResumeStep) -> None:
-        key = self._key(resume)
-        assert key is not None
-        self._resumes[key] = resume.resume_data
-        del self._suspended[key]
 
     # --- the run ----------------------------------------------------------------------------------------
 
     @workflow.run
     async def run(self, args: Sequence[RawValue]) -> Any:
         info = workflow.info()
-        workflow.upsert_search_attributes(
-            [
-                KEEL_KIND.value_set("workflow"),
-                KEEL_WORKFLOW_ID.value_set(info.workflow_type),
-                KEEL_STATUS.value_set("running"),
-            ]
-        )
+        self.mark_keel_run()
         try:
             input_data = _one_object(info.workflow_type, args)
             # A local activity: the run's first workflow task loads the definition and schedules the first step
@@ -279,17 +215,7 @@ class DefinitionRun:
             )
             if result.suspended is None:
                 return result.output
-            suspension = result.suspended
-            self._suspended[key] = suspension.resume_schema
-            self._state.steps[key] = StepState(
-                status="suspended", suspend_payload=suspension.payload, resume_schema=suspension.resume_schema
-            )
-            self._set_status("suspended")
-            await workflow.wait_condition(lambda: key in self._resumes)
-            resume_data = self._resumes.pop(key)
-            self._state.steps[key] = StepState(status="running")
-            if not self._suspended:
-                self._set_status("running")
+            resume_data = await self.suspend(key, result.suspended.payload, result.suspended.resume_schema)
 
     async def _agent(self, step: AgentEntry, value: Any) -> Any:
         prompt = value.get("prompt") if isinstance(value, dict) else value
@@ -309,10 +235,6 @@ class DefinitionRun:
     def _child_id(self, step_id: str) -> str:
         self._children += 1
         return f"{workflow.info().workflow_id}-{step_id}-{self._children}"
-
-    def _set_status(self, status: str) -> None:
-        self._state.status = "suspended" if status == "suspended" else "running"
-        workflow.upsert_search_attributes([KEEL_STATUS.value_set(status)])
 
 
 async def _all(coros: Any) -> list[Any]:

@@ -159,3 +159,42 @@ async def test_the_temporal_cli_starts_a_stored_definition_and_resumes_it_by_sig
             "--input", '{"step": "human", "resumeData": {"answer": "from the cli"}}',
         )  # fmt: skip
         assert await asyncio.wait_for(handle.result(), 30) == {"answer": "from the cli", "version": 1}
+
+
+async def test_a_code_workflow_is_listed_started_resumed_and_nested_like_a_stored_one(
+    client: Client, storage: Storage, task_queue: str
+) -> None:
+    from keel.app import App
+    from keel.client import KeelClient
+    from keel.client.workflows import Workflows
+    from tests.workflows_json.apps import definition
+    from tests.workflows_json.code_workflows import Release
+
+    code_app = App(agents=app.agents, tools=app.tools, workflows=(Release,))
+    async with running_worker(client, code_app, storage, task_queue) as keel_client:
+        workflows = Workflows(storage, code_app, KeelClient(client, task_queue=task_queue, app=code_app))
+        parent = definition("parent", [{"type": "workflow", "id": "rel", "workflowId": "release"}])
+        await workflows.save(parent)
+        listed = {w["id"]: w for w in await workflows.listing()}
+        assert listed["release"]["origin"] == "code" and listed["parent"]["origin"] == "storage"
+        assert listed["release"]["inputSchema"]["properties"] == {"n": {"title": "N", "type": "integer"}}
+        assert listed["release"]["description"] == "Doubles n, then waits for an approval."
+
+        run_id = await workflows.start("release", {"n": 2})
+        status = await workflows.settle(run_id)
+        assert status.state.status == "suspended"
+        assert status.state.steps["approve"].suspend_payload == {"question": "Release 4?"}
+        assert (await workflows.counts()) == {"parent": {"running": 0, "suspended": 0}}
+        await workflows.resume(run_id, "approve", {"ok": True})
+        assert await client.get_workflow_handle(run_id).result() == {"n": 4, "approved": True}
+
+        nested = await workflows.start("parent", {"n": 5})
+        child_id = None
+        async with asyncio.timeout(30):
+            while child_id is None:
+                async for ex in client.list_workflows("WorkflowType='release' AND KeelStatus='suspended'"):
+                    child_id = ex.id
+                await asyncio.sleep(0.1)
+        await workflows.resume(child_id, "approve", {"ok": False})
+        assert await client.get_workflow_handle(nested).result() == {"n": 10, "approved": False}
+        assert keel_client is not None

@@ -1,0 +1,115 @@
+"""`Resumable`: the suspend points of a Keel workflow, a stored definition's run or one of your own.
+
+    @workflow.defn
+    class Release(Resumable):
+        @workflow.run
+        async def run(self, input: dict) -> dict:
+            answer = await self.suspend("approve", {"question": "Ship?"}, {"type": "object", ...})
+            return {"shipped": answer["ok"]}
+
+`suspend` marks the step suspended (`KeelStatus=suspended`, the `state` query shows its payload) and waits for
+the `resume` signal or the `resume_step` update (`{"step", "resumeData"}`), whose data must match the step's
+resume schema: a bad update is refused, a bad signal recorded (`rejected_signals`) and ignored.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio import workflow
+from temporalio.exceptions import ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from jsonschema import Draft202012Validator
+
+from keel.protocol import names
+from keel.workflows.contracts import ResumeStep, StepState, WorkflowRunState
+from keel.workflows.search_attributes import KEEL_KIND, KEEL_STATUS, KEEL_WORKFLOW_ID
+
+
+class Resumable:
+    def __init__(self) -> None:
+        self._state = WorkflowRunState(workflow_id=workflow.info().workflow_type)
+        self._suspended: dict[str, dict[str, Any] | None] = {}
+        """Suspended step key (a step id, `id[i]` in a foreach) → its resume schema."""
+        self._resumes: dict[str, Any] = {}
+        self._rejected: list[str] = []
+
+    def mark_keel_run(self) -> None:
+        """Make the run visible as a Keel workflow run (`KeelKind=workflow`, running)."""
+        workflow.upsert_search_attributes(
+            [
+                KEEL_KIND.value_set("workflow"),
+                KEEL_WORKFLOW_ID.value_set(workflow.info().workflow_type),
+                KEEL_STATUS.value_set("running"),
+            ]
+        )
+
+    async def suspend(self, step: str, payload: Any = None, resume_schema: dict[str, Any] | None = None) -> Any:
+        """Wait at `step` for its resume data (checked against `resume_schema`, a JSON Schema); returns it."""
+        self._suspended[step] = resume_schema
+        self._state.steps[step] = StepState(status="suspended", suspend_payload=payload, resume_schema=resume_schema)
+        self._set_status("suspended")
+        await workflow.wait_condition(lambda: step in self._resumes)
+        data = self._resumes.pop(step)
+        self._state.steps[step] = StepState(status="running")
+        if not self._suspended:
+            self._set_status("running")
+        return data
+
+    def _set_status(self, status: str) -> None:
+        self._state.status = "suspended" if status == "suspended" else "running"
+        workflow.upsert_search_attributes([KEEL_STATUS.value_set(status)])
+
+    # --- handlers ---------------------------------------------------------------------------------------
+
+    @workflow.query(name=names.STATE_QUERY)
+    def state(self) -> WorkflowRunState:
+        return self._state
+
+    @workflow.query(name="rejected_signals")
+    def rejected_signals(self) -> list[str]:
+        return list(self._rejected)
+
+    @workflow.signal(name=names.RESUME_SIGNAL)
+    def resume(self, resume: ResumeStep) -> None:
+        problem = self._resume_problem(resume)
+        if problem is not None:
+            self._rejected.append(problem)
+            workflow.logger.warning("resume signal ignored: %s", problem)
+            return
+        self._deliver(resume)
+
+    @workflow.update(name=names.RESUME_STEP_UPDATE)
+    def resume_step(self, resume: ResumeStep) -> dict[str, Any]:
+        self._deliver(resume)
+        return {"accepted": True, "step": resume.step}
+
+    @resume_step.validator
+    def _validate_resume(self, resume: ResumeStep) -> None:
+        problem = self._resume_problem(resume)
+        if problem is not None:
+            raise ApplicationError(problem, type="InvalidResume", non_retryable=True)
+
+    def _key(self, resume: ResumeStep) -> str | None:
+        step = resume.step if isinstance(resume.step, str) else ".".join(resume.step)
+        return next((k for k in self._suspended if k == step or k.startswith(f"{step}[")), None)
+
+    def _resume_problem(self, resume: ResumeStep) -> str | None:
+        key = self._key(resume)
+        if key is None:
+            waiting = ", ".join(self._suspended) or "none"
+            return f"Step {resume.step!r} is not suspended (suspended steps: {waiting})"
+        schema = self._suspended[key]
+        if schema:
+            errors = sorted(Draft202012Validator(schema).iter_errors(resume.resume_data), key=lambda e: e.path)
+            if errors:
+                where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in errors[0].absolute_path)
+                return f"Invalid resumeData for step {key!r}: ${where}: {errors[0].message}"
+        return None
+
+    def _deliver(self, resume: ResumeStep) -> None:
+        key = self._key(resume)
+        assert key is not None
+        self._resumes[key] = resume.resume_data
+        del self._suspended[key]
