@@ -27,6 +27,7 @@ WORKFLOW_TOOL_STEP: Final = "keel.workflow_tool_step"
 RESUME_SIGNAL: Final = "resume"
 RESUME_STEP_UPDATE: Final = "resume_step"
 STATE_QUERY: Final = "state"
+EVENTS_QUERY: Final = "events"
 
 # Handlers of `AgentRun`
 TOOL_APPROVAL_SIGNAL: Final = "tool_approval"

@@ -108,9 +108,11 @@ class DefinitionRun(Resumable):
         except (StepFailed, ActivityError, ChildWorkflowError, ApplicationError) as err:
             message = str(_cause(err)) if isinstance(err, FailureError) else str(err)
             self._state.status, self._state.error = "failed", message
+            self.workflow_finished("failed")
             workflow.upsert_search_attributes([KEEL_STATUS.value_set("failed")])
             raise ApplicationError(message, type=type(_cause(err)).__name__, non_retryable=True) from None
         self._state.status, self._state.result = "success", data.input_data
+        self.workflow_finished("success", data.input_data)
         workflow.upsert_search_attributes([KEEL_STATUS.value_set("completed")])
         return data.input_data
 
@@ -170,6 +172,7 @@ class DefinitionRun(Resumable):
     async def _step(self, step: InnerStep | GraphEntry, value: Any, data: RunData, *, key: str | None = None) -> Any:
         step_id = str(getattr(step, "id", ""))
         self._state.steps[key or step_id] = StepState(status="running")
+        self.step_started(key or step_id, value)
         if isinstance(step, ToolEntry):
             output = await self._tool(step, value, key or step_id)
         elif isinstance(step, AgentEntry):
@@ -181,13 +184,17 @@ class DefinitionRun(Resumable):
         else:
             raise StepFailed(f"Step {step_id!r}: cannot run a {getattr(step, 'type', '?')} entry here")
         self._state.steps[key or step_id] = StepState(status="success", output=output)
+        self.step_finished(key or step_id, value, output)
         if key is None:
             data.step_results[step_id] = output
         return output
 
     def _record(self, step_id: str, output: Any, data: RunData) -> Any:
+        """A step run in workflow code (a mapping, a sleep, a foreach's whole result): its result, its chunks."""
         data.step_results[step_id] = output
         self._state.steps[step_id] = StepState(status="success", output=output)
+        self.step_started(step_id, data.input_data)
+        self.step_finished(step_id, data.input_data, output)
         return output
 
     async def _tool(self, step: ToolEntry, value: Any, key: str) -> Any:

@@ -14,6 +14,7 @@ resume schema: a bad update is refused, a bad signal recorded (`rejected_signals
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from temporalio import workflow
@@ -26,6 +27,16 @@ from keel.protocol import names
 from keel.workflows.contracts import ResumeStep, StepState, WorkflowRunState
 from keel.workflows.search_attributes import KEEL_KIND, KEEL_STATUS, KEEL_WORKFLOW_ID
 
+MAX_EVENTS = 10_000
+"""Events a run keeps (the `events` query): past it, later steps are not reported (the run goes on)."""
+MAX_EVENT_VALUE_BYTES = 64 * 1024
+"""A step's input or output larger than this (as JSON) is reported as `{"truncated": true, "bytes": N}`."""
+
+
+def _bounded(value: Any) -> Any:
+    size = len(json.dumps(value, default=str))
+    return {"truncated": True, "bytes": size} if size > MAX_EVENT_VALUE_BYTES else value
+
 
 class Resumable:
     def __init__(self) -> None:
@@ -34,9 +45,44 @@ class Resumable:
         """Suspended step key (a step id, `id[i]` in a foreach) → its resume schema."""
         self._resumes: dict[str, Any] = {}
         self._rejected: list[str] = []
+        self._events: list[dict[str, Any]] = []
+        self._started_at: dict[str, int] = {}
+
+    # --- Mastra's workflow stream chunks, kept in the run's state (no write per step) --------------------
+
+    def emit(self, type: str, payload: dict[str, Any]) -> None:
+        if len(self._events) < MAX_EVENTS:
+            run_id = workflow.info().workflow_id
+            self._events.append({"type": type, "runId": run_id, "from": "WORKFLOW", "payload": payload})
+
+    def _now_ms(self) -> int:
+        return int(workflow.now().timestamp() * 1000)
+
+    def step_started(self, key: str, value: Any, *, resume_data: Any = None, resumed: bool = False) -> None:
+        if not resumed or key not in self._started_at:
+            self._started_at[key] = self._now_ms()
+        payload = {"stepName": key.split("[")[0], "id": key, "stepCallId": key, "payload": _bounded(value)}
+        payload |= {"startedAt": self._started_at[key], "status": "running"}
+        if resumed:
+            payload |= {"resumePayload": _bounded(resume_data), "resumedAt": self._now_ms()}
+        self.emit("workflow-step-start", payload)
+
+    def step_finished(self, key: str, value: Any, output: Any) -> None:
+        payload = {"stepName": key.split("[")[0], "id": key, "stepCallId": key, "payload": _bounded(value)}
+        payload |= {"startedAt": self._started_at.get(key, self._now_ms()), "status": "success"}
+        payload |= {"output": _bounded(output), "endedAt": self._now_ms()}
+        self.emit("workflow-step-result", payload)
+
+    def workflow_finished(self, status: str, result: Any = None) -> None:
+        payload: dict[str, Any] = {"workflowStatus": status, "metadata": {}}
+        payload["output"] = {"usage": {"inputTokens": 0, "outputTokens": 0, "totalTokens": 0}}
+        if status == "success":
+            payload["finalWorkflowResult"] = _bounded(result)
+        self.emit("workflow-finish", payload)
 
     def mark_keel_run(self) -> None:
-        """Make the run visible as a Keel workflow run (`KeelKind=workflow`, running)."""
+        """Make the run visible as a Keel workflow run (`KeelKind=workflow`, running); its stream starts."""
+        self.emit("workflow-start", {"workflowId": workflow.info().workflow_type})
         workflow.upsert_search_attributes(
             [
                 KEEL_KIND.value_set("workflow"),
@@ -49,10 +95,24 @@ class Resumable:
         """Wait at `step` for its resume data (checked against `resume_schema`, a JSON Schema); returns it."""
         self._suspended[step] = resume_schema
         self._state.steps[step] = StepState(status="suspended", suspend_payload=payload, resume_schema=resume_schema)
+        self.emit(
+            "workflow-step-suspended",
+            {
+                "stepName": step.split("[")[0],
+                "id": step,
+                "stepCallId": step,
+                "startedAt": self._started_at.get(step, self._now_ms()),
+                "status": "suspended",
+                "suspendPayload": _bounded(payload),
+                "suspendedAt": self._now_ms(),
+            },
+        )
         self._set_status("suspended")
+        self.workflow_finished("suspended")
         await workflow.wait_condition(lambda: step in self._resumes)
         data = self._resumes.pop(step)
         self._state.steps[step] = StepState(status="running")
+        self.step_started(step, None, resume_data=data, resumed=True)
         if not self._suspended:
             self._set_status("running")
         return data
@@ -66,6 +126,11 @@ class Resumable:
     @workflow.query(name=names.STATE_QUERY)
     def state(self) -> WorkflowRunState:
         return self._state
+
+    @workflow.query(name=names.EVENTS_QUERY)
+    def events(self, offset: int = 0) -> list[dict[str, Any]]:
+        """The run's stream chunks from `offset` on (Mastra's `workflow-*` types, `{type, runId, from, payload}`)."""
+        return self._events[max(0, offset) :]
 
     @workflow.query(name="rejected_signals")
     def rejected_signals(self) -> list[str]:

@@ -198,3 +198,41 @@ async def test_a_code_workflow_is_listed_started_resumed_and_nested_like_a_store
         await workflows.resume(child_id, "approve", {"ok": False})
         assert await client.get_workflow_handle(nested).result() == {"n": 10, "approved": False}
         assert keel_client is not None
+
+
+async def test_a_runs_progress_reads_as_mastras_workflow_chunks_from_any_offset(
+    client: Client, storage: Storage, task_queue: str
+) -> None:
+    await save(storage, ASK)
+    async with running_worker(client, app, storage, task_queue):
+        handle = await start(client, "ask", task_queue, {"what": "v1"})
+        await suspended_on(client, handle, "human")
+        before = await handle.query("events", 0)
+        await handle.signal("resume", ResumeStep(step="human", resume_data={"answer": "ok"}))
+        await handle.result()
+        events = await handle.query("events", 0)
+        tail = await handle.query("events", len(before))
+    kinds = [(e["type"], e["payload"].get("id") or e["payload"].get("workflowStatus")) for e in events]
+    assert kinds == [
+        ("workflow-start", None),
+        ("workflow-step-start", "q"),
+        ("workflow-step-result", "q"),
+        ("workflow-step-start", "human"),
+        ("workflow-step-suspended", "human"),
+        ("workflow-finish", "suspended"),
+        ("workflow-step-start", "human"),
+        ("workflow-step-result", "human"),
+        ("workflow-step-start", "out"),
+        ("workflow-step-result", "out"),
+        ("workflow-finish", "success"),
+    ]
+    assert events[0] == {
+        "type": "workflow-start",
+        "runId": handle.id,
+        "from": "WORKFLOW",
+        "payload": {"workflowId": "ask"},
+    }
+    assert events[4]["payload"]["suspendPayload"] == {"question": "Ship v1?"}
+    assert events[6]["payload"]["resumePayload"] == {"answer": "ok"}
+    assert events[-1]["payload"]["finalWorkflowResult"] == {"answer": "ok", "version": 1}
+    assert tail == events[len(before) :] and len(before) == 6
