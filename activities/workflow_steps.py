@@ -19,6 +19,7 @@ from keel.protocol import names
 from keel.protocol.validation import describe_validation_error
 from keel.storage import Storage
 from keel.workflows.contracts import (
+    ClassifierStepInput,
     LoadDefinitionInput,
     LoadDefinitionResult,
     StepSuspension,
@@ -111,5 +112,34 @@ class WorkflowSteps:
             raise invalid("StepFailed", f"Step {input.step_id!r}: {type(err).__name__}: {err}") from err
         return WorkflowToolResult(output=to_jsonable_python(output, by_alias=True))
 
+    @activity.defn(name=names.WORKFLOW_CLASSIFIER_STEP)
+    async def classifier_step(self, input: ClassifierStepInput) -> dict[str, Any]:
+        """Run the app's classifier on the step's state: Mastra's `{values, answers, usage}`."""
+        with translated():
+            classifier = self._app.classifiers.get(input.classifier_id)
+            if classifier is None:
+                raise invalid("UnknownClassifier", f"Step {input.step_id!r}: no classifier {input.classifier_id!r}")
+            ctx = ToolContext(
+                run_id=input.run_id,
+                tool_call_id=input.step_id,
+                agent_id="",
+                thread_id=input.run_id,
+                resource_id=input.workflow_id,
+                attempt=activity.info().attempt,
+                request_context=input.request_context or {},
+            )
+            try:
+                found = await classifier.classify(input.state, ctx)
+            except ApplicationError:
+                raise
+            except Exception as err:
+                raise invalid("StepFailed", f"Step {input.step_id!r}: {type(err).__name__}: {err}") from err
+            answers = {q: dict(a) if isinstance(a, dict) else {"value": a} for q, a in found.items()}
+            return {
+                "values": {q: a.get("value") for q, a in answers.items()},
+                "answers": to_jsonable_python(answers),
+                "usage": {"inputTokens": 0, "outputTokens": 0, "totalTokens": 0},
+            }
+
     def all(self) -> list[Any]:
-        return [self.load_definition, self.tool_step]
+        return [self.load_definition, self.tool_step, self.classifier_step]

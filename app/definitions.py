@@ -197,6 +197,20 @@ class Agent:
         raise UnknownTool(name, self.id)
 
 
+ClassifyFn = Callable[[Any, ToolContext], Awaitable[Mapping[str, Any]]]
+
+
+@dataclass(frozen=True)
+class Classifier:
+    """A classifier for workflow `classifier` steps: `classify(state, ctx)` answers each of its questions about
+    the step's state (a value, or `{"value": ..., "reason"?: ...}`). The step's output is Mastra's
+    `{values: {question: value}, answers: {question: {value, ...}}, usage}`."""
+
+    id: str
+    classify: ClassifyFn
+    description: str = ""
+
+
 @dataclass
 class App:
     """Everything a worker, the CLI and the HTTP API load from one reference (`module:attr`).
@@ -211,6 +225,7 @@ class App:
     """Tools of the app itself, for workflow steps (every agent's tools and the built-in `ask-human` are there
     too: `workflow_tools()`)."""
     workflows: tuple[type, ...] = ()
+    classifiers: dict[str, Classifier] = field(default_factory=dict)
     """Code workflows: `@workflow.defn` classes (subclass `keel.workflows.Resumable` for suspend points). The
     worker runs them (in Temporal's sandbox); they are listed, started and resumed like stored definitions."""
 
@@ -232,12 +247,14 @@ class App:
         workspace: Workspace | None = None,
         tools: Iterable[Tool] = (),
         workflows: Iterable[type] = (),
+        classifiers: Iterable[Classifier] = (),
     ) -> App:
         return cls(
             agents={a.id: a for a in agents},
             workspace=workspace,
             tools={t.id: t for t in tools},
             workflows=tuple(workflows),
+            classifiers={c.id: c for c in classifiers},
         )
 
     def code_workflows(self) -> dict[str, type]:

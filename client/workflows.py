@@ -66,6 +66,7 @@ class Workflows:
         return Known(
             tools=frozenset(self.app.workflow_tools()),
             agents=frozenset(self.app.agents),
+            classifiers=frozenset(self.app.classifiers),
             workflows={**dict.fromkeys(self.app.code_workflows()), **{d.workflow_id: _definition(d) for d in stored}},
         )
 

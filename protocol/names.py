@@ -24,6 +24,7 @@ EXECUTE_TOOL: Final = "keel.execute_tool"
 # Workflow definition runs
 LOAD_DEFINITION: Final = "keel.load_workflow_definition"
 WORKFLOW_TOOL_STEP: Final = "keel.workflow_tool_step"
+WORKFLOW_CLASSIFIER_STEP: Final = "keel.workflow_classifier_step"
 RESUME_SIGNAL: Final = "resume"
 RESUME_STEP_UPDATE: Final = "resume_step"
 STATE_QUERY: Final = "state"

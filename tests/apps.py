@@ -229,5 +229,5 @@ workspace_agent = plan_agent(
 
 app = App.of(
     demo, multi, ledger, once, mistakes, payer, reuser, bulky, flaky, workspace_agent, definition_apps.writer,
-    tools=definition_apps.app.tools.values(),
+    tools=definition_apps.app.tools.values(), classifiers=definition_apps.app.classifiers.values(),
 )  # fmt: skip

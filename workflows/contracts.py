@@ -389,3 +389,12 @@ class WorkflowRunState(Contract):
     steps: dict[str, StepState] = Field(default_factory=dict)
     result: Any = None
     error: str | None = None
+
+
+class ClassifierStepInput(Contract):
+    run_id: str
+    workflow_id: str
+    step_id: str
+    classifier_id: str
+    state: Any = None
+    request_context: dict[str, Any] | None = None

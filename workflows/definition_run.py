@@ -47,13 +47,14 @@ from keel.protocol.workflow_definition import (
 from keel.workflows.contracts import (
     AgentRunInput,
     AgentRunResult,
+    ClassifierStepInput,
     LoadDefinitionInput,
     LoadDefinitionResult,
     StepState,
     WorkflowToolInput,
     WorkflowToolResult,
 )
-from keel.workflows.graph_values import RunData, holds, map_values
+from keel.workflows.graph_values import MISSING, RunData, get_path, holds, map_values
 from keel.workflows.resumable import Resumable
 from keel.workflows.search_attributes import KEEL_STATUS
 
@@ -180,7 +181,7 @@ class DefinitionRun(Resumable):
         elif isinstance(step, NestedWorkflowEntry):
             output = await self._nested(step, value)
         elif isinstance(step, ClassifierEntry):
-            raise StepFailed(f"Step {step_id!r}: classifier steps are not supported yet")
+            output = await self._classifier(step, value, data)
         else:
             raise StepFailed(f"Step {step_id!r}: cannot run a {getattr(step, 'type', '?')} entry here")
         self._state.steps[key or step_id] = StepState(status="success", output=output)
@@ -223,6 +224,27 @@ class DefinitionRun(Resumable):
             if result.suspended is None:
                 return result.output
             resume_data = await self.suspend(key, result.suspended.payload, result.suspended.resume_schema)
+
+    async def _classifier(self, step: ClassifierEntry, value: Any, data: RunData) -> Any:
+        state = value
+        if step.state is not None:
+            root, _, path = step.state.path.partition(".")
+            state = get_path(data.roots().get(root), path) if root in data.roots() else None
+        attempts = (step.options.retries if step.options and step.options.retries else 0) + 1
+        return await workflow.execute_activity(
+            names.WORKFLOW_CLASSIFIER_STEP,
+            ClassifierStepInput(
+                run_id=workflow.info().workflow_id,
+                workflow_id=workflow.info().workflow_type,
+                step_id=step.id,
+                classifier_id=step.classifier_id,
+                state=None if state is MISSING else state,
+                request_context=self._request_context or None,
+            ),
+            start_to_close_timeout=TOOL_TIMEOUT,
+            retry_policy=RetryPolicy(maximum_attempts=attempts),
+            summary=f"{step.id}: {step.classifier_id}",
+        )
 
     async def _agent(self, step: AgentEntry, value: Any) -> Any:
         prompt = value.get("prompt") if isinstance(value, dict) else value

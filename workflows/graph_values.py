@@ -28,7 +28,7 @@ from keel.protocol.workflow_definition import (
     ValueSource,
 )
 
-_MISSING = object()
+MISSING = object()
 
 
 @dataclass
@@ -50,19 +50,19 @@ class RunData:
 
 
 def get_path(value: Any, path: str) -> Any:
-    """`a.b.0.c` read from nested objects and lists; `_MISSING` when any part is absent ("" is the value)."""
+    """`a.b.0.c` read from nested objects and lists; `MISSING` when any part is absent ("" is the value)."""
     for part in [p for p in path.split(".") if p] if path else []:
         if isinstance(value, Mapping) and part in value:
             value = value[part]
         elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
             value = value[int(part)]
         else:
-            return _MISSING
+            return MISSING
     return value
 
 
 def _found(value: Any) -> Any:
-    return None if value is _MISSING else value
+    return None if value is MISSING else value
 
 
 def map_values(entry: MappingEntry, data: RunData) -> dict[str, Any]:
@@ -90,8 +90,8 @@ def render(template: str, data: RunData) -> str:
 
     def value(match: Any) -> str:
         root, _, path = match.group(1).strip().partition(".")
-        found = get_path(roots.get(root), path) if root in roots else _MISSING
-        if found is _MISSING or found is None:
+        found = get_path(roots.get(root), path) if root in roots else MISSING
+        if found is MISSING or found is None:
             return ""
         return found if isinstance(found, str) else json.dumps(found, separators=(",", ":"))
 
@@ -124,7 +124,7 @@ def holds(predicate: Predicate, data: RunData) -> bool:
         return inside if predicate.op == "in" else not inside
     if isinstance(predicate, Existence):
         root, _, path = predicate.path.partition(".")
-        exists = get_path(data.roots().get(root), path) not in (_MISSING, None)
+        exists = get_path(data.roots().get(root), path) not in (MISSING, None)
         return exists if predicate.op == "exists" else not exists
     if isinstance(predicate, Truthiness):
         truthy = _truthy(_operand(predicate.value, data))

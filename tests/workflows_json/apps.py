@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from keel.app import Agent, App, ToolContext, tool
+from keel.app import Agent, App, Classifier, ToolContext, tool
 from keel.model_providers import ModelRequest, ModelResponse, ScriptedModel, last_user_text
 
 
@@ -71,8 +71,18 @@ def writer_script(request: ModelRequest) -> ModelResponse:
     return ModelResponse(text=f"draft: {last_user_text(request)}")
 
 
+async def triage(state: Any, ctx: ToolContext) -> dict[str, Any]:
+    """Is it urgent (an exclamation mark), and how long is it."""
+    text = str(state)
+    return {"urgent": {"value": "!" in text, "reason": "an exclamation mark"}, "length": len(text)}
+
+
 writer = Agent(id="writer", model=ScriptedModel(writer_script, name="writer"))
-app = App.of(writer, tools=(double, inc, numbers, echo, record))
+app = App.of(
+    writer,
+    tools=(double, inc, numbers, echo, record),
+    classifiers=(Classifier("triage", triage, "Is it urgent?"),),
+)
 
 
 def definition(workflow_id: str, graph: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
@@ -98,7 +108,9 @@ CHILD = definition("child", [tool_step("twice", "double")])
 EVERYTHING = definition(
     "everything",
     [
-        mapping("prep", {"n": {"initData": True, "path": "n"}, "text": {"template": "hi ${initData.name}"}}),
+        mapping("prep", {"n": {"initData": True, "path": "n"}, "text": {"template": "hi ${initData.name}!"}}),
+        {"type": "classifier", "id": "kind", "classifierId": "triage", "state": {"path": "inputData.text"}},
+        mapping("again", {"n": {"initData": True, "path": "n"}}),
         tool_step("d1", "double"),
         {"type": "parallel", "id": "fan", "steps": [tool_step("p1", "double"), tool_step("p2", "inc")]},
         mapping("howmany", {"count": {"value": 3}}),
@@ -135,6 +147,8 @@ EVERYTHING = definition(
                 "loop": {"step": "up", "path": "n"},
                 "nested": {"step": "nested", "path": "n"},
                 "who": {"requestContextPath": "user"},
+                "urgent": {"step": "kind", "path": "values.urgent"},
+                "why": {"step": "kind", "path": "answers.urgent.reason"},
             },
         ),
     ],

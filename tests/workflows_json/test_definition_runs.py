@@ -24,6 +24,7 @@ async def save(storage: Storage, raw: dict[str, Any]) -> None:
     known = Known(
         tools=frozenset(app.workflow_tools()),
         agents=frozenset(app.agents),
+        classifiers=frozenset(app.classifiers),
         workflows={d.workflow_id: None for d in await storage.list_definitions()},
     )
     check_definition(raw, known)
@@ -63,6 +64,8 @@ async def test_a_definition_with_every_entry_type_runs_to_success(
         "loop": 3,
         "nested": 6,
         "who": None,
+        "urgent": True,
+        "why": "an exclamation mark",
     }
     assert state.status == "success" and state.version == 1 and state.steps["e[2]"].output == {"n": 6}
     history = await handle.fetch_history()
