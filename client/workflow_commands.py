@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -47,9 +48,13 @@ def arguments(p: argparse.ArgumentParser, add_options: Callable[[argparse.Argume
     resume.add_argument("run_id")
     resume.add_argument("--step", required=True, help="the suspended step's id")
     resume.add_argument("--data", default="{}", help="its resumeData, JSON (default {})")
-    runs = action("runs", "a stored workflow's runs, from Temporal")
+    runs = action("runs", "a workflow's runs, newest first, from Temporal")
     runs.add_argument("workflow_id")
-    runs.add_argument("--status", choices=["running", "suspended", "completed", "failed"])
+    runs.add_argument("--status", choices=["running", "suspended", "success", "failed", "canceled"])
+    runs.add_argument("--from", dest="from_date", type=datetime.fromisoformat, help="started at or after (ISO 8601)")
+    runs.add_argument("--to", dest="to_date", type=datetime.fromisoformat, help="started at or before (ISO 8601)")
+    runs.add_argument("--offset", type=int, default=0, help="skip this many (default 0)")
+    runs.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
     action("counts", "running and suspended runs of each stored workflow")
 
 
@@ -144,12 +149,19 @@ async def _resume(w: Workflows, args: argparse.Namespace) -> int:
 
 
 async def _runs(w: Workflows, args: argparse.Namespace) -> int:
-    found = await w.runs(args.workflow_id, status=args.status)
+    found = await w.runs(
+        args.workflow_id,
+        status=args.status,
+        from_date=args.from_date,
+        to_date=args.to_date,
+        offset=args.offset,
+        limit=args.limit,
+    )
     if args.json:
         print(json.dumps(found, indent=2))
         return 0
     for r in found:
-        print(f"{r['runId']}  {r['status']}  started {r['startTime']}")
+        print(f"{r['runId']}  {r['status']}  started {r['createdAt']}")
     return 0
 
 

@@ -8,6 +8,7 @@ import inspect
 import typing
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, TypeAdapter
@@ -149,23 +150,40 @@ class Workflows:
         except RPCError as err:
             raise ResumeRefused(f"Run {run_id!r}: {err.message}") from None
 
-    async def runs(self, workflow_id: str, *, status: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
-        query = f"KeelKind='workflow' AND KeelWorkflowId='{_quote(workflow_id)}'"
+    async def runs(
+        self,
+        workflow_id: str,
+        *,
+        status: str | None = None,
+        from_date: datetime | None = None,
+        to_date: datetime | None = None,
+        offset: int = 0,
+        limit: int = 50,
+    ) -> list[dict[str, Any]]:
+        """The workflow's runs, newest first, from Temporal's visibility: `status` is Mastra's (`running`,
+        `suspended`, `success`, `failed`, `canceled`), the dates bound the start time."""
+        clauses = ["KeelKind='workflow'", f"KeelWorkflowId='{_quote(workflow_id)}'"]
         if status is not None:
-            query += f" AND KeelStatus='{_quote(status)}'"
-        found = []
-        async for ex in self.keel.temporal.list_workflows(query, limit=limit):
-            keel_status = ex.typed_search_attributes
+            if status not in _STATUS_QUERIES:
+                raise KeelClientError(f"Unknown status {status!r} (one of: {', '.join(_STATUS_QUERIES)})")
+            clauses.append(_STATUS_QUERIES[status])
+        if from_date is not None:
+            clauses.append(f"StartTime >= '{from_date.isoformat()}'")
+        if to_date is not None:
+            clauses.append(f"StartTime <= '{to_date.isoformat()}'")
+        found: list[dict[str, Any]] = []
+        async for ex in self.keel.temporal.list_workflows(" AND ".join(clauses), limit=offset + limit):
+            keel_status = next((p.value for p in ex.typed_search_attributes if p.key.name == "KeelStatus"), None)
             found.append(
                 {
                     "runId": ex.id,
-                    "workflowId": workflow_id,
-                    "status": next((p.value for p in keel_status if p.key.name == "KeelStatus"), None),
-                    "startTime": ex.start_time.isoformat() if ex.start_time else None,
-                    "closeTime": ex.close_time.isoformat() if ex.close_time else None,
+                    "workflowName": workflow_id,
+                    "status": _mastra_status(ex.status.name if ex.status else None, keel_status),
+                    "createdAt": ex.start_time.isoformat() if ex.start_time else None,
+                    "updatedAt": (ex.close_time or ex.start_time).isoformat() if ex.start_time else None,
                 }
             )
-        return found
+        return found[offset:]
 
     async def counts(self) -> dict[str, dict[str, int]]:
         """`{workflowKey: {running, suspended}}`, from visibility counts only."""
@@ -232,6 +250,22 @@ def _definition(stored: StoredDefinition) -> Any:
     from keel.protocol.workflow_definition import WorkflowDefinition
 
     return WorkflowDefinition.model_validate(stored.definition)
+
+
+_STATUS_QUERIES = {
+    "running": "ExecutionStatus='Running' AND KeelStatus='running'",
+    "suspended": "ExecutionStatus='Running' AND KeelStatus='suspended'",
+    "success": "ExecutionStatus='Completed'",
+    "failed": "ExecutionStatus IN ('Failed', 'TimedOut', 'Terminated')",
+    "canceled": "ExecutionStatus='Canceled'",
+}
+
+
+def _mastra_status(execution: str | None, keel_status: str | None) -> str:
+    """Temporal's execution status as Mastra names a run's: running, suspended, success, failed, canceled."""
+    if execution in (None, "RUNNING"):
+        return "suspended" if keel_status == "suspended" else "running"
+    return {"COMPLETED": "success", "CANCELED": "canceled"}.get(execution, "failed")
 
 
 def _quote(value: str) -> str:

@@ -239,3 +239,35 @@ async def test_a_runs_progress_reads_as_mastras_workflow_chunks_from_any_offset(
     assert events[6]["payload"]["resumePayload"] == {"answer": "ok"}
     assert events[-1]["payload"]["finalWorkflowResult"] == {"answer": "ok", "version": 1}
     assert tail == events[len(before) :] and len(before) == 6
+
+
+async def test_runs_are_listed_by_mastras_status_with_dates_and_pages(
+    client: Client, storage: Storage, task_queue: str
+) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from keel.client import KeelClient
+    from keel.client.workflows import Workflows
+
+    workflows = Workflows(storage, app, KeelClient(client, task_queue=task_queue, app=app))
+    await workflows.save(ASK)
+    async with running_worker(client, app, storage, task_queue):
+        done = await workflows.start("ask", {"what": "a"})
+        await workflows.settle(done)
+        await workflows.resume(done, "human", {"answer": "y"})
+        await client.get_workflow_handle(done).result()
+        waiting = await workflows.start("ask", {"what": "b"})
+        await workflows.settle(waiting)
+        async with asyncio.timeout(30):
+            while len(await workflows.runs("ask", status="suspended")) != 1 or not await workflows.runs(
+                "ask", status="success"
+            ):
+                await asyncio.sleep(0.2)
+        assert [r["runId"] for r in await workflows.runs("ask", status="suspended")] == [waiting]
+        assert [r["runId"] for r in await workflows.runs("ask", status="success")] == [done]
+        everything = await workflows.runs("ask")
+        assert [r["runId"] for r in everything] == [waiting, done]
+        assert {r["status"] for r in everything} == {"suspended", "success"}
+        assert [r["runId"] for r in await workflows.runs("ask", offset=1, limit=1)] == [done]
+        later = datetime.now(UTC) + timedelta(hours=1)
+        assert await workflows.runs("ask", from_date=later) == []
