@@ -186,8 +186,8 @@ class Workflows:
         return found[offset:]
 
     async def counts(self) -> dict[str, dict[str, int]]:
-        """`{workflowKey: {running, suspended}}`, from visibility counts only."""
-        ids = [d.workflow_id for d in await self.storage.list_definitions()]
+        """`{workflowKey: {running, suspended}}` for the code and stored workflows, from visibility counts only."""
+        ids = [*self.app.code_workflows(), *(d.workflow_id for d in await self.storage.list_definitions())]
         keys = [(i, s) for i in ids for s in ("running", "suspended")]
         queries = [f"KeelKind='workflow' AND KeelWorkflowId='{_quote(i)}' AND KeelStatus='{s}'" for i, s in keys]
         found = await asyncio.gather(*(self.keel.temporal.count_workflows(q) for q in queries))

@@ -187,7 +187,10 @@ async def test_a_code_workflow_is_listed_started_resumed_and_nested_like_a_store
         status = await workflows.settle(run_id)
         assert status.state.status == "suspended"
         assert status.state.steps["approve"].suspend_payload == {"question": "Release 4?"}
-        assert (await workflows.counts()) == {"parent": {"running": 0, "suspended": 0}}
+        async with asyncio.timeout(30):
+            while (await workflows.counts())["release"] != {"running": 0, "suspended": 1}:
+                await asyncio.sleep(0.1)
+        assert (await workflows.counts())["parent"] == {"running": 0, "suspended": 0}
         await workflows.resume(run_id, "approve", {"ok": True})
         assert await client.get_workflow_handle(run_id).result() == {"n": 4, "approved": True}
 
