@@ -21,7 +21,7 @@ class WorkflowCommandError(KeelClientError):
 
 
 def arguments(p: argparse.ArgumentParser, add_options: Callable[[argparse.ArgumentParser, Any], None]) -> None:
-    sub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    sub = p.add_subparsers(dest="action", required=True, metavar="ACTION", help="what to do")
 
     def action(name: str, help: str) -> argparse.ArgumentParser:
         parser = sub.add_parser(name, help=help, description=help)
@@ -29,28 +29,32 @@ def arguments(p: argparse.ArgumentParser, add_options: Callable[[argparse.Argume
         parser.add_argument("--json", action="store_true", help="print JSON")
         return parser
 
-    action("list", "the stored workflows (latest versions)").add_argument("--status", choices=["active", "archived"])
+    action("list", "the app's code workflows and the stored ones (latest versions)").add_argument(
+        "--status", choices=["active", "archived"], help="only stored workflows with this status"
+    )
     show = action("show", "a stored workflow's definition")
-    show.add_argument("workflow_id")
+    show.add_argument("workflow_id", help="the stored workflow's id")
     show.add_argument("--version", type=int, help="a version (default: the latest)")
     save = action("save", "check a definition (every error with its JSON path) and store it as a new version")
     save.add_argument("file", help="a JSON file with one definition")
     save.add_argument("--author", help="recorded as its author")
     save.add_argument("--archived", action="store_true", help="store it archived (its schedules off)")
     action("delete", "hide a stored workflow and delete its schedules (runs in flight finish)").add_argument(
-        "workflow_id"
+        "workflow_id", help="the stored workflow's id"
     )
     run = action("run", "start a stored workflow, wait until it ends or suspends")
-    run.add_argument("workflow_id")
+    run.add_argument("workflow_id", help="the workflow's id (stored or code)")
     run.add_argument("--input", default="{}", help="its inputData, a JSON object (default {})")
     run.add_argument("--run-id", help="the run's id (default wf-<workflow>-<uuid>)")
     resume = action("resume", "resume a suspended step, wait until the run ends or suspends again")
-    resume.add_argument("run_id")
+    resume.add_argument("run_id", help="the suspended run")
     resume.add_argument("--step", required=True, help="the suspended step's id")
     resume.add_argument("--data", default="{}", help="its resumeData, JSON (default {})")
     runs = action("runs", "a workflow's runs, newest first, from Temporal")
-    runs.add_argument("workflow_id")
-    runs.add_argument("--status", choices=["running", "suspended", "success", "failed", "canceled"])
+    runs.add_argument("workflow_id", help="the workflow's id (stored or code)")
+    runs.add_argument(
+        "--status", choices=["running", "suspended", "success", "failed", "canceled"], help="only runs in this state"
+    )
     runs.add_argument("--from", dest="from_date", type=datetime.fromisoformat, help="started at or after (ISO 8601)")
     runs.add_argument("--to", dest="to_date", type=datetime.fromisoformat, help="started at or before (ISO 8601)")
     runs.add_argument("--offset", type=int, default=0, help="skip this many (default 0)")

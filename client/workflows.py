@@ -162,7 +162,7 @@ class Workflows:
     ) -> list[dict[str, Any]]:
         """The workflow's runs, newest first, from Temporal's visibility: `status` is Mastra's (`running`,
         `suspended`, `success`, `failed`, `canceled`), the dates bound the start time."""
-        clauses = ["KeelKind='workflow'", f"KeelWorkflowId='{_quote(workflow_id)}'"]
+        clauses = [self._scope(), f"KeelWorkflowId='{_quote(workflow_id)}'"]
         if status is not None:
             if status not in _STATUS_QUERIES:
                 raise KeelClientError(f"Unknown status {status!r} (one of: {', '.join(_STATUS_QUERIES)})")
@@ -189,12 +189,16 @@ class Workflows:
         """`{workflowKey: {running, suspended}}` for the code and stored workflows, from visibility counts only."""
         ids = [*self.app.code_workflows(), *(d.workflow_id for d in await self.storage.list_definitions())]
         keys = [(i, s) for i in ids for s in ("running", "suspended")]
-        queries = [f"KeelKind='workflow' AND KeelWorkflowId='{_quote(i)}' AND KeelStatus='{s}'" for i, s in keys]
+        queries = [f"{self._scope()} AND KeelWorkflowId='{_quote(i)}' AND KeelStatus='{s}'" for i, s in keys]
         found = await asyncio.gather(*(self.keel.temporal.count_workflows(q) for q in queries))
         counts: dict[str, dict[str, int]] = {i: {"running": 0, "suspended": 0} for i in ids}
         for (i, s), c in zip(keys, found, strict=True):
             counts[i][s] = c.count
         return counts
+
+    def _scope(self) -> str:
+        """Keel workflow runs of this app: those on its task queue."""
+        return f"KeelKind='workflow' AND TaskQueue='{_quote(self.keel.task_queue)}'"
 
     def _handle(self, run_id: str) -> WorkflowHandle[Any, Any]:
         return self.keel.temporal.get_workflow_handle(run_id)

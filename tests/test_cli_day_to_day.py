@@ -242,12 +242,16 @@ def test_every_command_and_option_has_help() -> None:
     from keel.cli import COMMANDS
     from keel.client.cli import build_parser
 
-    parser = build_parser(COMMANDS)
-    [sub] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    for name, command_parser in sub.choices.items():
-        assert command_parser.description, name
-        for action in command_parser._actions:
-            assert action.help, f"keel {name}: {action.dest} has no help"
+    def check(parser: argparse.ArgumentParser, prefix: str) -> None:
+        [sub] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        for name, command_parser in sub.choices.items():
+            assert command_parser.description, f"{prefix} {name}"
+            for action in command_parser._actions:
+                assert action.help, f"{prefix} {name}: {action.dest} has no help"
+                if isinstance(action, argparse._SubParsersAction):  # e.g. keel workflows ACTION
+                    check(command_parser, f"{prefix} {name}")
+
+    check(build_parser(COMMANDS), "keel")
 
 
 async def test_a_providers_multi_line_message_is_one_line_on_stderr(

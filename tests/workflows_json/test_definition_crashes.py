@@ -12,8 +12,10 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from temporalio.client import Client
+from temporalio.service import RPCError
 
 from keel.client.devserver import DevServer
 from keel.storage import SQLiteStorage
@@ -45,6 +47,15 @@ def worker(dev_server: DevServer, task_queue: str, tmp_path: Path, data_dir: Pat
         proc.wait()
 
 
+async def query_state(handle: Any) -> WorkflowRunState | None:
+    """The run's state, or None while no live worker answers (the killed one's sticky queue times out)."""
+    try:
+        state: WorkflowRunState = await handle.query("state", result_type=WorkflowRunState)
+    except RPCError:
+        return None
+    return state
+
+
 async def lines(path: Path, n: int, timeout: float = 30) -> list[str]:
     async with asyncio.timeout(timeout):
         while not path.exists() or len(path.read_text().splitlines()) < n:
@@ -65,9 +76,8 @@ async def test_kill_9_during_a_foreach_and_during_a_sleep_completes_each_item_on
         await lines(data_dir / "started.log", 3)  # three items in flight: kill -9 mid-foreach
     with worker(dev_server, task_queue, tmp_path, data_dir):
         async with asyncio.timeout(60):
-            while (await handle.query("state", result_type=WorkflowRunState)).steps.get("nap") is None:
+            while (state := await query_state(handle)) is None or state.steps.get("nap") is None:
                 await asyncio.sleep(0.1)  # the foreach is done and the 3 s sleep has begun: kill -9 again
-        state = await handle.query("state", result_type=WorkflowRunState)
         assert state.steps["nap"].status == "running"
     with worker(dev_server, task_queue, tmp_path, data_dir):
         assert await asyncio.wait_for(handle.result(), 60) == {"items": 6}
