@@ -58,8 +58,9 @@ from keel.workflows.graph_values import MISSING, RunData, get_path, holds, map_v
 from keel.workflows.resumable import Resumable
 from keel.workflows.search_attributes import KEEL_STATUS
 
-MAX_LOOP_ITERATIONS = 10_000
-MAX_FOREACH_ITEMS = 10_000
+MAX_LOOP_ITERATIONS = 1_000
+MAX_FOREACH_ITEMS = 5_000
+"""Both keep a run's history well under Temporal's 51,200 events (a tool step costs about 6)."""
 TOOL_TIMEOUT = timedelta(minutes=10)
 TOOL_HEARTBEAT = timedelta(seconds=10)
 LOAD_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))

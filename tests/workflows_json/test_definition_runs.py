@@ -274,3 +274,24 @@ async def test_runs_are_listed_by_mastras_status_with_dates_and_pages(
         assert [r["runId"] for r in await workflows.runs("ask", offset=1, limit=1)] == [done]
         later = datetime.now(UTC) + timedelta(hours=1)
         assert await workflows.runs("ask", from_date=later) == []
+
+
+async def test_a_foreach_over_too_many_items_fails_the_run_at_once_saying_so(
+    client: Client, storage: Storage, task_queue: str
+) -> None:
+    from tests.workflows_json.apps import definition, mapping, tool_step
+
+    many = definition(
+        "many",
+        [
+            mapping("howmany", {"count": {"value": 5001}}),
+            tool_step("list", "range"),
+            {"type": "foreach", "step": tool_step("each", "double")},
+        ],
+    )
+    await save(storage, many)
+    async with running_worker(client, app, storage, task_queue):
+        handle = await start(client, "many", task_queue, {})
+        with pytest.raises(WorkflowFailureError) as caught:
+            await asyncio.wait_for(handle.result(), 30)
+    assert "Step 'each': 5001 items; foreach takes at most 5000" in str(caught.value.cause)
