@@ -39,6 +39,20 @@ def schema_problems(schema: Any, value: Any) -> list[str]:
     return found
 
 
+def _step_context(input: WorkflowToolInput | ClassifierStepInput, *, resume_data: Any = None) -> ToolContext:
+    """What a workflow step's tool or classifier sees: the run as its thread, the workflow as its resource."""
+    return ToolContext(
+        run_id=input.run_id,
+        tool_call_id=input.step_id,
+        agent_id="",
+        thread_id=input.run_id,
+        resource_id=input.workflow_id,
+        attempt=activity.info().attempt,
+        request_context=input.request_context or {},
+        resume_data=resume_data,
+    )
+
+
 def invalid(kind: str, message: str) -> ApplicationError:
     return ApplicationError(message, type=kind, non_retryable=True)
 
@@ -90,18 +104,8 @@ class WorkflowSteps:
             problem = describe_validation_error(err)
             message = f"Step {input.step_id!r}: the input of tool {input.tool_id!r} is invalid: {problem}"
             raise invalid("InvalidStepInput", message) from None
-        ctx = ToolContext(
-            run_id=input.run_id,
-            tool_call_id=input.step_id,
-            agent_id="",
-            thread_id=input.run_id,
-            resource_id=input.workflow_id,
-            attempt=activity.info().attempt,
-            request_context=input.request_context or {},
-            resume_data=input.resume_data,
-        )
         try:
-            output = await tool.execute(args, ctx)
+            output = await tool.execute(args, _step_context(input, resume_data=input.resume_data))
         except ToolSuspended as suspended:
             return WorkflowToolResult(
                 suspended=StepSuspension(payload=suspended.payload, resume_schema=suspended.resume_schema)
@@ -119,17 +123,8 @@ class WorkflowSteps:
             classifier = self._app.classifiers.get(input.classifier_id)
             if classifier is None:
                 raise invalid("UnknownClassifier", f"Step {input.step_id!r}: no classifier {input.classifier_id!r}")
-            ctx = ToolContext(
-                run_id=input.run_id,
-                tool_call_id=input.step_id,
-                agent_id="",
-                thread_id=input.run_id,
-                resource_id=input.workflow_id,
-                attempt=activity.info().attempt,
-                request_context=input.request_context or {},
-            )
             try:
-                found = await classifier.classify(input.state, ctx)
+                found = await classifier.classify(input.state, _step_context(input))
             except ApplicationError:
                 raise
             except Exception as err:

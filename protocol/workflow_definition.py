@@ -314,8 +314,10 @@ GraphEntry = Annotated[
     | LoopEntry,
     Field(discriminator="type"),
 ]
-STEP_TYPES = ("agent", "tool", "classifier", "mapping", "workflow")
-ENTRY_TYPES = (*STEP_TYPES, "parallel", "foreach", "sleep", "sleepUntil", "conditional", "loop")
+ENTRY_TYPES = (
+    "agent", "tool", "classifier", "mapping", "workflow", "parallel", "foreach", "sleep", "sleepUntil",
+    "conditional", "loop",
+)  # fmt: skip
 
 
 # --- schedules ----------------------------------------------------------------------------------------------

@@ -67,10 +67,6 @@ def warm() -> None:
     _encoding()
 
 
-def count_tokens(text: str) -> int:
-    return len(_encoding().encode_ordinary(text))
-
-
 def _over(text: str, limit: int) -> list[int] | None:
     """`text`'s tokens when there are more than `limit`, else None. Every o200k token holds at least one byte,
     so text of at most `limit` bytes is not encoded at all."""

@@ -54,10 +54,6 @@ class WORKSPACE_TOOLS:
     SEARCH = _Search
 
 
-FILESYSTEM_TOOLS = tuple(v for k, v in vars(_Filesystem).items() if k.isupper())
-SANDBOX_TOOLS = tuple(v for k, v in vars(_Sandbox).items() if k.isupper())
-ALL_TOOLS = FILESYSTEM_TOOLS + SANDBOX_TOOLS
-
 _TOP_LEVEL = {"enabled", "require_approval", "hooks", "write_lock_timeout_ms"}
 _PER_TOOL = {"enabled", "require_approval", "require_read_before_write", "name", "max_output_tokens", "max_media_bytes"}
 _HOOKS = {"before_tool_call", "after_tool_call"}

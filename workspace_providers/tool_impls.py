@@ -15,11 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from keel.workspace_providers.errors import FileExists, FileNotFound, StaleFile, WorkspaceError, iso_ms
-from keel.workspace_providers.output import (
-    DEFAULT_TAIL_LINES,
-    apply_token_limit,
-    truncate_command_output,
-)
+from keel.workspace_providers.output import apply_token_limit, truncate_command_output
 from keel.workspace_providers.tool_config import ResolvedToolConfig
 
 DEFAULT_MEDIA_TYPES = ("image/png", "image/jpeg", "image/webp", "application/pdf")
@@ -323,6 +319,3 @@ def killed_output(pid: str, handle: Any, config: ResolvedToolConfig) -> str:
         if stderr:
             parts += ["", "--- stderr (last output) ---", stderr]
     return "\n".join(parts)
-
-
-__all__ = ["DEFAULT_TAIL_LINES"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import posixpath
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -347,6 +347,3 @@ async def workspace_tools(
         names.add(exposed)
         tools.append(WorkspaceTool(exposed, tool_name, workspace, resolved, kind))
     return tools
-
-
-ToolFactory = Callable[[Workspace, Mapping[str, Any]], Awaitable[list[WorkspaceTool]]]
