@@ -46,6 +46,10 @@ def arguments(p: argparse.ArgumentParser, add_options: Callable[[argparse.Argume
     run.add_argument("workflow_id", help="the workflow's id (stored or code)")
     run.add_argument("--input", default="{}", help="its inputData, a JSON object (default {})")
     run.add_argument("--run-id", help="the run's id (default wf-<workflow>-<uuid>)")
+    run.add_argument("--resource-id", help="who the run is for (listed with: runs --resource-id)")
+    run.add_argument(
+        "--request-context", help="the request context, a JSON object (mapping and template steps read it)"
+    )
     resume = action("resume", "resume a suspended step, wait until the run ends or suspends again")
     resume.add_argument("run_id", help="the suspended run")
     resume.add_argument("--step", required=True, help="the suspended step's id")
@@ -55,6 +59,7 @@ def arguments(p: argparse.ArgumentParser, add_options: Callable[[argparse.Argume
     runs.add_argument(
         "--status", choices=["running", "suspended", "success", "failed", "canceled"], help="only runs in this state"
     )
+    runs.add_argument("--resource-id", help="only runs for this resource")
     runs.add_argument("--from", dest="from_date", type=datetime.fromisoformat, help="started at or after (ISO 8601)")
     runs.add_argument("--to", dest="to_date", type=datetime.fromisoformat, help="started at or before (ISO 8601)")
     runs.add_argument("--offset", type=int, default=0, help="skip this many (default 0)")
@@ -143,7 +148,12 @@ async def _run(w: Workflows, args: argparse.Namespace) -> int:
     input_data = _object("--input", args.input)
     if not isinstance(input_data, dict):
         raise WorkflowCommandError("--input must be a JSON object (the workflow's inputData)")
-    run_id = await w.start(args.workflow_id, input_data, run_id=args.run_id)
+    context = _object("--request-context", args.request_context) if args.request_context else None
+    if context is not None and not isinstance(context, dict):
+        raise WorkflowCommandError("--request-context must be a JSON object")
+    run_id = await w.start(
+        args.workflow_id, input_data, run_id=args.run_id, resource_id=args.resource_id, request_context=context
+    )
     return _report(await w.settle(run_id), args.json)
 
 
@@ -156,6 +166,7 @@ async def _runs(w: Workflows, args: argparse.Namespace) -> int:
     found = await w.runs(
         args.workflow_id,
         status=args.status,
+        resource_id=args.resource_id,
         from_date=args.from_date,
         to_date=args.to_date,
         offset=args.offset,

@@ -20,6 +20,7 @@ from temporalio.client import (
     WorkflowHandle,
     WorkflowUpdateFailedError,
 )
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.service import RPCError
 
 from keel.app import App
@@ -29,6 +30,7 @@ from keel.client.keel_client import KeelClient
 from keel.storage import Storage
 from keel.storage.definitions import Status, StoredDefinition
 from keel.workflows.contracts import ResumeStep, WorkflowRunState
+from keel.workflows.search_attributes import KEEL_RESOURCE_ID
 
 
 class WorkflowNotFound(KeelClientError):
@@ -116,11 +118,31 @@ class Workflows:
             raise WorkflowNotFound(workflow_id)
         return stored
 
-    async def start(self, workflow_id: str, input_data: dict[str, Any], *, run_id: str | None = None) -> str:
+    async def start(
+        self,
+        workflow_id: str,
+        input_data: dict[str, Any],
+        *,
+        run_id: str | None = None,
+        resource_id: str | None = None,
+        request_context: dict[str, Any] | None = None,
+    ) -> str:
+        """Start a run; its input is the inputData alone (as `temporal workflow start --input` gives it), the
+        request context rides in its memo, the resource id in `KeelResourceId` (for listings)."""
         await self.ensure_exists(workflow_id)
         await self.keel.wait_for_worker()
         run_id = run_id or f"wf-{workflow_id}-{uuid.uuid4()}"
-        await self.keel.temporal.start_workflow(workflow_id, input_data, id=run_id, task_queue=self.keel.task_queue)
+        attributes = (
+            TypedSearchAttributes([SearchAttributePair(KEEL_RESOURCE_ID, resource_id)]) if resource_id else None
+        )
+        await self.keel.temporal.start_workflow(
+            workflow_id,
+            input_data,
+            id=run_id,
+            task_queue=self.keel.task_queue,
+            memo={"requestContext": request_context} if request_context else None,
+            search_attributes=attributes,
+        )
         return run_id
 
     async def state(self, run_id: str) -> WorkflowRunState:
@@ -155,6 +177,7 @@ class Workflows:
         workflow_id: str,
         *,
         status: str | None = None,
+        resource_id: str | None = None,
         from_date: datetime | None = None,
         to_date: datetime | None = None,
         offset: int = 0,
@@ -167,6 +190,8 @@ class Workflows:
             if status not in _STATUS_QUERIES:
                 raise KeelClientError(f"Unknown status {status!r} (one of: {', '.join(_STATUS_QUERIES)})")
             clauses.append(_STATUS_QUERIES[status])
+        if resource_id is not None:
+            clauses.append(f"KeelResourceId='{_quote(resource_id)}'")
         if from_date is not None:
             clauses.append(f"StartTime >= '{from_date.isoformat()}'")
         if to_date is not None:

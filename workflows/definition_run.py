@@ -101,7 +101,11 @@ class DefinitionRun(Resumable):
             self._state.version, self._state.hash = loaded.version, loaded.hash
             workflow.upsert_memo({"definitionVersion": loaded.version, "definitionHash": loaded.hash})
             workflow.set_current_details(f"definition {definition.id} v{loaded.version} ({loaded.hash})")
-            data = RunData(init_data=input_data, input_data=input_data)
+            # The request context rides in the memo (set by `Workflows.start`), so the input stays the inputData
+            # alone and `temporal workflow start --input` works unchanged.
+            context = workflow.memo_value("requestContext", default={})
+            self._request_context = dict(context) if isinstance(context, dict) else {}
+            data = RunData(init_data=input_data, input_data=input_data, request_context=self._request_context)
             for entry in definition.graph:
                 data.input_data = await self._entry(entry, data)
             problems = _schema_problems(definition.output_schema, data.input_data)

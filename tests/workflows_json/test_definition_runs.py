@@ -295,3 +295,25 @@ async def test_a_foreach_over_too_many_items_fails_the_run_at_once_saying_so(
         with pytest.raises(WorkflowFailureError) as caught:
             await asyncio.wait_for(handle.result(), 30)
     assert "Step 'each': 5001 items; foreach takes at most 5000" in str(caught.value.cause)
+
+
+async def test_a_run_reads_its_request_context_and_is_listed_by_its_resource(
+    client: Client, storage: Storage, task_queue: str
+) -> None:
+    from keel.client import KeelClient
+    from keel.client.workflows import Workflows
+
+    workflows = Workflows(storage, app, KeelClient(client, task_queue=task_queue, app=app))
+    await workflows.save(CHILD)
+    await workflows.save(EVERYTHING)
+    async with running_worker(client, app, storage, task_queue):
+        run_id = await workflows.start(
+            "everything", {"n": 1, "name": "bo"}, resource_id="team-a", request_context={"user": "bo"}
+        )
+        result = await client.get_workflow_handle(run_id).result()
+        async with asyncio.timeout(30):
+            while not (found := await workflows.runs("everything", resource_id="team-a")):
+                await asyncio.sleep(0.2)
+        assert await workflows.runs("everything", resource_id="team-b") == []
+    assert result["who"] == "bo"
+    assert [r["runId"] for r in found] == [run_id]
