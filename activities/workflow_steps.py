@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from jsonschema import Draft202012Validator
 from pydantic import ValidationError
 from pydantic_core import to_jsonable_python
 from temporalio import activity
@@ -17,6 +16,7 @@ from keel.app import App, ToolContext
 from keel.app.definitions import ToolSuspended
 from keel.protocol import names
 from keel.protocol.validation import describe_validation_error
+from keel.protocol.workflow_definition import WorkflowDefinition
 from keel.storage import Storage
 from keel.workflows.contracts import (
     ClassifierStepInput,
@@ -26,17 +26,7 @@ from keel.workflows.contracts import (
     WorkflowToolInput,
     WorkflowToolResult,
 )
-
-
-def schema_problems(schema: Any, value: Any) -> list[str]:
-    """What is wrong with `value` under the JSON Schema `schema`, one line each at its JSON path."""
-    if schema in (None, {}, True):
-        return []
-    found = []
-    for error in sorted(Draft202012Validator(schema).iter_errors(value), key=lambda e: list(e.absolute_path)):
-        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
-        found.append(f"${where}: {error.message}")
-    return found
+from keel.workflows.graph_values import schema_problems
 
 
 def _step_context(input: WorkflowToolInput | ClassifierStepInput, *, resume_data: Any = None) -> ToolContext:
@@ -75,6 +65,12 @@ class WorkflowSteps:
                     "UnknownWorkflow",
                     f"No stored workflow definition {input.workflow_id!r}: save one with `keel workflows save FILE`",
                 )
+            try:
+                WorkflowDefinition.model_validate(stored.definition)
+            except ValidationError as err:
+                problem = describe_validation_error(err)
+                message = f"The stored definition {input.workflow_id!r} is invalid: {problem}"
+                raise invalid("InvalidDefinition", message) from None
             problems = schema_problems(stored.definition.get("inputSchema"), input.input_data)
             if problems:
                 raise invalid("InvalidWorkflowInput", "Invalid input: " + "; ".join(problems))

@@ -20,12 +20,13 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from pydantic import ValidationError
 from temporalio import workflow
 from temporalio.common import RawValue, RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError, FailureError
 
 with workflow.unsafe.imports_passed_through():
-    from jsonschema import Draft202012Validator
+    pass
 
 from keel.protocol import names
 from keel.protocol.workflow_definition import (
@@ -54,8 +55,8 @@ from keel.workflows.contracts import (
     WorkflowToolInput,
     WorkflowToolResult,
 )
-from keel.workflows.graph_values import MISSING, RunData, get_path, holds, map_values
-from keel.workflows.resumable import Resumable
+from keel.workflows.graph_values import MISSING, RunData, get_path, holds, map_values, schema_problems
+from keel.workflows.resumable import Resumable, bounded_value
 from keel.workflows.search_attributes import KEEL_STATUS
 
 MAX_LOOP_ITERATIONS = 1_000
@@ -96,7 +97,10 @@ class DefinitionRun(Resumable):
                 retry_policy=LOAD_RETRY,
                 summary=f"load definition {info.workflow_type}",
             )
-            definition = WorkflowDefinition.model_validate(loaded.definition)
+            try:  # checked on load too: a definition stored without checks fails the run, not its workflow task
+                definition = WorkflowDefinition.model_validate(loaded.definition)
+            except ValidationError as err:
+                raise StepFailed(f"The stored definition {info.workflow_type!r} is invalid: {err}") from None
             self._idempotent = loaded.idempotent_tools
             self._state.version, self._state.hash = loaded.version, loaded.hash
             workflow.upsert_memo({"definitionVersion": loaded.version, "definitionHash": loaded.hash})
@@ -108,7 +112,7 @@ class DefinitionRun(Resumable):
             data = RunData(init_data=input_data, input_data=input_data, request_context=self._request_context)
             for entry in definition.graph:
                 data.input_data = await self._entry(entry, data)
-            problems = _schema_problems(definition.output_schema, data.input_data)
+            problems = schema_problems(definition.output_schema, data.input_data)
             if problems:
                 raise StepFailed("Invalid output: " + "; ".join(problems))
         except (StepFailed, ActivityError, ChildWorkflowError, ApplicationError) as err:
@@ -189,7 +193,7 @@ class DefinitionRun(Resumable):
             output = await self._classifier(step, value, data)
         else:
             raise StepFailed(f"Step {step_id!r}: cannot run a {getattr(step, 'type', '?')} entry here")
-        self._state.steps[key or step_id] = StepState(status="success", output=output)
+        self._state.steps[key or step_id] = StepState(status="success", output=bounded_value(output))
         self.step_finished(key or step_id, value, output)
         if key is None:
             data.step_results[step_id] = output
@@ -198,7 +202,7 @@ class DefinitionRun(Resumable):
     def _record(self, step_id: str, output: Any, data: RunData) -> Any:
         """A step run in workflow code (a mapping, a sleep, a foreach's whole result): its result, its chunks."""
         data.step_results[step_id] = output
-        self._state.steps[step_id] = StepState(status="success", output=output)
+        self._state.steps[step_id] = StepState(status="success", output=bounded_value(output))
         self.step_started(step_id, data.input_data)
         self.step_finished(step_id, data.input_data, output)
         return output
@@ -302,16 +306,6 @@ def _one_object(workflow_type: str, args: Sequence[RawValue]) -> dict[str, Any]:
             non_retryable=True,
         )
     return value
-
-
-def _schema_problems(schema: Any, value: Any) -> list[str]:
-    if schema in (None, {}, True):
-        return []
-    errors = sorted(Draft202012Validator(schema).iter_errors(value), key=lambda e: list(e.absolute_path))
-    return [
-        "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in e.absolute_path) + f": {e.message}"
-        for e in errors
-    ]
 
 
 def _cause(err: BaseException) -> BaseException:

@@ -27,13 +27,16 @@ from keel.protocol import names
 from keel.workflows.contracts import ResumeStep, StepState, WorkflowRunState
 from keel.workflows.search_attributes import KEEL_KIND, KEEL_STATUS, KEEL_WORKFLOW_ID
 
+MAX_REJECTED_SIGNALS = 20
+"""The latest rejected resume signals the `rejected_signals` query keeps."""
 MAX_EVENTS = 10_000
 """Events a run keeps (the `events` query): past it, later steps are not reported (the run goes on)."""
 MAX_EVENT_VALUE_BYTES = 64 * 1024
 """A step's input or output larger than this (as JSON) is reported as `{"truncated": true, "bytes": N}`."""
 
 
-def _bounded(value: Any) -> Any:
+def bounded_value(value: Any) -> Any:
+    """`value`, or `{"truncated": true, "bytes": N}` when its JSON is over `MAX_EVENT_VALUE_BYTES`."""
     size = len(json.dumps(value, default=str))
     return {"truncated": True, "bytes": size} if size > MAX_EVENT_VALUE_BYTES else value
 
@@ -61,23 +64,23 @@ class Resumable:
     def step_started(self, key: str, value: Any, *, resume_data: Any = None, resumed: bool = False) -> None:
         if not resumed or key not in self._started_at:
             self._started_at[key] = self._now_ms()
-        payload = {"stepName": key.split("[")[0], "id": key, "stepCallId": key, "payload": _bounded(value)}
+        payload = {"stepName": key.split("[")[0], "id": key, "stepCallId": key, "payload": bounded_value(value)}
         payload |= {"startedAt": self._started_at[key], "status": "running"}
         if resumed:
-            payload |= {"resumePayload": _bounded(resume_data), "resumedAt": self._now_ms()}
+            payload |= {"resumePayload": bounded_value(resume_data), "resumedAt": self._now_ms()}
         self.emit("workflow-step-start", payload)
 
     def step_finished(self, key: str, value: Any, output: Any) -> None:
-        payload = {"stepName": key.split("[")[0], "id": key, "stepCallId": key, "payload": _bounded(value)}
+        payload = {"stepName": key.split("[")[0], "id": key, "stepCallId": key, "payload": bounded_value(value)}
         payload |= {"startedAt": self._started_at.get(key, self._now_ms()), "status": "success"}
-        payload |= {"output": _bounded(output), "endedAt": self._now_ms()}
+        payload |= {"output": bounded_value(output), "endedAt": self._now_ms()}
         self.emit("workflow-step-result", payload)
 
     def workflow_finished(self, status: str, result: Any = None) -> None:
         payload: dict[str, Any] = {"workflowStatus": status, "metadata": {}}
         payload["output"] = {"usage": {"inputTokens": 0, "outputTokens": 0, "totalTokens": 0}}
         if status == "success":
-            payload["finalWorkflowResult"] = _bounded(result)
+            payload["finalWorkflowResult"] = bounded_value(result)
         self.emit("workflow-finish", payload)
 
     def mark_keel_run(self) -> None:
@@ -94,7 +97,9 @@ class Resumable:
     async def suspend(self, step: str, payload: Any = None, resume_schema: dict[str, Any] | None = None) -> Any:
         """Wait at `step` for its resume data (checked against `resume_schema`, a JSON Schema); returns it."""
         self._suspended[step] = resume_schema
-        self._state.steps[step] = StepState(status="suspended", suspend_payload=payload, resume_schema=resume_schema)
+        self._state.steps[step] = StepState(
+            status="suspended", suspend_payload=bounded_value(payload), resume_schema=resume_schema
+        )
         self.emit(
             "workflow-step-suspended",
             {
@@ -103,7 +108,7 @@ class Resumable:
                 "stepCallId": step,
                 "startedAt": self._started_at.get(step, self._now_ms()),
                 "status": "suspended",
-                "suspendPayload": _bounded(payload),
+                "suspendPayload": bounded_value(payload),
                 "suspendedAt": self._now_ms(),
             },
         )
@@ -140,7 +145,7 @@ class Resumable:
     def resume(self, resume: ResumeStep) -> None:
         problem = self._resume_problem(resume)
         if problem is not None:
-            self._rejected.append(problem)
+            self._rejected = [*self._rejected[-(MAX_REJECTED_SIGNALS - 1) :], problem]
             workflow.logger.warning("resume signal ignored: %s", problem)
             return
         self._deliver(resume)

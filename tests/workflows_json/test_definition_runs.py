@@ -317,3 +317,14 @@ async def test_a_run_reads_its_request_context_and_is_listed_by_its_resource(
         assert await workflows.runs("everything", resource_id="team-b") == []
     assert result["who"] == "bo"
     assert [r["runId"] for r in found] == [run_id]
+
+
+async def test_a_definition_stored_without_checks_fails_the_run_at_once_not_its_workflow_task(
+    client: Client, storage: Storage, task_queue: str
+) -> None:
+    await storage.save_definition("broken", {"id": "broken", "graph": [{"type": "nap"}]})  # bypasses the checks
+    async with running_worker(client, app, storage, task_queue):
+        handle = await start(client, "broken", task_queue, {})
+        with pytest.raises(WorkflowFailureError) as caught:
+            await asyncio.wait_for(handle.result(), 30)
+    assert "The stored definition 'broken' is invalid" in str(caught.value.cause)
