@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -118,3 +120,38 @@ async def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 def fake_openai() -> Iterator[FakeOpenAI]:
     with serving_fake_openai() as server:
         yield server
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@contextmanager
+def worker_subprocess(
+    dev_server: DevServer,
+    task_queue: str,
+    tmp_path: Path,
+    data_dir: Path,
+    *,
+    app: str = "tests.apps:app",
+    env: dict[str, str] | None = None,
+) -> Iterator[subprocess.Popen[bytes]]:
+    """`python worker.py --app APP` on `task_queue` (joining any worker there), storage in `tmp_path`, log in
+    `tmp_path/worker.log`; killed with SIGKILL on leaving (no clean shutdown: what a crash leaves)."""
+    full_env = {
+        **os.environ,
+        "KEEL_TEMPORAL_ADDRESS": dev_server.cfg.address,
+        "KEEL_STORAGE_URL": f"sqlite:///{tmp_path / 'keel.db'}",
+        "KEEL_DATA_DIR": str(data_dir),
+        **(env or {}),
+    }
+    with open(tmp_path / "worker.log", "ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "worker.py", "--app", app, "--task-queue", task_queue, "--join"],
+            cwd=ROOT, env=full_env, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()

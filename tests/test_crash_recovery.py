@@ -6,7 +6,6 @@ import asyncio
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,34 +17,16 @@ from keel.client.connection import connect
 from keel.client.devserver import DevServer, DevServerConfig
 from keel.storage import Storage
 from tests.apps import app as test_app
-from tests.conftest import free_port, running_worker
+from tests.conftest import free_port, running_worker, worker_subprocess
 from tests.test_agent_run import wait_for_pending
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 @contextmanager
 def worker_process(
     dev_server: DevServer, task_queue: str, tmp_path: Path, data_dir: Path
 ) -> Iterator[subprocess.Popen[bytes]]:
-    env = {
-        **os.environ,
-        "KEEL_TEMPORAL_ADDRESS": dev_server.cfg.address,
-        "KEEL_STORAGE_URL": f"sqlite:///{tmp_path / 'keel.db'}",
-        "KEEL_DATA_DIR": str(data_dir),
-        "KEEL_TEST_TOOL_SECONDS": "4",
-    }
-    with open(tmp_path / "worker.log", "ab") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "worker.py", "--app", "tests.apps:app", "--task-queue", task_queue],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-    try:
-        yield proc
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
+    with worker_subprocess(dev_server, task_queue, tmp_path, data_dir, env={"KEEL_TEST_TOOL_SECONDS": "4"}) as p:
+        yield p
 
 
 def kill9(proc: subprocess.Popen[bytes]) -> None:

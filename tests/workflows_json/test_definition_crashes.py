@@ -4,10 +4,6 @@ processed once."""
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,31 +16,15 @@ from temporalio.service import RPCError
 from keel.client.devserver import DevServer
 from keel.storage import SQLiteStorage
 from keel.workflows.contracts import WorkflowRunState
+from tests.conftest import worker_subprocess
 from tests.workflows_json.apps import FOREACH_AND_SLEEP
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @contextmanager
 def worker(dev_server: DevServer, task_queue: str, tmp_path: Path, data_dir: Path) -> Iterator[None]:
-    env = {
-        **os.environ,
-        "KEEL_TEMPORAL_ADDRESS": dev_server.cfg.address,
-        "KEEL_STORAGE_URL": f"sqlite:///{tmp_path / 'keel.db'}",
-        "KEEL_DATA_DIR": str(data_dir),
-        "KEEL_TEST_TOOL_SECONDS": "1.5",
-    }
-    with open(tmp_path / "worker.log", "ab") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "worker.py", "--app", "tests.workflows_json.apps:app", "--task-queue", task_queue,
-             "--join"],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-    try:
+    app, env = "tests.workflows_json.apps:app", {"KEEL_TEST_TOOL_SECONDS": "1.5"}
+    with worker_subprocess(dev_server, task_queue, tmp_path, data_dir, app=app, env=env):  # SIGKILL on leaving
         yield
-    finally:
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
 
 
 async def query_state(handle: Any) -> WorkflowRunState | None:

@@ -7,11 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
-import subprocess
-import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from temporalio.client import Client
@@ -20,11 +15,9 @@ from keel.app import App
 from keel.client import KeelClient
 from keel.client.devserver import DevServer
 from keel.storage import Storage
-from tests.conftest import running_worker
+from tests.conftest import running_worker, worker_subprocess
 from tests.test_agent_run import wait_for_pending
 from tests.workspace.apps import FS, guarded_workspace, plan_agent
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def plan(*steps: list[list[object]]) -> str:
@@ -120,26 +113,6 @@ async def test_a_file_changed_outside_between_the_read_and_the_write_fails_the_w
     assert target.read_text() == "someone else's\n"
 
 
-@contextmanager
-def worker_process(dev_server: DevServer, task_queue: str, tmp_path: Path, data_dir: Path) -> Iterator[None]:
-    env = {
-        **os.environ,
-        "KEEL_TEMPORAL_ADDRESS": dev_server.cfg.address,
-        "KEEL_STORAGE_URL": f"sqlite:///{tmp_path / 'keel.db'}",
-        "KEEL_DATA_DIR": str(data_dir),
-    }
-    with open(tmp_path / "worker.log", "ab") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "worker.py", "--app", "tests.workspace.apps:app", "--task-queue", task_queue, "--join"],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-    try:
-        yield
-    finally:
-        os.kill(proc.pid, signal.SIGKILL)  # kill -9: no clean shutdown
-        proc.wait()
-
-
 async def test_a_worker_killed_between_the_read_and_the_write_still_knows_the_file_was_read(
     client: Client, dev_server: DevServer, task_queue: str, tmp_path: Path, data_dir: Path
 ) -> None:
@@ -147,10 +120,10 @@ async def test_a_worker_killed_between_the_read_and_the_write_still_knows_the_fi
     target.parent.mkdir(parents=True)
     target.write_text("before\n")
     keel = KeelClient(client, task_queue=task_queue)
-    with worker_process(dev_server, task_queue, tmp_path, data_dir):
+    with worker_subprocess(dev_server, task_queue, tmp_path, data_dir, app="tests.workspace.apps:app"):
         run_id = await keel.start_run("guarded", plan([read("kept.txt")], [write("kept.txt", "after\n")]))
         [call_id] = await wait_for_pending(keel, run_id)
-    with worker_process(dev_server, task_queue, tmp_path, data_dir):
+    with worker_subprocess(dev_server, task_queue, tmp_path, data_dir, app="tests.workspace.apps:app"):
         await keel.approve(run_id, call_id)
         async with asyncio.timeout(60):
             results = json.loads((await keel.result(run_id)).text)

@@ -234,13 +234,13 @@ async def test_a_follow_up_of_a_process_whose_worker_died_says_the_process_is_go
     client: Client, dev_server: DevServer, storage: Storage, task_queue: str, tmp_path: Path, data_dir: Path
 ) -> None:
     from keel.workflows.options import AgentActivityOptions
+    from tests.conftest import worker_subprocess
     from tests.test_agent_run import wait_for_pending
     from tests.workspace.apps import procs_workspace
-    from tests.workspace.test_read_before_write import worker_process
 
     keel = KeelClient(client, task_queue=task_queue)
     plan = [[command("sleep 79.5", background=True)], [[SB.GET_PROCESS_OUTPUT, {"pid": "$pid"}]]]
-    with worker_process(dev_server, task_queue, tmp_path, data_dir):  # killed with -9 on leaving
+    with worker_subprocess(dev_server, task_queue, tmp_path, data_dir, app="tests.workspace.apps:app"):  # kill -9
         run_id = await keel.start_run("procs", json.dumps(plan))
         [call_id] = await wait_for_pending(keel, run_id)
     app = App.of(plan_agent("procs", procs_workspace()))
