@@ -17,7 +17,6 @@ import json
 import os
 import platform
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -37,6 +36,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 from bench.apps import app as bench_app
 from bench.bare import BareInput, BareResult, BareRun, build_bare_worker
+from bench.harness import free_port
 from keel.client import KeelClient
 from keel.client.connection import connect
 from keel.client.devserver import TUNED_DYNAMIC_CONFIG, DevServer, DevServerConfig
@@ -47,12 +47,6 @@ from keel.worker import build_worker
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 MASTRA_DIR = HERE / "mastra"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def med(values: list[float]) -> float:

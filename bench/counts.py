@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from bench.harness import free_port
 from keel.app import Agent, App
 from keel.client import KeelClient
 from keel.client.connection import connect
@@ -33,14 +34,6 @@ REPS = 7
 
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def timed(fn: Callable[[], Awaitable[Any]]) -> float:

@@ -21,7 +21,6 @@ import asyncio
 import json
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 from dataclasses import dataclass
@@ -33,9 +32,7 @@ from temporalio import activity, workflow
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from keel.client.connection import connect
-from keel.client.devserver import DevServer, DevServerConfig
-from keel.storage import SQLiteStorage
+from bench.harness import fresh_stack
 from keel.worker import build_worker
 from keel.workflows.contracts import ResumeStep, WorkflowRunState
 from keel.workflows.options import DEFAULT_OPTIONS
@@ -104,14 +101,6 @@ class BareAsk:
         return done
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 async def bounded(count: int, in_flight: int, one: Any) -> float:
     slots = asyncio.Semaphore(in_flight)
 
@@ -151,20 +140,14 @@ async def bare_cycle(client: Client, queue: str, i: int) -> None:
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
-    tmp = Path(tempfile.mkdtemp(prefix="keel-bench-wf-"))
-    cfg = DevServerConfig(host="127.0.0.1", port=free_port(), ui_port=free_port(), state_dir=tmp / "temporal")
-    server = DevServer(cfg)
-    storage = SQLiteStorage(tmp / "keel.db")
     figures: dict[str, list[float]] = {"keel_runs": [], "bare_runs": [], "keel_cycles": [], "bare_cycles": []}
-    try:
-        await server.start(reuse=False)
-        client = await connect(cfg.address, payloads=storage.payloads())
-        await storage.init()
+    async with fresh_stack("keel-bench-wf-") as stack:
+        client = stack.client
         for raw in (THREE, ASK):
-            await storage.save_definition(raw["id"], raw)
+            await stack.storage.save_definition(raw["id"], raw)
         keel_q, bare_q = f"bench-wf-{uuid.uuid4()}", f"bench-bare-{uuid.uuid4()}"
         bare = Worker(client, task_queue=bare_q, workflows=[BareThree, BareAsk], activities=[bare_double, bare_ask])
-        async with build_worker(client, app, storage, task_queue=keel_q, options=DEFAULT_OPTIONS), bare:
+        async with build_worker(client, app, stack.storage, task_queue=keel_q, options=DEFAULT_OPTIONS), bare:
             await bounded(10, 5, lambda i: keel_three(client, keel_q, i))  # warm-up
             await bounded(10, 5, lambda i: bare_three(client, bare_q, i))
             for rep in range(args.reps):
@@ -177,9 +160,6 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                     figures[f"{who}_cycles"].append(
                         await bounded(args.cycles, 10, lambda i, c=cycle, q=queue: c(client, q, i))
                     )
-    finally:
-        await storage.close()
-        server.stop()
     med = {k: statistics.median(v) for k, v in figures.items()}
     return {
         "runs": args.runs,

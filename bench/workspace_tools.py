@@ -24,17 +24,14 @@ import asyncio
 import json
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
+from bench.harness import fresh_stack
 from keel.app import App
 from keel.client import KeelClient
-from keel.client.connection import connect
-from keel.client.devserver import DevServer, DevServerConfig
-from keel.storage import SQLiteStorage
 from keel.worker import build_worker
 from keel.workspace_providers import WORKSPACE_TOOLS, LocalFilesystem, Workspace
 from keel.workspace_providers.tools import WorkspaceCall, workspace_tools
@@ -43,14 +40,6 @@ from tests.workspace.apps import plan_agent
 FS = WORKSPACE_TOOLS.FILESYSTEM
 MASTRA_IN_PROCESS_CALLS_PER_S = 760
 CONTENT = "hello workspace\n" * 8
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def one_per_step(pairs: int, tag: str) -> list[list[list[Any]]]:
@@ -100,21 +89,14 @@ async def raw(fs: LocalFilesystem, pairs: int, tag: str) -> float:
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
-    tmp = Path(tempfile.mkdtemp(prefix="keel-bench-ws-"))
-    fs = LocalFilesystem(tmp / "ws")
-    ws = Workspace(id="bench", filesystem=fs)
-    app = App.of(plan_agent("bench", ws, max_steps=2 * args.pairs + 1))
-    cfg = DevServerConfig(host="127.0.0.1", port=free_port(), ui_port=free_port(), state_dir=tmp / "temporal")
-    server = DevServer(cfg)
-    storage = SQLiteStorage(tmp / "keel.db")
     figures: dict[str, list[float]] = {"one_per_step": [], "parallel": [], "direct": [], "raw": []}
-    try:
-        await server.start(reuse=False)
-        client = await connect(cfg.address, payloads=storage.payloads())
-        await storage.init()
+    async with fresh_stack("keel-bench-ws-") as stack:
+        fs = LocalFilesystem(stack.tmp / "ws")
+        ws = Workspace(id="bench", filesystem=fs)
+        app = App.of(plan_agent("bench", ws, max_steps=2 * args.pairs + 1))
         queue = f"bench-ws-{uuid.uuid4()}"
-        async with build_worker(client, app, storage, task_queue=queue):
-            keel = KeelClient(client, task_queue=queue, app=app)
+        async with build_worker(stack.client, app, stack.storage, task_queue=queue):
+            keel = KeelClient(stack.client, task_queue=queue, app=app)
             await through_runs(keel, one_per_step(2, "warm"))  # warm-up
             await through_runs(keel, parallel(4, "warm"))
             await direct(ws, 10, "warm")
@@ -124,9 +106,6 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 figures["parallel"].append(await through_runs(keel, parallel(args.pairs, f"p{rep}")))
                 figures["direct"].append(await direct(ws, args.pairs, f"d{rep}"))
                 figures["raw"].append(await raw(fs, args.pairs, f"r{rep}"))
-    finally:
-        await storage.close()
-        server.stop()
     medians = {k: statistics.median(v) for k, v in figures.items()}
     return {
         "pairs": args.pairs,
