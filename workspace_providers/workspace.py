@@ -13,7 +13,7 @@ import asyncio
 import inspect
 import secrets
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
@@ -54,7 +54,7 @@ class FileWriteLock:
         self._users: dict[str, int] = {}
 
     @asynccontextmanager
-    async def hold(self, key: str, path: str | None = None):  # type: ignore[no-untyped-def]
+    async def hold(self, key: str, path: str | None = None) -> AsyncIterator[None]:
         lock = self._locks.setdefault(key, asyncio.Lock())
         self._users[key] = self._users.get(key, 0) + 1
         try:
@@ -373,7 +373,7 @@ async def _resolved(value: Any) -> Any:
     return await value if inspect.isawaitable(value) else value
 
 
-async def _count_files(filesystem: Any, limit_depth: int = 10) -> int | None:
+async def _count_files(filesystem: Any) -> int | None:
     try:
         entries = await filesystem.readdir(".", recursive=True)
     except Exception:
