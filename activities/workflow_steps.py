@@ -16,7 +16,7 @@ from keel.app import App, ToolContext
 from keel.app.definitions import ToolSuspended
 from keel.protocol import names
 from keel.protocol.validation import describe_validation_error
-from keel.protocol.workflow_definition import WorkflowDefinition
+from keel.protocol.workflow_definition import WorkflowDefinition, schema_problems
 from keel.storage import Storage
 from keel.workflows.contracts import (
     ClassifierStepInput,
@@ -26,7 +26,6 @@ from keel.workflows.contracts import (
     WorkflowToolInput,
     WorkflowToolResult,
 )
-from keel.workflows.graph_values import schema_problems
 
 
 def _step_context(input: WorkflowToolInput | ClassifierStepInput, *, resume_data: Any = None) -> ToolContext:

@@ -14,6 +14,7 @@ import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
+from jsonschema import Draft202012Validator
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -379,3 +380,14 @@ Not.model_rebuild()
 ConditionalEntry.model_rebuild()
 LoopEntry.model_rebuild()
 WorkflowDefinition.model_rebuild()
+
+
+def schema_problems(schema: Any, value: Any) -> list[str]:
+    """What is wrong with `value` under the JSON Schema `schema`, one line each at its JSON path."""
+    if schema in (None, {}, True):
+        return []
+    errors = sorted(Draft202012Validator(schema).iter_errors(value), key=lambda e: list(e.absolute_path))
+    return [
+        "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in e.absolute_path) + f": {e.message}"
+        for e in errors
+    ]

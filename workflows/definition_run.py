@@ -25,9 +25,6 @@ from temporalio import workflow
 from temporalio.common import RawValue, RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError, FailureError
 
-with workflow.unsafe.imports_passed_through():
-    pass
-
 from keel.protocol import names
 from keel.protocol.workflow_definition import (
     AgentEntry,
@@ -44,6 +41,7 @@ from keel.protocol.workflow_definition import (
     SleepUntilEntry,
     ToolEntry,
     WorkflowDefinition,
+    schema_problems,
 )
 from keel.workflows.contracts import (
     AgentRunInput,
@@ -55,7 +53,7 @@ from keel.workflows.contracts import (
     WorkflowToolInput,
     WorkflowToolResult,
 )
-from keel.workflows.graph_values import MISSING, RunData, get_path, holds, map_values, schema_problems
+from keel.workflows.graph_values import MISSING, RunData, get_path, holds, map_values
 from keel.workflows.resumable import Resumable, bounded_value
 from keel.workflows.search_attributes import KEEL_STATUS
 

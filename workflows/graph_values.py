@@ -9,11 +9,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from temporalio import workflow
-
-with workflow.unsafe.imports_passed_through():
-    from jsonschema import Draft202012Validator
-
 from keel.protocol.workflow_definition import (
     TEMPLATE_PLACEHOLDER,
     AllOrAny,
@@ -145,14 +140,3 @@ def _truthy(value: Any) -> bool:
     if isinstance(value, list | dict):
         return True  # JavaScript: every object is truthy
     return bool(value)
-
-
-def schema_problems(schema: Any, value: Any) -> list[str]:
-    """What is wrong with `value` under the JSON Schema `schema`, one line each at its JSON path."""
-    if schema in (None, {}, True):
-        return []
-    errors = sorted(Draft202012Validator(schema).iter_errors(value), key=lambda e: list(e.absolute_path))
-    return [
-        "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in e.absolute_path) + f": {e.message}"
-        for e in errors
-    ]
