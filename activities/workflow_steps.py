@@ -80,6 +80,7 @@ class WorkflowSteps:
                 hash=stored.hash,
                 definition=stored.definition,
                 idempotent_tools={tool_id: t.idempotent for tool_id, t in tools.items()},
+                memo_version=False,
             )
 
     @activity.defn(name=names.WORKFLOW_TOOL_STEP)

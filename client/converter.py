@@ -13,6 +13,7 @@ nothing nears Temporal's 2 MB payload limit. Every process that reads such a his
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import temporalio.api.common.v1
@@ -22,6 +23,7 @@ from temporalio.converter import (
     CompositePayloadConverter,
     DataConverter,
     DefaultPayloadConverter,
+    EncodingPayloadConverter,
     ExternalStorage,
     JSONPlainPayloadConverter,
 )
@@ -43,15 +45,19 @@ class _StrictJSONConverter(PydanticJSONPlainPayloadConverter):
             ) from None
 
 
+@functools.cache
+def _encoding_converters() -> tuple[EncodingPayloadConverter, ...]:
+    """Made once: they keep no state, and the SDK makes a payload converter for every payload's context."""
+    json_converter = _StrictJSONConverter()
+    return tuple(
+        json_converter if isinstance(c, JSONPlainPayloadConverter) else c
+        for c in DefaultPayloadConverter.default_encoding_payload_converters
+    )
+
+
 class KeelPayloadConverter(CompositePayloadConverter):
     def __init__(self) -> None:
-        json_converter = _StrictJSONConverter()
-        super().__init__(
-            *(
-                json_converter if isinstance(c, JSONPlainPayloadConverter) else c
-                for c in DefaultPayloadConverter.default_encoding_payload_converters
-            )
-        )
+        super().__init__(*_encoding_converters())
 
 
 def external_storage(payloads: BlobStore, *, max_payload_bytes: int = MAX_PAYLOAD_BYTES) -> ExternalStorage:

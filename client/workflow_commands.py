@@ -151,10 +151,10 @@ async def _run(w: Workflows, args: argparse.Namespace) -> int:
     context = _object("--request-context", args.request_context) if args.request_context else None
     if context is not None and not isinstance(context, dict):
         raise WorkflowCommandError("--request-context must be a JSON object")
-    run_id = await w.start(
+    status = await w.start_and_settle(
         args.workflow_id, input_data, run_id=args.run_id, resource_id=args.resource_id, request_context=context
     )
-    return _report(await w.settle(run_id), args.json)
+    return _report(status, args.json)
 
 
 async def _resume(w: Workflows, args: argparse.Namespace) -> int:

@@ -17,19 +17,23 @@ from temporalio.client import (
     ScheduleActionStartWorkflow,
     ScheduleAlreadyRunningError,
     ScheduleSpec,
+    WithStartWorkflowOperation,
+    WorkflowExecutionStatus,
     WorkflowHandle,
     WorkflowUpdateFailedError,
 )
-from temporalio.common import SearchAttributePair, TypedSearchAttributes
+from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
 from temporalio.service import RPCError
 
 from keel.app import App
 from keel.app.workflow_checks import Known, check_definition
 from keel.client.errors import KeelClientError
 from keel.client.keel_client import KeelClient
+from keel.protocol import names
 from keel.storage import Storage
 from keel.storage.definitions import Status, StoredDefinition
 from keel.workflows.contracts import ResumeStep, WorkflowRunState
+from keel.workflows.resumable import SETTLED, start_attributes
 from keel.workflows.search_attributes import KEEL_RESOURCE_ID
 
 
@@ -128,40 +132,77 @@ class Workflows:
         request_context: dict[str, Any] | None = None,
     ) -> str:
         """Start a run; its input is the inputData alone (as `temporal workflow start --input` gives it), the
-        request context rides in its memo, the resource id in `KeelResourceId` (for listings)."""
-        await self.ensure_exists(workflow_id)
+        request context rides in its memo, the resource id in `KeelResourceId` (for listings). Its id."""
+        options = await self._start_options(workflow_id, run_id, resource_id, request_context)
+        await self.keel.temporal.start_workflow(workflow_id, input_data, **options)
+        return str(options["id"])
+
+    async def start_and_settle(
+        self,
+        workflow_id: str,
+        input_data: dict[str, Any],
+        *,
+        run_id: str | None = None,
+        resource_id: str | None = None,
+        request_context: dict[str, Any] | None = None,
+    ) -> RunStatus:
+        """`start`, then wait until the run suspends or ends, in one call (update-with-start of `settled`)."""
+        options = await self._start_options(workflow_id, run_id, resource_id, request_context)
+        start: WithStartWorkflowOperation[Any, Any] = WithStartWorkflowOperation(
+            workflow_id, input_data, id_conflict_policy=WorkflowIDConflictPolicy.FAIL, **options
+        )
+        try:
+            state = await self.keel.temporal.execute_update_with_start_workflow(
+                names.SETTLED_UPDATE, start_workflow_operation=start, result_type=WorkflowRunState
+            )
+        except WorkflowUpdateFailedError:  # it ended before answering: its outcome from Temporal
+            return await self.settle(str(options["id"]))
+        return RunStatus(str(options["id"]), state)
+
+    async def _start_options(
+        self,
+        workflow_id: str,
+        run_id: str | None,
+        resource_id: str | None,
+        request_context: dict[str, Any] | None,
+    ) -> dict[str, Any]:
+        memo: dict[str, Any] = {"requestContext": request_context} if request_context else {}
+        if workflow_id not in self.app.code_workflows():  # the version it will load, so it need not write it
+            stored = await self.get(workflow_id)
+            memo |= {"definitionVersion": stored.version, "definitionHash": stored.hash}
         await self.keel.wait_for_worker()
-        run_id = run_id or f"wf-{workflow_id}-{uuid.uuid4()}"
-        attributes = (
-            TypedSearchAttributes([SearchAttributePair(KEEL_RESOURCE_ID, resource_id)]) if resource_id else None
-        )
-        await self.keel.temporal.start_workflow(
-            workflow_id,
-            input_data,
-            id=run_id,
-            task_queue=self.keel.task_queue,
-            memo={"requestContext": request_context} if request_context else None,
-            search_attributes=attributes,
-        )
-        return run_id
+        pairs = start_attributes(workflow_id)  # visible as a Keel run from its start: no upsert of its own
+        if resource_id:
+            pairs.append(SearchAttributePair(KEEL_RESOURCE_ID, resource_id))
+        attributes = TypedSearchAttributes(pairs)
+        return {
+            "id": run_id or f"wf-{workflow_id}-{uuid.uuid4()}",
+            "task_queue": self.keel.task_queue,
+            "memo": memo or None,
+            "search_attributes": attributes,
+        }
 
     async def state(self, run_id: str) -> WorkflowRunState:
         state: WorkflowRunState = await self._handle(run_id).query("state", result_type=WorkflowRunState)
         return state
 
     async def settle(self, run_id: str, *, timeout: float = 60) -> RunStatus:
-        """Wait until the run ends or suspends; its state then."""
+        """Wait until the run suspends or ends (the `settled` update); its state then."""
         handle = self._handle(run_id)
         async with asyncio.timeout(timeout):
-            while True:
-                description = await handle.describe()
-                if description.status is not None and description.status.name != "RUNNING":
-                    break
-                state = await self.state(run_id)
-                if state.status in ("suspended", "success", "failed"):
-                    return RunStatus(run_id, state)
-                await asyncio.sleep(0.1)
-        return RunStatus(run_id, await self.state(run_id))
+            try:
+                state = await handle.execute_update(names.SETTLED_UPDATE, result_type=WorkflowRunState)
+                return RunStatus(run_id, state)
+            except (WorkflowUpdateFailedError, RPCError):  # the run has ended (or ends without answering)
+                pass
+            while (status := (await handle.describe()).status) == WorkflowExecutionStatus.RUNNING:
+                await asyncio.sleep(0.1)  # a code workflow that ended without `finish_handlers`: closing
+        state = await self.state(run_id)
+        if state.status not in SETTLED:  # a code workflow keeps no outcome in its state: Temporal has it
+            ended = status == WorkflowExecutionStatus.COMPLETED
+            result = await handle.result() if ended else None
+            state = state.model_copy(update={"status": "success" if ended else "failed", "result": result})
+        return RunStatus(run_id, state)
 
     async def resume(self, run_id: str, step: str, resume_data: Any) -> None:
         """Resume a suspended step (the `resume_step` update): `ResumeRefused` says why a resume is refused."""
@@ -214,7 +255,7 @@ class Workflows:
         """`{workflowKey: {running, suspended}}` for the code and stored workflows, from visibility counts only."""
         ids = [*self.app.code_workflows(), *(d.workflow_id for d in await self.storage.list_definitions())]
         keys = [(i, s) for i in ids for s in ("running", "suspended")]
-        queries = [f"{self._scope()} AND KeelWorkflowId='{_quote(i)}' AND KeelStatus='{s}'" for i, s in keys]
+        queries = [f"{self._scope()} AND KeelWorkflowId='{_quote(i)}' AND {_STATUS_QUERIES[s]}" for i, s in keys]
         found = await asyncio.gather(*(self.keel.temporal.count_workflows(q) for q in queries))
         counts: dict[str, dict[str, int]] = {i: {"running": 0, "suspended": 0} for i in ids}
         for (i, s), c in zip(keys, found, strict=True):
@@ -241,7 +282,11 @@ class Workflows:
             sid = schedule_id(stored.workflow_id, schedule.id, index)
             spec = ScheduleSpec(cron_expressions=[schedule.cron], time_zone_name=schedule.timezone)
             action = ScheduleActionStartWorkflow(
-                stored.workflow_id, schedule.input_data or {}, id=f"{sid}-run", task_queue=self.keel.task_queue
+                stored.workflow_id,
+                schedule.input_data or {},
+                id=f"{sid}-run",
+                task_queue=self.keel.task_queue,
+                typed_search_attributes=TypedSearchAttributes(start_attributes(stored.workflow_id)),
             )
             try:
                 await client.create_schedule(sid, Schedule(action=action, spec=spec))

@@ -27,6 +27,8 @@ WORKFLOW_TOOL_STEP: Final = "keel.workflow_tool_step"
 WORKFLOW_CLASSIFIER_STEP: Final = "keel.workflow_classifier_step"
 RESUME_SIGNAL: Final = "resume"
 RESUME_STEP_UPDATE: Final = "resume_step"
+SETTLED_UPDATE: Final = "settled"
+"""Waits until a workflow run suspends or ends and answers its state (Mastra's startAsync / resumeAsync)."""
 STATE_QUERY: Final = "state"
 EVENTS_QUERY: Final = "events"
 

@@ -20,6 +20,7 @@ from typing import Any
 from keel.client import KeelClient, RunFailed
 from keel.client.connection import connect
 from keel.client.devserver import DevServer, DevServerConfig
+from keel.client.workflows import Workflows
 from keel.storage import SQLiteStorage
 from keel.worker import build_worker
 from keel.workflows.contracts import ALL_SHAPES, ResumeStep, RunShape, WorkflowRunState
@@ -159,6 +160,17 @@ async def _definition_resumed(keel: KeelClient, name: str) -> str:
     return name
 
 
+async def _definition_by_keel(keel: KeelClient, name: str) -> str:
+    """Started by Keel's client: marked at start (no upsert), answered by `settled`, no version in the memo."""
+    await _STORAGE[0].save_definition("ask", definition_apps.ASK)
+    workflows = Workflows(_STORAGE[0], app, keel)
+    suspended = await workflows.start_and_settle("ask", {"what": "x"}, run_id=name, resource_id="ann")
+    assert suspended.state.status == "suspended"
+    await workflows.resume(name, "human", {"answer": "yes"})
+    assert (await workflows.settle(name)).state.status == "success"
+    return name
+
+
 async def _bad_input(keel: KeelClient, name: str) -> str:
     await keel.temporal.start_workflow("AgentRun", id=name, task_queue=keel.task_queue)  # no input at all
     return name
@@ -193,6 +205,7 @@ SCENARIOS: dict[str, Scenario] = {
     "workspace_canceled": Scenario(_workspace_canceled, DEFAULT_SHAPE),
     "definition_every_entry_type": Scenario(_definition_everything, DEFAULT_SHAPE),
     "definition_suspended_and_resumed": Scenario(_definition_resumed, DEFAULT_SHAPE),
+    "definition_started_by_keel": Scenario(_definition_by_keel, DEFAULT_SHAPE),
     "continued_as_new": Scenario(
         lambda keel, name: keel.start_run("bulky", "steps=4 size=1000", run_id=name),
         DEFAULT_SHAPE,

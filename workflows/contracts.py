@@ -264,9 +264,10 @@ def thread_file_reads(messages: list[MessageRecord], limit: int = MAX_FILE_READS
 
 
 class ExecuteToolInput(Contract):
-    """Input of the standalone `keel.execute_tool` activity: one tool of an agent, outside any run."""
+    """Input of the standalone `keel.execute_tool` activity: one tool of an agent, outside any run; with no
+    agent, one of the app's tools (`App.tool`)."""
 
-    agent_id: str = Field(min_length=1)
+    agent_id: str = ""
     tool_name: str = Field(min_length=1)
     args: dict[str, Any] = Field(default_factory=dict)
     request_context: dict[str, Any] | None = None
@@ -342,6 +343,10 @@ class LoadDefinitionResult(Contract):
     definition: dict[str, Any]
     idempotent_tools: dict[str, bool] = Field(default_factory=dict)
     """Each tool the definition names: may a lost attempt of it run again (else it runs at most once)."""
+    memo_version: bool = True
+    """Whether the run writes version and hash into its memo even when its start gave the same (Keel's client
+    gives them): runs that loaded a definition before this field existed did, and their histories replay so;
+    runs that load one now write them only when missing or different, saving a visibility update."""
 
 
 class WorkflowToolInput(Contract):

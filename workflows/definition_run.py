@@ -101,7 +101,8 @@ class DefinitionRun(Resumable):
                 raise StepFailed(f"The stored definition {info.workflow_type!r} is invalid: {err}") from None
             self._idempotent = loaded.idempotent_tools
             self._state.version, self._state.hash = loaded.version, loaded.hash
-            workflow.upsert_memo({"definitionVersion": loaded.version, "definitionHash": loaded.hash})
+            if loaded.memo_version or workflow.memo_value("definitionHash", default=None) != loaded.hash:
+                workflow.upsert_memo({"definitionVersion": loaded.version, "definitionHash": loaded.hash})
             workflow.set_current_details(f"definition {definition.id} v{loaded.version} ({loaded.hash})")
             # The request context rides in the memo (set by `Workflows.start`), so the input stays the inputData
             # alone and `temporal workflow start --input` works unchanged.
@@ -118,10 +119,12 @@ class DefinitionRun(Resumable):
             self._state.status, self._state.error = "failed", message
             self.workflow_finished("failed")
             workflow.upsert_search_attributes([KEEL_STATUS.value_set("failed")])
+            await self.finish_handlers()
             raise ApplicationError(message, type=type(_cause(err)).__name__, non_retryable=True) from None
         self._state.status, self._state.result = "success", data.input_data
         self.workflow_finished("success", data.input_data)
         workflow.upsert_search_attributes([KEEL_STATUS.value_set("completed")])
+        await self.finish_handlers()
         return data.input_data
 
     async def _entry(self, entry: GraphEntry, data: RunData) -> Any:

@@ -9,7 +9,10 @@
 
 `suspend` marks the step suspended (`KeelStatus=suspended`, the `state` query shows its payload) and waits for
 the `resume` signal or the `resume_step` update (`{"step", "resumeData"}`), whose data must match the step's
-resume schema: a bad update is refused, a bad signal recorded (`rejected_signals`) and ignored.
+resume schema: a bad update is refused, a bad signal recorded (`rejected_signals`) and ignored. The `settled`
+update waits until the run suspends or ends and answers its state, so a client starts (update-with-start) or
+resumes a run and has its outcome without polling. A run waits for its unfinished handlers before it ends
+(`finish_handlers`).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import json
 from typing import Any
 
 from temporalio import workflow
+from temporalio.common import SearchAttributePair
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
@@ -27,12 +31,22 @@ from keel.protocol import names
 from keel.workflows.contracts import ResumeStep, StepState, WorkflowRunState
 from keel.workflows.search_attributes import KEEL_KIND, KEEL_STATUS, KEEL_WORKFLOW_ID
 
+SETTLED = frozenset({"suspended", "success", "failed"})
 MAX_REJECTED_SIGNALS = 20
 """The latest rejected resume signals the `rejected_signals` query keeps."""
 MAX_EVENTS = 10_000
 """Events a run keeps (the `events` query): past it, later steps are not reported (the run goes on)."""
 MAX_EVENT_VALUE_BYTES = 64 * 1024
 """A step's input or output larger than this (as JSON) is reported as `{"truncated": true, "bytes": N}`."""
+
+
+def start_attributes(workflow_type: str) -> list[SearchAttributePair[str]]:
+    """What marks a run of `workflow_type` as a running Keel workflow run; give them at start."""
+    return [
+        SearchAttributePair(KEEL_KIND, "workflow"),
+        SearchAttributePair(KEEL_WORKFLOW_ID, workflow_type),
+        SearchAttributePair(KEEL_STATUS, "running"),
+    ]
 
 
 def bounded_value(value: Any) -> Any:
@@ -84,15 +98,14 @@ class Resumable:
         self.emit("workflow-finish", payload)
 
     def mark_keel_run(self) -> None:
-        """Make the run visible as a Keel workflow run (`KeelKind=workflow`, running); its stream starts."""
-        self.emit("workflow-start", {"workflowId": workflow.info().workflow_type})
-        workflow.upsert_search_attributes(
-            [
-                KEEL_KIND.value_set("workflow"),
-                KEEL_WORKFLOW_ID.value_set(workflow.info().workflow_type),
-                KEEL_STATUS.value_set("running"),
-            ]
-        )
+        """Make the run visible as a Keel workflow run (`KeelKind=workflow`, running); its stream starts. A run
+        started with these attributes (`start_attributes`, as Keel's clients start runs) has nothing to upsert."""
+        info = workflow.info()
+        self.emit("workflow-start", {"workflowId": info.workflow_type})
+        marks = start_attributes(info.workflow_type)
+        given = info.typed_search_attributes
+        if any(given.get(pair.key) != pair.value for pair in marks):
+            workflow.upsert_search_attributes([pair.key.value_set(pair.value) for pair in marks])
 
     async def suspend(self, step: str, payload: Any = None, resume_schema: dict[str, Any] | None = None) -> Any:
         """Wait at `step` for its resume data (checked against `resume_schema`, a JSON Schema); returns it."""
@@ -136,6 +149,17 @@ class Resumable:
     def events(self, offset: int = 0) -> list[dict[str, Any]]:
         """The run's stream chunks from `offset` on (Mastra's `workflow-*` types, `{type, runId, from, payload}`)."""
         return self._events[max(0, offset) :]
+
+    @workflow.update(name=names.SETTLED_UPDATE, unfinished_policy=workflow.HandlerUnfinishedPolicy.ABANDON)
+    async def settled(self) -> WorkflowRunState:
+        """Wait until the run suspends or ends; its state then. A code workflow that returns without
+        `finish_handlers` leaves it unanswered: the caller reads the outcome from Temporal (`Workflows.settle`)."""
+        await workflow.wait_condition(lambda: self._state.status in SETTLED)
+        return self._state
+
+    async def finish_handlers(self) -> None:
+        """Let `settled` (and any other handler still running) answer before the run ends. Adds no command."""
+        await workflow.wait_condition(workflow.all_handlers_finished)
 
     @workflow.query(name="rejected_signals")
     def rejected_signals(self) -> list[str]:
@@ -183,3 +207,5 @@ class Resumable:
         assert key is not None
         self._resumes[key] = resume.resume_data
         del self._suspended[key]
+        if not self._suspended:  # at once, so a `settled` in the same activation waits for what comes next
+            self._state.status = "running"

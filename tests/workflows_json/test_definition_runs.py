@@ -13,8 +13,11 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailed
 
 from keel.app.workflow_checks import Known, check_definition
 from keel.client.devserver import DevServer
+from keel.client.keel_client import KeelClient
+from keel.client.workflows import Workflows
 from keel.storage import Storage
 from keel.workflows.contracts import ResumeStep, WorkflowRunState
+from keel.workflows.search_attributes import KEEL_WORKFLOW_ID
 from tests.conftest import running_worker
 from tests.test_temporal_cli import temporal
 from tests.workflows_json.apps import ASK, CHILD, EVERYTHING, app
@@ -100,6 +103,34 @@ async def test_ask_human_suspends_and_resumes_by_signal_and_by_update_refusing_b
         assert await by_update.result() == {"answer": "no", "version": 1}
 
 
+async def test_start_and_settle_answers_when_the_run_suspends_and_settle_when_it_ends(
+    client: Client, storage: Storage, task_queue: str
+) -> None:
+    await save(storage, ASK)
+    await save(storage, CHILD)
+    async with running_worker(client, app, storage, task_queue):
+        workflows = Workflows(storage, app, KeelClient(client, task_queue=task_queue, app=app))
+        suspended = await workflows.start_and_settle("ask", {"what": "v3"})
+        assert suspended.state.status == "suspended"
+        assert suspended.state.steps["human"].suspend_payload == {"question": "Ship v3?"}
+        await workflows.resume(suspended.run_id, "human", {"answer": "ok"})
+        done = await workflows.settle(suspended.run_id)
+        assert (done.state.status, done.state.result) == ("success", {"answer": "ok", "version": 1})
+        assert (await workflows.settle(suspended.run_id)).state.result == {"answer": "ok", "version": 1}
+        straight = await workflows.start_and_settle("child", {"n": 4})
+        assert (straight.state.status, straight.state.result) == ("success", {"n": 8})
+        handle = client.get_workflow_handle(suspended.run_id)
+        history = await handle.fetch_history()
+        updates = [e for e in history.events if e.HasField("workflow_execution_update_completed_event_attributes")]
+        assert len(updates) == 3  # settled (suspended), resume_step, settled (success): no polling
+        # Started by Keel's client: marked and given its version at start, it writes no memo and upserts only
+        # its status (suspended, running, completed).
+        upserts = [e for e in history.events if e.HasField("upsert_workflow_search_attributes_event_attributes")]
+        assert len(upserts) == 3
+        assert not [e for e in history.events if e.HasField("workflow_properties_modified_event_attributes")]
+        assert (await (await handle.describe()).memo())["definitionVersion"] == 1
+
+
 async def test_a_run_finishes_on_the_version_it_started_with_while_new_runs_use_the_new_one(
     client: Client, storage: Storage, task_queue: str
 ) -> None:
@@ -162,14 +193,16 @@ async def test_the_temporal_cli_starts_a_stored_definition_and_resumes_it_by_sig
             "--input", '{"step": "human", "resumeData": {"answer": "from the cli"}}',
         )  # fmt: skip
         assert await asyncio.wait_for(handle.result(), 30) == {"answer": "from the cli", "version": 1}
+        described = await handle.describe()  # started without Keel's client: the run marked itself
+        memo = await described.memo()
+        assert memo["definitionVersion"] == 1 and len(memo["definitionHash"]) >= 8
+        assert described.typed_search_attributes.get(KEEL_WORKFLOW_ID) == "ask"
 
 
 async def test_a_code_workflow_is_listed_started_resumed_and_nested_like_a_stored_one(
     client: Client, storage: Storage, task_queue: str
 ) -> None:
     from keel.app import App
-    from keel.client import KeelClient
-    from keel.client.workflows import Workflows
     from tests.workflows_json.apps import definition
     from tests.workflows_json.code_workflows import Release
 
@@ -183,7 +216,7 @@ async def test_a_code_workflow_is_listed_started_resumed_and_nested_like_a_store
         assert listed["release"]["inputSchema"]["properties"] == {"n": {"title": "N", "type": "integer"}}
         assert listed["release"]["description"] == "Doubles n, then waits for an approval."
 
-        run_id = await workflows.start("release", {"n": 2})
+        run_id = (await workflows.start_and_settle("release", {"n": 2})).run_id
         status = await workflows.settle(run_id)
         assert status.state.status == "suspended"
         assert status.state.steps["approve"].suspend_payload == {"question": "Release 4?"}
@@ -192,7 +225,8 @@ async def test_a_code_workflow_is_listed_started_resumed_and_nested_like_a_store
                 await asyncio.sleep(0.1)
         assert (await workflows.counts())["parent"] == {"running": 0, "suspended": 0}
         await workflows.resume(run_id, "approve", {"ok": True})
-        assert await client.get_workflow_handle(run_id).result() == {"n": 4, "approved": True}
+        settled = await workflows.settle(run_id)  # a code workflow's outcome, from Temporal
+        assert (settled.state.status, settled.state.result) == ("success", {"n": 4, "approved": True})
 
         nested = await workflows.start("parent", {"n": 5})
         child_id = None
@@ -248,9 +282,6 @@ async def test_runs_are_listed_by_mastras_status_with_dates_and_pages(
 ) -> None:
     from datetime import UTC, datetime, timedelta
 
-    from keel.client import KeelClient
-    from keel.client.workflows import Workflows
-
     workflows = Workflows(storage, app, KeelClient(client, task_queue=task_queue, app=app))
     await workflows.save(ASK)
     async with running_worker(client, app, storage, task_queue):
@@ -299,8 +330,6 @@ async def test_a_foreach_over_too_many_items_fails_the_run_at_once_saying_so(
 async def test_a_run_reads_its_request_context_and_is_listed_by_its_resource(
     client: Client, storage: Storage, task_queue: str
 ) -> None:
-    from keel.client import KeelClient
-    from keel.client.workflows import Workflows
 
     workflows = Workflows(storage, app, KeelClient(client, task_queue=task_queue, app=app))
     await workflows.save(CHILD)
