@@ -11,7 +11,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from keel.activities.events import StepWriter
-from keel.app import App, ToolContext, UnknownTool
+from keel.app import App, Tool, ToolContext, UnknownTool
 from keel.app.agent_tools import agent_tool
 from keel.protocol import (
     MessageRecord,
@@ -59,9 +59,8 @@ class ToolCalls:
         The tool's own exceptions become an error result for the model. An `ApplicationError` it raises is the
         tool asking Temporal for a retry (or, non-retryable, to give up) and propagates.
         """
-        agent = self._app.agent(input.agent_id)
         try:
-            tool = await agent_tool(self._app, agent, input.tool_name, input.request_context)
+            tool = await self._tool(input.agent_id, input.tool_name, input.request_context)
         except UnknownTool as err:  # gone since the model step planned the call (an app redeployed): tell the model
             return {"error": str(err)}, True, {}
         record = input.read_record
@@ -104,8 +103,7 @@ class ToolCalls:
 
     async def execute(self, input: ExecuteToolInput) -> ExecuteToolResult:
         """Run one tool of an agent outside any run (no read records: a write tool that requires a read fails)."""
-        agent = self._app.agent(input.agent_id)
-        tool = await agent_tool(self._app, agent, input.tool_name, input.request_context)
+        tool = await self._tool(input.agent_id, input.tool_name, input.request_context)
         try:
             tool.parse_args(input.args)
         except ValidationError as err:
@@ -129,6 +127,12 @@ class ToolCalls:
         )
         outcome = await self.call_bounded(call)
         return ExecuteToolResult(result=outcome.result, is_error=outcome.is_error, host_queue=outcome.host_queue)
+
+    async def _tool(self, agent_id: str, name: str, request_context: dict[str, Any] | None) -> Tool:
+        """An agent's tool (its workspace's included), or with no agent one of the app's."""
+        if not agent_id:
+            return self._app.tool(name)
+        return await agent_tool(self._app, self._app.agent(agent_id), name, request_context)
 
     async def kill_processes(self, input: KillProcessesInput) -> list[str]:
         workspace = self._app.workspace_of(self._app.agent(input.agent_id))

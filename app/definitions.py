@@ -36,8 +36,9 @@ class UnknownAgent(AppError):
 
 
 class UnknownTool(AppError):
-    def __init__(self, tool_name: str, agent_id: str) -> None:
-        super().__init__(f"Agent {agent_id!r} has no tool {tool_name!r}")
+    def __init__(self, tool_name: str, agent_id: str | None) -> None:
+        owner = f"Agent {agent_id!r}" if agent_id else "The app"
+        super().__init__(f"{owner} has no tool {tool_name!r}")
         self.tool_name = tool_name
 
 
@@ -275,6 +276,13 @@ class App:
         for agent in self.agents.values():
             found.update((t.id, t) for t in agent.tools)
         found.update(self.tools)
+        return found
+
+    def tool(self, tool_id: str) -> Tool:
+        """A tool of the app by id (`workflow_tools`: the built-ins, every agent's own, the app's)."""
+        found = self.workflow_tools().get(tool_id)
+        if found is None:
+            raise UnknownTool(tool_id, None)
         return found
 
     def agent(self, agent_id: str) -> Agent:

@@ -375,7 +375,7 @@ class KeelClient:
 
     async def execute_tool(
         self,
-        agent_id: str,
+        agent_id: str | None,
         tool_name: str,
         args: dict[str, Any] | None = None,
         *,
@@ -383,25 +383,27 @@ class KeelClient:
         timeout: timedelta = timedelta(minutes=10),
     ) -> ExecuteToolResult:
         """Run one tool of an agent as a run would, outside any run: a standalone activity on a worker of the
-        task queue (the Temporal UI lists it under Standalone Activities). Tried once: a tool may not be
+        task queue (the Temporal UI lists it under Standalone Activities); with no agent, one of the app's tools
+        (`App.tool`). Tried once: a tool may not be
         idempotent. Raises `NoWorker` when none polls, `ToolFailed` when it cannot run (unknown agent or tool,
         bad arguments); an error the tool answers with comes back as `is_error`."""
         await self.wait_for_worker()
         input = ExecuteToolInput(
-            agent_id=agent_id, tool_name=tool_name, args=args or {}, request_context=request_context
+            agent_id=agent_id or "", tool_name=tool_name, args=args or {}, request_context=request_context
         )
+        owner = agent_id or "app"
         try:
             result: ExecuteToolResult = await self.temporal.execute_activity(
                 names.EXECUTE_TOOL,
                 input,
-                id=f"keel-tool-{agent_id}-{tool_name}-{uuid.uuid4().hex[:12]}",
+                id=f"keel-tool-{owner}-{tool_name}-{uuid.uuid4().hex[:12]}",
                 task_queue=self.task_queue,
                 result_type=ExecuteToolResult,
                 start_to_close_timeout=timeout,
                 schedule_to_start_timeout=timedelta(seconds=30),
                 heartbeat_timeout=timedelta(seconds=10),
                 retry_policy=RetryPolicy(maximum_attempts=1),
-                summary=f"{agent_id}: {tool_name}",
+                summary=f"{owner}: {tool_name}",
             )
         except ActivityFailureError as err:
             cause = err.cause
