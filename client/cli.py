@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import json
 import os
+import signal
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
@@ -62,6 +63,8 @@ def settings_of(args: argparse.Namespace) -> Settings:
         namespace=getattr(args, "namespace", None),
         task_queue=getattr(args, "task_queue", None),
         app=getattr(args, "app", None),
+        api_host=getattr(args, "host", None),
+        api_port=getattr(args, "port", None),
     )
 
 
@@ -390,6 +393,36 @@ async def cmd_events(args: argparse.Namespace) -> int:
         await storage.close()
 
 
+async def until_interrupted() -> None:
+    """Wait for Ctrl-C or SIGTERM."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+
+def api_banner(url: str) -> str:
+    return f"HTTP API on {url}/api (OpenAPI {url}/api/openapi.json, docs {url}/api/docs)"
+
+
+async def cmd_serve(args: argparse.Namespace) -> int:
+    from keel.client.api import create_api
+    from keel.client.api.server import serving
+
+    app = load_app(args.app)
+    settings = settings_of(args)
+    storage = await open_store()
+    try:
+        keel = await connect_client(args, app)
+        async with serving(create_api(app, keel, storage), settings.api_host, settings.api_port) as url:
+            print(f"{api_banner(url)}; Temporal at {settings.temporal_address}; Ctrl-C stops it", flush=True)
+            await until_interrupted()
+    finally:
+        await storage.close()
+    return 0
+
+
 async def cmd_migrate(args: argparse.Namespace) -> int:
     store = open_storage()
     try:
@@ -434,7 +467,7 @@ async def cmd_server(args: argparse.Namespace) -> int:
 
 # --- parser --------------------------------------------------------------------------------------------
 
-Option = Literal["temporal", "queue", "app", "join"]
+Option = Literal["temporal", "queue", "app", "join", "api"]
 
 
 @dataclass(frozen=True)
@@ -455,6 +488,9 @@ def _add_options(p: argparse.ArgumentParser, options: tuple[Option, ...]) -> Non
         p.add_argument("--task-queue", help="task queue (default $KEEL_TASK_QUEUE, keel)")
     if "app" in options:
         p.add_argument("--app", help="the app, module:attr (default $KEEL_APP, the bundled demo app)")
+    if "api" in options:
+        p.add_argument("--host", help="the HTTP API's address (default $KEEL_API_HOST, 127.0.0.1)")
+        p.add_argument("--port", type=int, help="the HTTP API's port (default $KEEL_API_PORT, 4111)")
     if "join" in options:
         p.add_argument(
             "--join", action="store_true", help="run beside the workers already polling the task queue (same app)"
@@ -562,6 +598,11 @@ COMMANDS: dict[str, Command] = {
         "stored workflow definitions: list, show, save FILE, delete, run, resume, runs, counts",
         lambda args: workflow_commands.run(args, connect_client, open_storage),
         lambda p: workflow_commands.arguments(p, _add_options),
+    ),
+    "serve": Command(
+        "serve the HTTP API (Mastra's routes) for an app until Ctrl-C; needs Temporal and a worker",
+        cmd_serve,
+        options=("temporal", "queue", "app", "api"),
     ),
     "migrate": Command("create or upgrade the storage schema ($KEEL_STORAGE_URL)", cmd_migrate),
     "server": Command("start, stop or check a background dev server", cmd_server, _server_args),

@@ -4,19 +4,19 @@ the app), above both `keel.client` and the worker, so the client package never i
 from __future__ import annotations
 
 import argparse
-import asyncio
-import signal
 from collections.abc import Awaitable, Callable
 
 from keel.app import App, load_app
-from keel.client.cli import Command, connect_client
+from keel.client.api import create_api
+from keel.client.api.server import serving
+from keel.client.cli import Command, api_banner, connect_client, settings_of, until_interrupted
 from keel.client.demo import run_demo
 from keel.client.devserver import DevServer, DevServerConfig, wait_for_ui
 from keel.client.keel_client import KeelClient
-from keel.storage import open_storage
+from keel.storage import Storage, open_storage
 from keel.worker import build_worker, check_queue_free, quiet_activity_failures
 
-StackBody = Callable[[KeelClient, App, DevServer], Awaitable[int]]
+StackBody = Callable[[KeelClient, App, DevServer, Storage], Awaitable[int]]
 
 
 async def with_stack(args: argparse.Namespace, body: StackBody) -> int:
@@ -32,42 +32,41 @@ async def with_stack(args: argparse.Namespace, body: StackBody) -> int:
         if not getattr(args, "join", False):
             await check_queue_free(keel.temporal, keel.task_queue)
         async with build_worker(keel.temporal, app, storage, task_queue=keel.task_queue):
-            return await body(keel, app, server)
+            return await body(keel, app, server, storage)
     finally:
         await storage.close()
         server.stop()
 
 
-async def _until_interrupted() -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-
-
 async def cmd_dev(args: argparse.Namespace) -> int:
-    async def serve(keel: KeelClient, app: App, server: DevServer) -> int:
+    settings = settings_of(args)
+
+    async def serve(keel: KeelClient, app: App, server: DevServer, storage: Storage) -> int:
         await wait_for_ui(server.cfg)
-        origin = "started" if server.owned else "reused"
-        print(f"Temporal {origin} at {server.cfg.address}; UI {server.cfg.ui_url}", flush=True)
-        print(f"worker on task queue {keel.task_queue!r}; agents: {', '.join(app.agents)}", flush=True)
-        print("Ctrl-C stops everything", flush=True)
-        await _until_interrupted()
+        async with serving(create_api(app, keel, storage), settings.api_host, settings.api_port) as url:
+            origin = "started" if server.owned else "reused"
+            print(f"Temporal {origin} at {server.cfg.address}; UI {server.cfg.ui_url}", flush=True)
+            print(f"worker on task queue {keel.task_queue!r}; agents: {', '.join(app.agents)}", flush=True)
+            print(api_banner(url), flush=True)
+            print("Ctrl-C stops everything", flush=True)
+            await until_interrupted()
         return 0
 
     return await with_stack(args, serve)
 
 
 async def cmd_demo(args: argparse.Namespace) -> int:
-    return await with_stack(args, run_demo)
+    async def demo(keel: KeelClient, app: App, server: DevServer, storage: Storage) -> int:
+        return await run_demo(keel, app, server)
+
+    return await with_stack(args, demo)
 
 
 COMMANDS = {
     "dev": Command(
-        "run the dev server and a worker in the foreground (Ctrl-C stops all)",
+        "run the dev server, a worker and the HTTP API (:4111) in the foreground (Ctrl-C stops all)",
         cmd_dev,
-        options=("queue", "app", "join"),
+        options=("queue", "app", "join", "api"),
     ),
     "demo": Command("run the demo end to end (approve one run, decline another) and exit", cmd_demo),
 }

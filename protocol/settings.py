@@ -41,6 +41,8 @@ class Settings(BaseSettings):
     temporal_host: str = "127.0.0.1"
     temporal_port: int = Field(default=7233, ge=1, le=65535)
     ui_port: int = Field(default=8233, ge=1, le=65535)
+    api_host: str = "127.0.0.1"
+    api_port: int = Field(default=4111, ge=1, le=65535)
     namespace: str = "default"
     task_queue: str = "keel"
     app: str = "keel.app.demo:app"

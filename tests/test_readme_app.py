@@ -10,7 +10,10 @@ import subprocess
 import uuid
 from pathlib import Path
 
+import httpx
+
 from keel.client.devserver import DevServer
+from tests.conftest import free_port
 from tests.fake_openai import FakeOpenAI, delta, finish, sse
 from tests.test_cli_day_to_day import KEEL, Keel
 
@@ -49,6 +52,7 @@ async def test_the_readmes_own_app_runs_with_keel_dev_and_keel_run_from_its_fold
         "KEEL_DATA_DIR": str(tmp_path / "data"),
         "OPENAI_BASE_URL": fake_openai.base_url,
         "OPENAI_API_KEY": "sk-test",
+        "KEEL_API_PORT": str(api_port := free_port()),
     }
     keel = Keel(env, cwd=project)
     for var in ("KEEL_APP", "KEEL_STORAGE_URL", "PYTHONPATH"):
@@ -64,6 +68,8 @@ async def test_the_readmes_own_app_runs_with_keel_dev_and_keel_run_from_its_fold
                 pass
         args = [a.strip('"') for a in readme_run_command()[1:]]
         code, out, err = await keel(*args)
+        async with httpx.AsyncClient() as http:  # `keel dev` serves the HTTP API for the same app
+            agents = (await http.get(f"http://127.0.0.1:{api_port}/api/agents")).json()
     finally:
         dev.send_signal(signal.SIGINT)
         dev.communicate(timeout=30)
@@ -71,3 +77,4 @@ async def test_the_readmes_own_app_runs_with_keel_dev_and_keel_run_from_its_fold
     assert '-> get_weather({"city": "Rome"})' in out and '<- get_weather: {"city": "Rome", "tempC": 21}' in out
     assert "It is 21 degrees in Rome." in out and "completed" in out
     assert fake_openai.requests[-1][1]["messages"][-1]["role"] == "tool"
+    assert [t["id"] for t in agents["weather"]["tools"].values()] == ["get_weather"]

@@ -1,0 +1,268 @@
+"""`/api/agents`: list and describe agents, run them (generate, stream), decide their tool calls, run their tools.
+
+A run started here is an `AgentRun` like any other (the `temporal` CLI sees it, approves it, and this API
+serves runs the CLI started); its stream is the run's event log from an offset."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Query
+from fastapi.responses import StreamingResponse
+from pydantic import Field
+
+from keel.app import Agent, UnknownAgent, UnknownTool
+from keel.app.agent_tools import agent_tool, agent_tools
+from keel.client.api.bodies import Lenient
+from keel.client.api.context import Ctx, QueryContext
+from keel.client.api.errors import ApiError, not_found
+from keel.client.api.shapes import agent_details, full_output, suspended_output, tool_details
+from keel.client.api.streams import agent_chunks, log_end, sse
+from keel.client.errors import RunFailed
+from keel.protocol import EventRecord, ToolCallApprovalChunk, parse_chunk
+from keel.workflows.contracts import PendingToolCall
+
+router = APIRouter(prefix="/agents", tags=["agents"])
+
+
+class MemoryOption(Lenient):
+    thread: str | dict[str, Any] | None = None
+    resource: str | None = None
+
+
+class RunBody(Lenient):
+    messages: str | list[dict[str, Any]]
+    memory: MemoryOption | None = None
+    thread_id: str | None = Field(None, alias="threadId")
+    resource_id: str | None = Field(None, alias="resourceId")
+    run_id: str | None = Field(None, alias="runId")
+    max_steps: int | None = Field(None, alias="maxSteps")
+    request_context: dict[str, Any] | None = Field(None, alias="requestContext")
+
+
+class ToolCallDecision(Lenient):
+    run_id: str = Field(alias="runId")
+    tool_call_id: str = Field(alias="toolCallId")
+    reason: str | None = None
+    request_context: dict[str, Any] | None = Field(None, alias="requestContext")
+
+
+class ResumeData(Lenient):
+    approved: bool
+    reason: str | None = None
+
+
+class ResumeBody(Lenient):
+    run_id: str = Field(alias="runId")
+    resume_data: ResumeData = Field(alias="resumeData")
+    tool_call_id: str | None = Field(None, alias="toolCallId")
+
+
+class ThreadApproval(Lenient):
+    resource_id: str = Field(alias="resourceId")
+    thread_id: str = Field(alias="threadId")
+    tool_call_id: str = Field(alias="toolCallId")
+    approved: bool
+    reason: str | None = None
+
+
+class ObserveBody(Lenient):
+    run_id: str = Field(alias="runId")
+    offset: int = Field(0, ge=0)
+
+
+class ExecuteBody(Lenient):
+    data: dict[str, Any] = Field(default_factory=dict)
+    request_context: dict[str, Any] | None = Field(None, alias="requestContext")
+
+
+def _agent(ctx: Ctx, agent_id: str) -> Agent:
+    try:
+        return ctx.app.agent(agent_id)
+    except UnknownAgent:
+        raise not_found(f"Agent with id {agent_id} not found") from None
+
+
+def _messages(messages: str | list[dict[str, Any]]) -> str | list[dict[str, Any]]:
+    """Mastra's messages as `AgentRun` takes them: role and content (a string or parts) only."""
+    if isinstance(messages, str):
+        return messages
+    return [{"role": m.get("role", "user"), "content": m.get("content", "")} for m in messages]
+
+
+async def _start(ctx: Ctx, agent_id: str, body: RunBody) -> str:
+    _agent(ctx, agent_id)
+    thread, resource = body.thread_id, body.resource_id
+    if body.memory is not None:
+        given = body.memory.thread
+        thread = (given.get("id") if isinstance(given, dict) else given) or thread
+        resource = body.memory.resource or resource
+    return await ctx.keel.start_run(
+        agent_id,
+        _messages(body.messages),
+        run_id=body.run_id,
+        thread_id=thread,
+        resource_id=resource,
+        max_steps=body.max_steps,
+        request_context=body.request_context,
+    )
+
+
+async def _settle(ctx: Ctx, agent: Agent, run_id: str, offset: int = 0) -> dict[str, Any]:
+    """Wait until the run finishes or waits for approval; Mastra's generate answer then."""
+    text: list[str] = []
+    approvals: list[ToolCallApprovalChunk] = []
+    async for chunk in agent_chunks(ctx.keel, ctx.storage, run_id, offset):
+        if chunk["type"] == "text-delta":
+            text.append(str(chunk["payload"].get("text", "")))
+        elif chunk["type"] == "tool-call-approval":
+            parsed = parse_chunk(run_id, _record(chunk))
+            if isinstance(parsed, ToolCallApprovalChunk):
+                approvals.append(parsed)
+    if approvals:
+        pending: list[PendingToolCall] = await ctx.keel.pending_tool_calls(run_id)
+        return suspended_output(run_id, agent.model.model_id, "".join(text), pending, approvals)
+    try:
+        result = await ctx.keel.result(run_id)
+    except RunFailed as err:  # the run's outcome, not the caller's mistake nor ours: 200, no client retry
+        out = suspended_output(run_id, agent.model.model_id, "".join(text), [], [])
+        return out | {"finishReason": "error", "error": {"message": str(err), "status": err.status}}
+    return full_output(run_id, agent.model.model_id, result)
+
+
+def _record(chunk: dict[str, Any]) -> EventRecord:
+    return EventRecord(type=chunk["type"], payload=chunk["payload"])
+
+
+@router.get("")
+async def list_agents(ctx: Ctx, request_context: QueryContext, partial: bool = False) -> dict[str, Any]:
+    return {a.id: await agent_details(ctx.app, a, request_context, partial=partial) for a in ctx.app.agents.values()}
+
+
+@router.get("/{agent_id}")
+async def get_agent(
+    ctx: Ctx,
+    agent_id: str,
+    request_context: QueryContext,
+    status: Literal["draft", "published"] | None = None,
+    version_id: Annotated[str | None, Query(alias="versionId")] = None,
+) -> dict[str, Any]:
+    """Code agents have one version: `status` and `versionId` are accepted and change nothing."""
+    return await agent_details(ctx.app, _agent(ctx, agent_id), request_context)
+
+
+@router.get("/{agent_id}/tools")
+async def list_agent_tools(ctx: Ctx, agent_id: str, request_context: QueryContext) -> dict[str, Any]:
+    return {t.id: tool_details(t) for t in await agent_tools(ctx.app, _agent(ctx, agent_id), request_context)}
+
+
+@router.get("/{agent_id}/tools/{tool_id}")
+async def get_agent_tool(ctx: Ctx, agent_id: str, tool_id: str, request_context: QueryContext) -> dict[str, Any]:
+    try:
+        return tool_details(await agent_tool(ctx.app, _agent(ctx, agent_id), tool_id, request_context))
+    except UnknownTool:
+        raise not_found("Tool not found") from None
+
+
+@router.post("/{agent_id}/tools/{tool_id}/execute")
+async def execute_agent_tool(ctx: Ctx, agent_id: str, tool_id: str, body: ExecuteBody) -> Any:
+    """On a worker, as `keel tool` runs it (a standalone activity): never in the API process."""
+    try:
+        await agent_tool(ctx.app, _agent(ctx, agent_id), tool_id, body.request_context)
+    except UnknownTool:
+        raise not_found("Tool not found") from None
+    result = await ctx.keel.execute_tool(agent_id, tool_id, body.data, request_context=body.request_context)
+    return result.result
+
+
+@router.post("/{agent_id}/generate")
+async def generate(ctx: Ctx, agent_id: str, body: RunBody) -> dict[str, Any]:
+    run_id = await _start(ctx, agent_id, body)
+    return await _settle(ctx, _agent(ctx, agent_id), run_id)
+
+
+@router.post("/{agent_id}/stream")
+async def stream(ctx: Ctx, agent_id: str, body: RunBody) -> StreamingResponse:
+    run_id = await _start(ctx, agent_id, body)
+    return sse(agent_chunks(ctx.keel, ctx.storage, run_id))
+
+
+@router.post("/{agent_id}/observe")
+async def observe(ctx: Ctx, agent_id: str, body: ObserveBody) -> StreamingResponse:
+    """The run's chunks from `offset` on (a client that lost its stream reconnects where it stopped)."""
+    _agent(ctx, agent_id)
+    await ctx.keel.describe(body.run_id)  # 404 for an unknown run
+    return sse(agent_chunks(ctx.keel, ctx.storage, body.run_id, body.offset))
+
+
+async def _decide(ctx: Ctx, run_id: str, tool_call_id: str, approved: bool, reason: str | None) -> int:
+    """Apply the decision (the validated `approve_tool_call` update); the log offset from which what follows
+    it is streamed."""
+    offset = await log_end(ctx.storage, run_id)
+    await ctx.keel.approve(run_id, tool_call_id, approved=approved, reason=reason)
+    return offset
+
+
+@router.post("/{agent_id}/approve-tool-call")
+async def approve_tool_call(ctx: Ctx, agent_id: str, body: ToolCallDecision) -> StreamingResponse:
+    _agent(ctx, agent_id)
+    offset = await _decide(ctx, body.run_id, body.tool_call_id, True, None)
+    return sse(agent_chunks(ctx.keel, ctx.storage, body.run_id, offset))
+
+
+@router.post("/{agent_id}/decline-tool-call")
+async def decline_tool_call(ctx: Ctx, agent_id: str, body: ToolCallDecision) -> StreamingResponse:
+    _agent(ctx, agent_id)
+    offset = await _decide(ctx, body.run_id, body.tool_call_id, False, body.reason)
+    return sse(agent_chunks(ctx.keel, ctx.storage, body.run_id, offset))
+
+
+@router.post("/{agent_id}/approve-tool-call-generate")
+async def approve_tool_call_generate(ctx: Ctx, agent_id: str, body: ToolCallDecision) -> dict[str, Any]:
+    agent = _agent(ctx, agent_id)
+    offset = await _decide(ctx, body.run_id, body.tool_call_id, True, None)
+    return await _settle(ctx, agent, body.run_id, offset)
+
+
+@router.post("/{agent_id}/decline-tool-call-generate")
+async def decline_tool_call_generate(ctx: Ctx, agent_id: str, body: ToolCallDecision) -> dict[str, Any]:
+    agent = _agent(ctx, agent_id)
+    offset = await _decide(ctx, body.run_id, body.tool_call_id, False, body.reason)
+    return await _settle(ctx, agent, body.run_id, offset)
+
+
+@router.post("/{agent_id}/resume-stream")
+async def resume_stream(ctx: Ctx, agent_id: str, body: ResumeBody) -> StreamingResponse:
+    """Resume a run waiting for an approval with `{approved, reason?}` (the approval's resume schema)."""
+    _agent(ctx, agent_id)
+    tool_call_id = body.tool_call_id
+    if tool_call_id is None:
+        pending = await ctx.keel.pending_tool_calls(body.run_id)
+        if not pending:
+            raise ApiError(409, f"Run {body.run_id} is not waiting for a tool approval")
+        tool_call_id = pending[0].tool_call_id
+    offset = await _decide(ctx, body.run_id, tool_call_id, body.resume_data.approved, body.resume_data.reason)
+    return sse(agent_chunks(ctx.keel, ctx.storage, body.run_id, offset))
+
+
+@router.post("/{agent_id}/send-tool-approval")
+async def send_tool_approval(ctx: Ctx, agent_id: str, body: ThreadApproval) -> dict[str, Any]:
+    """Decide a call of the thread's suspended run by the `tool_approval` signal; the rest arrives on the
+    thread's subscription."""
+    _agent(ctx, agent_id)
+    run_id = await _suspended_run_of_thread(ctx, agent_id, body.thread_id, body.tool_call_id)
+    await ctx.keel.signal_approval(run_id, body.tool_call_id, approved=body.approved, reason=body.reason)
+    return {"accepted": True, "runId": run_id, "toolCallId": body.tool_call_id}
+
+
+async def _suspended_run_of_thread(ctx: Ctx, agent_id: str, thread_id: str, tool_call_id: str) -> str:
+    quoted = thread_id.replace("'", "\\'")
+    query = (
+        f"KeelKind='agent' AND KeelAgentId='{agent_id}' AND KeelThreadId='{quoted}' "
+        "AND KeelStatus='suspended' AND ExecutionStatus='Running'"
+    )
+    async for execution in ctx.keel.temporal.list_workflows(query, limit=20):
+        pending = await ctx.keel.pending_tool_calls(execution.id)
+        if any(p.tool_call_id == tool_call_id for p in pending):
+            return execution.id
+    raise not_found(f"No run of thread {thread_id} waits for tool call {tool_call_id}")

@@ -1,0 +1,106 @@
+"""Every error the HTTP API answers is Mastra's `{error, details?}` with a status that says whose fault it is:
+4xx for the caller's (the client never retries those), 5xx only for ours (`@mastra/client-js` retries a 5xx,
+POSTs included, so a caller error answered with a 5xx would be sent four times)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from keel.app import AppError, UnknownAgent, UnknownTool
+from keel.app.workflow_checks import InvalidDefinition
+from keel.client.errors import (
+    InvalidRunInput,
+    KeelClientError,
+    NoWorker,
+    RunClosed,
+    RunIdInUse,
+    RunNotFound,
+    ToolCallRejected,
+    ToolFailed,
+)
+from keel.client.workflows import ResumeRefused, WorkflowNotFound
+
+log = logging.getLogger("keel.api")
+
+
+class ApiError(Exception):
+    """An answer other than success: `status`, Mastra's `error` message, optional `details`."""
+
+    def __init__(self, status: int, error: str, details: Any = None) -> None:
+        super().__init__(error)
+        self.status, self.error, self.details = status, error, details
+
+
+def not_found(what: str) -> ApiError:
+    return ApiError(404, what)
+
+
+def bad_request(error: str, details: Any = None) -> ApiError:
+    return ApiError(400, error, details)
+
+
+STATUS_OF: tuple[tuple[type[Exception], int], ...] = (
+    (UnknownAgent, 404),
+    (UnknownTool, 404),
+    (WorkflowNotFound, 404),
+    (RunNotFound, 404),
+    (InvalidRunInput, 400),
+    (InvalidDefinition, 400),
+    (RunIdInUse, 409),
+    (RunClosed, 409),
+    (ToolCallRejected, 409),
+    (ResumeRefused, 409),
+    (ToolFailed, 400),
+    (NoWorker, 503),
+    (AppError, 400),
+    (KeelClientError, 400),
+)
+
+
+def body(error: str, details: Any = None) -> dict[str, Any]:
+    return {"error": error} if details is None else {"error": error, "details": details}
+
+
+def install(api: FastAPI) -> None:
+    """Answer every failure as `{error, details?}`."""
+
+    @api.exception_handler(ApiError)
+    async def _api_error(request: Request, err: ApiError) -> JSONResponse:
+        return JSONResponse(body(err.error, err.details), status_code=err.status)
+
+    @api.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, err: RequestValidationError) -> JSONResponse:
+        issues = [
+            {"field": ".".join(str(p) for p in e.get("loc", ())[1:]) or "body", "message": e.get("msg", "")}
+            for e in err.errors()
+        ]
+        where = "body" if any(e.get("loc", ("",))[0] == "body" for e in err.errors()) else "request"
+        return JSONResponse({**body(f"Invalid request {where}", issues), "issues": issues}, status_code=400)
+
+    @api.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, err: StarletteHTTPException) -> JSONResponse:
+        return JSONResponse(body(str(err.detail)), status_code=err.status_code)
+
+    for kind, status in STATUS_OF:
+        api.add_exception_handler(kind, _mapped(status))
+
+    @api.exception_handler(Exception)
+    async def _unexpected(request: Request, err: Exception) -> JSONResponse:
+        log.exception("%s %s failed", request.method, request.url.path)
+        return JSONResponse(body(f"Internal error: {type(err).__name__}: {err}"), status_code=500)
+
+
+def _mapped(status: int) -> Any:
+    async def handler(request: Request, err: Exception) -> JSONResponse:
+        details = None
+        if isinstance(err, InvalidDefinition):
+            details = [{"path": e.path, "message": e.message, "value": e.value} for e in err.errors]
+        return JSONResponse(body(str(err), details), status_code=status)
+
+    return handler

@@ -1,0 +1,107 @@
+"""The two stream formats of Mastra's server, fed from Temporal and the event log (the API keeps nothing):
+
+- agent streams: Server-Sent Events, `data: <chunk JSON>\\n\\n` per chunk, ending with `data: [DONE]\\n\\n`; the
+  chunks are the run's event log from an offset (a client that reconnects with an offset gets the rest once);
+- workflow streams: `<event JSON>\\x1e` records, the run's `events` query from an offset, until it finishes or
+  suspends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from fastapi.responses import StreamingResponse
+from temporalio.client import WorkflowHandle
+from temporalio.service import RPCError
+
+from keel.client.keel_client import KeelClient
+from keel.client.run_events import Shown, follow, read
+from keel.protocol import names
+from keel.storage import Storage
+
+SSE_HEADERS = {"Cache-Control": "no-cache", "Connection": "keep-alive", "X-Accel-Buffering": "no"}
+ENDS_AGENT_STREAM = frozenset({"finish", "tool-call-approval"})
+POLL_SECONDS = 0.05
+
+
+def chunk_json(shown: Shown) -> dict[str, Any]:
+    chunk = shown.event.chunk()
+    if chunk is not None:
+        dumped: dict[str, Any] = chunk.model_dump(mode="json", by_alias=True, exclude_none=True)
+        return dumped
+    return {"type": shown.event.type, "runId": shown.event.run_id, "from": "AGENT", "payload": shown.event.payload}
+
+
+async def agent_chunks(keel: KeelClient, storage: Storage, run_id: str, offset: int = 0) -> AsyncIterator[Any]:
+    """The run's chunks from `offset` until it finishes or waits for an approval (every approval chunk of that
+    step is included); an `error` chunk if it ended without finishing."""
+
+    async def closed() -> bool:
+        return (await keel.describe(run_id)).status not in ("running", "suspended")
+
+    last = None
+    async for shown in follow(storage, run_id, offset=offset, until=ENDS_AGENT_STREAM, idle_check=closed):
+        last = shown
+        yield chunk_json(shown)
+    if last is not None and last.event.type == "tool-call-approval":
+        await asyncio.sleep(POLL_SECONDS)  # the step's other approvals, written with it
+        for more in await read(storage, run_id, offset=last.event.offset + 1):
+            if more.event.type == "tool-call-approval":
+                yield chunk_json(more)
+        return
+    if last is None or last.event.type != "finish":
+        info = await keel.describe(run_id)
+        if info.status not in ("running", "suspended"):
+            message = f"Run {run_id} ended {info.status}"
+            yield {"type": "error", "runId": run_id, "from": "AGENT", "payload": {"error": {"message": message}}}
+
+
+def sse(chunks: AsyncIterator[Any]) -> StreamingResponse:
+    async def frames() -> AsyncIterator[bytes]:
+        async for chunk in chunks:
+            yield f"data: {json.dumps(chunk, separators=(',', ':'))}\n\n".encode()
+        yield b"data: [DONE]\n\n"
+
+    return StreamingResponse(frames(), media_type="text/event-stream", headers=SSE_HEADERS)
+
+
+async def log_end(storage: Storage, run_id: str) -> int:
+    """The offset just past the run's last event (where a stream of what happens next starts)."""
+    events = await storage.read_events(run_id)
+    return events[-1].offset + 1 if events else 0
+
+
+# --- workflow runs ----------------------------------------------------------------------------------------
+
+
+async def workflow_events(
+    handle: WorkflowHandle[Any, Any],
+    offset: int = 0,
+    *,
+    is_closed: Callable[[], Awaitable[bool]] | None = None,
+) -> AsyncIterator[dict[str, Any]]:
+    """The run's `workflow-*` events from `offset` until a `workflow-finish` (it ended or suspended)."""
+    while True:
+        try:
+            events: list[dict[str, Any]] = await handle.query(names.EVENTS_QUERY, offset, result_type=list)
+        except RPCError:
+            if is_closed is not None and await is_closed():
+                return
+            raise
+        for event in events:
+            offset += 1
+            yield event
+            if event.get("type") == "workflow-finish":
+                return
+        await asyncio.sleep(POLL_SECONDS)
+
+
+def record_stream(events: AsyncIterator[dict[str, Any]]) -> StreamingResponse:
+    async def records() -> AsyncIterator[bytes]:
+        async for event in events:
+            yield (json.dumps(event, separators=(",", ":")) + "\x1e").encode()
+
+    return StreamingResponse(records(), media_type="text/plain")

@@ -1,0 +1,91 @@
+"""Workflows over HTTP with the real `@mastra/client-js`: code and stored workflows listed with their schemas,
+runs created, started, resumed and listed, run counts, stored definitions saved, read, run and deleted. A run
+started here is a Temporal execution of the definition's type."""
+
+from __future__ import annotations
+
+import json
+
+from tests.http_api.conftest import Api
+
+ASK = {
+    "id": "approve",
+    "description": "Ask a person before shipping.",
+    "inputSchema": {"type": "object", "properties": {"what": {"type": "string"}}, "required": ["what"]},
+    "outputSchema": {"type": "object"},
+    "graph": [
+        {"type": "mapping", "id": "q", "mapConfig": json.dumps({"question": {"template": "Ship ${initData.what}?"}})},
+        {"type": "tool", "id": "human", "toolId": "ask-human"},
+        {"type": "mapping", "id": "out", "mapConfig": json.dumps({"answer": {"step": "human", "path": "answer"}})},
+    ],
+}
+
+
+async def test_stored_workflows_are_saved_listed_run_resumed_and_deleted(api: Api) -> None:
+    out = await api.js(f"""
+        const saved = await client.upsertDynamicWorkflow({json.dumps(ASK)});
+        const stored = await client.listDynamicWorkflows();
+        const details = await client.getDynamicWorkflow("approve").details();
+        const listed = await client.listWorkflows();
+        const wf = client.getWorkflow("approve");
+        const run = await wf.createRun({{resourceId: "ann"}});
+        const suspended = await run.startAsync({{inputData: {{what: "v1"}}, resourceId: "ann"}});
+        const counts = await client.listWorkflowRunCounts();
+        const done = await run.resumeAsync({{step: "human", resumeData: {{answer: "yes"}}}});
+        let again;
+        try {{ await run.resumeAsync({{step: "human", resumeData: {{answer: "no"}}}}); }}
+        catch (e) {{ again = e.status; }}
+        const runs = await wf.runs({{resourceId: "ann"}});
+        const byId = await wf.runById(run.runId);
+        let badInput;
+        try {{ await (await wf.createRun()).startAsync({{inputData: {{what: 5}}}}); }}
+        catch (e) {{ badInput = {{status: e.status, body: e.body}}; }}
+        const deleted = await client.getDynamicWorkflow("approve").delete();
+        const after = await client.listDynamicWorkflows();
+        return {{saved, stored, details, listed, runId: run.runId, suspended, counts, done, again, runs, byId,
+                 badInput, deleted, after}};
+    """)
+    assert out["saved"] == {"ok": True, "id": "approve"}
+    assert out["stored"]["total"] == 1 and out["stored"]["workflows"][0]["source"] == "storage"
+    assert out["details"]["graph"][1]["toolId"] == "ask-human"
+    listed = out["listed"]
+    assert listed["approve"]["origin"] == "dynamic" and listed["release"]["origin"] == "code"
+    assert json.loads(listed["approve"]["inputSchema"])["json"] == ASK["inputSchema"]
+    assert out["suspended"]["status"] == "suspended"
+    assert out["suspended"]["suspendPayload"] == {"human": {"question": "Ship v1?"}}
+    assert out["counts"]["approve"] == {"running": 0, "suspended": 1}
+    assert out["done"]["status"] == "success" and out["done"]["result"] == {"answer": "yes"}
+    assert out["again"] == 409
+    assert [r["runId"] for r in out["runs"]["runs"]] == [out["runId"]]
+    assert out["byId"]["status"] == "success" and out["byId"]["result"] == {"answer": "yes"}
+    assert out["badInput"]["status"] == 400 and "Invalid input data" in out["badInput"]["body"]["error"]
+    assert out["deleted"]["success"] is True and out["after"]["total"] == 0
+    execution = await api.keel.temporal.get_workflow_handle(out["runId"]).describe()
+    assert execution.workflow_type == "approve"
+
+
+async def test_a_code_workflow_starts_streams_and_resumes(api: Api) -> None:
+    out = await api.js("""
+        const wf = client.getWorkflow("release");
+        const details = await wf.details();
+        const run = await wf.createRun();
+        const stream = await run.stream({inputData: {n: 2}});
+        const events = [];
+        for await (const event of stream) events.push(event);
+        const resumed = await run.resumeAsync({step: "approve", resumeData: {ok: true}});
+        return {details, events, resumed};
+    """)
+    types = [e["type"] for e in out["events"]]
+    assert types[0] == "workflow-start" and "workflow-step-suspended" in types and types[-1] == "workflow-finish"
+    assert out["resumed"]["status"] == "success" and out["resumed"]["result"] == {"n": 4, "approved": True}
+
+
+async def test_invalid_definitions_are_refused_with_every_error(api: Api) -> None:
+    out = await api.js("""
+        try {
+            await client.upsertDynamicWorkflow({id: "bad", inputSchema: {}, outputSchema: {},
+                graph: [{type: "tool", id: "t", toolId: "no-such-tool"}]});
+        } catch (e) { return {status: e.status, body: e.body}; }
+    """)
+    assert out["status"] == 400
+    assert out["body"]["details"][0]["path"] == "graph[0].toolId"
