@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from temporalio import activity
+from temporalio.client import WorkflowExecutionStatus
+from temporalio.service import RPCError, RPCStatusCode
 
 from keel.activities.events import StepWriter
 from keel.activities.failures import translated
@@ -19,7 +22,7 @@ from keel.activities.tools import ToolCalls
 from keel.activities.workflow_steps import WorkflowSteps
 from keel.app import App
 from keel.protocol import FinishChunk, FinishPayload, StepResult, names
-from keel.storage import Storage
+from keel.storage import Storage, StoredMessage
 from keel.workflows.contracts import (
     ExecuteToolInput,
     ExecuteToolResult,
@@ -29,6 +32,8 @@ from keel.workflows.contracts import (
     ModelStepInput,
     ModelStepResult,
     PersistWritesInput,
+    RunClosedInput,
+    ThreadAppendInput,
     ToolCallInput,
     ToolCallResult,
     ToolsThenModelInput,
@@ -123,8 +128,41 @@ class AgentActivities:
             events.add_records(input.writes.events)
             await events.flush(input.writes.messages)
 
+    @activity.defn(name=names.APPEND_THREAD_MESSAGE)
+    async def append_thread_message(self, input: ThreadAppendInput) -> None:
+        """A user message stored in its thread (made if missing), no run reading it. Idempotent by id."""
+        with translated():
+            await self._storage.create_thread(input.thread_id, input.resource_id)
+            message = StoredMessage(
+                id=input.message_id,
+                thread_id=input.thread_id,
+                resource_id=input.resource_id,
+                role="user",
+                content=input.content,
+                created_at=datetime.now(UTC),
+            )
+            await self._storage.save_messages([message])
+
+    @activity.defn(name=names.WAIT_RUN_CLOSED)
+    async def wait_run_closed(self, input: RunClosedInput) -> None:
+        """Return once the run has ended, however it ended (heartbeating while it runs)."""
+        handle = activity.client().get_workflow_handle(input.run_id)
+        while True:
+            try:
+                status = (await handle.describe()).status
+            except RPCError as err:
+                if err.status == RPCStatusCode.NOT_FOUND:
+                    return
+                raise
+            if status != WorkflowExecutionStatus.RUNNING:
+                return
+            activity.heartbeat()
+            await asyncio.sleep(1)
+
     def all(self) -> list[Callable[..., Any]]:
         return [
+            self.append_thread_message,
+            self.wait_run_closed,
             self.model_step,
             self.tool_call,
             self.tools_then_model,

@@ -22,13 +22,20 @@ from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import (
     ActivityFailureError,
     Client,
+    WithStartWorkflowOperation,
     WorkflowExecutionDescription,
     WorkflowFailureError,
     WorkflowHandle,
     WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
 )
-from temporalio.common import RetryPolicy, SearchAttributePair, TypedSearchAttributes, WorkflowIDReusePolicy
+from temporalio.common import (
+    RetryPolicy,
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
 from temporalio.exceptions import (
     ApplicationError,
     CancelledError,
@@ -53,9 +60,19 @@ from keel.client.errors import (
     ToolCallRejected,
     ToolFailed,
 )
-from keel.protocol import describe_validation_error, names
+from keel.protocol import Content, describe_validation_error, names
 from keel.workflows import AgentRun, AgentRunInput, AgentRunResult, ApprovalAccepted, PendingToolCall, ToolApproval
-from keel.workflows.contracts import ExecuteToolInput, ExecuteToolResult
+from keel.workflows.agent_thread import AgentThread, thread_workflow_id
+from keel.workflows.contracts import (
+    AgentThreadInput,
+    DeliveredMessage,
+    ExecuteToolInput,
+    ExecuteToolResult,
+    IfActive,
+    IfIdle,
+    ThreadMessage,
+    ThreadSendResult,
+)
 from keel.workflows.search_attributes import (
     KEEL_AGENT_ID,
     KEEL_KIND,
@@ -373,6 +390,73 @@ class KeelClient:
             run_id, tool_call_id, approved=False, reason=reason, step=step, args_digest=args_digest
         )
 
+    async def send_message(
+        self,
+        agent_id: str,
+        thread_id: str,
+        resource_id: str,
+        content: Content,
+        *,
+        if_active: IfActive = "deliver",
+        if_idle: IfIdle = "wake",
+        message_id: str | None = None,
+        max_steps: int | None = None,
+        request_context: dict[str, Any] | None = None,
+    ) -> ThreadSendResult:
+        """A user message for the agent's thread, through the thread's `AgentThread` entity (update-with-start:
+        one call, and concurrent senders are ordered): delivered into its active run, queued for the next,
+        persisted, or waking a run (`if_active`, `if_idle`)."""
+        if self.app is not None:
+            self.app.agent(agent_id)
+        message = ThreadMessage(
+            message_id=message_id or f"msg-{uuid.uuid4()}",
+            content=content,
+            if_active=if_active,
+            if_idle=if_idle,
+            active_run_id=await self.active_run_of_thread(agent_id, thread_id),
+            max_steps=max_steps,
+            request_context=request_context,
+        )
+        start: WithStartWorkflowOperation[Any, Any] = WithStartWorkflowOperation(
+            AgentThread.run,
+            AgentThreadInput(agent_id=agent_id, thread_id=thread_id, resource_id=resource_id),
+            id=thread_workflow_id(agent_id, thread_id),
+            task_queue=self.task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            static_summary=f"messages for {agent_id} on thread {thread_id}",
+        )
+        try:
+            result: ThreadSendResult = await self.temporal.execute_update_with_start_workflow(
+                names.SEND_MESSAGE_UPDATE, message, start_workflow_operation=start, result_type=ThreadSendResult
+            )
+            return result
+        except WorkflowUpdateFailedError as err:
+            raise InvalidRunInput(str(getattr(err.cause, "message", None) or err.cause or err)) from None
+
+    async def deliver(self, run_id: str, content: Content, *, message_id: str | None = None) -> str:
+        """Deliver a user message into a running `AgentRun` (its `user_message` signal); the message's id."""
+        message_id = message_id or f"msg-{uuid.uuid4()}"
+        info = await self.describe(run_id)
+        if info.status not in ("running", "suspended"):
+            raise RunClosed(run_id)
+        try:
+            await self._handle(run_id).signal(
+                names.USER_MESSAGE_SIGNAL, DeliveredMessage(id=message_id, content=content)
+            )
+        except RPCError as err:
+            raise self._rpc_error(run_id, err) from None
+        return message_id
+
+    async def active_run_of_thread(self, agent_id: str, thread_id: str) -> str | None:
+        """The newest open `AgentRun` of the agent on the thread, from visibility."""
+        query = (
+            f"WorkflowType='{names.AGENT_RUN}' AND KeelAgentId='{_quoted(agent_id)}' "
+            f"AND KeelThreadId='{_quoted(thread_id)}' AND ExecutionStatus='Running'"
+        )
+        async for execution in self.temporal.list_workflows(query, limit=1):
+            return execution.id
+        return None
+
     async def execute_tool(
         self,
         agent_id: str | None,
@@ -534,3 +618,7 @@ def _initial_attributes(run_input: AgentRunInput, run_id: str) -> TypedSearchAtt
 
 
 __all__ = ["KeelClient", "Poller", "RunInfo", "RunStatus"]
+
+
+def _quoted(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("'", "\\'")

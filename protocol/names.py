@@ -34,6 +34,12 @@ EVENTS_QUERY: Final = "events"
 
 # Handlers of `AgentRun`
 TOOL_APPROVAL_SIGNAL: Final = "tool_approval"
+AGENT_THREAD: Final = "AgentThread"
+SEND_MESSAGE_UPDATE: Final = "send"
+APPEND_THREAD_MESSAGE: Final = "keel.append_thread_message"
+WAIT_RUN_CLOSED: Final = "keel.wait_run_closed"
+USER_MESSAGE_SIGNAL: Final = "user_message"
+"""A user message delivered into a running `AgentRun` (its next model step reads it)."""
 APPROVE_TOOL_CALL_UPDATE: Final = "approve_tool_call"
 PENDING_TOOL_CALLS_QUERY: Final = "pending_tool_calls"
 REJECTED_SIGNALS_QUERY: Final = "rejected_signals"

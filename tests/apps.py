@@ -227,7 +227,37 @@ workspace_agent = plan_agent(
 )
 """Runs a JSON plan of workspace tool calls (`tests.workspace.apps`)."""
 
+
+class Nothing(BaseModel):
+    pass
+
+
+@tool("hold", require_approval=True)
+async def hold(args: Nothing, ctx: ToolContext) -> dict[str, bool]:
+    """Wait for a person's approval."""
+    return {"held": True}
+
+
+def listener_script(request: ModelRequest) -> ModelResponse:
+    """'hold' -> the `hold` call (waits for approval); anything else -> every user message of the thread."""
+    if last_user_text(request) == "hold" and not tool_results_since_last_user(request):
+        return ModelResponse(tool_calls=[ModelToolCall(id="hold-1", name="hold", args={})])
+    heard = []
+    for message in request.messages:
+        if message.role == "user":
+            parts = message.content if not isinstance(message.content, str) else []
+            heard.append(message.content if isinstance(message.content, str) else " ".join(
+                p.text for p in parts if p.type == "text"
+            ))  # fmt: skip
+    return ModelResponse(text="heard: " + " | ".join(heard))
+
+
+listener = Agent(id="listener", model=ScriptedModel(listener_script, name="listener"), tools=(hold,))
+"""Holds its turn open on an approval ('hold') and answers with every user message it heard: for delivering
+messages into an active run."""
+
+
 app = App.of(
-    demo, multi, ledger, once, mistakes, payer, reuser, bulky, flaky, workspace_agent, definition_apps.writer,
+    demo, multi, listener, ledger, once, mistakes, payer, reuser, bulky, flaky, workspace_agent, definition_apps.writer,
     tools=definition_apps.app.tools.values(), classifiers=definition_apps.app.classifiers.values(),
 )  # fmt: skip

@@ -23,6 +23,7 @@ from keel.client.devserver import DevServer, DevServerConfig
 from keel.client.workflows import Workflows
 from keel.storage import SQLiteStorage
 from keel.worker import build_worker
+from keel.workflows import thread_workflow_id
 from keel.workflows.contracts import ALL_SHAPES, ResumeStep, RunShape, WorkflowRunState
 from keel.workflows.options import DEFAULT_OPTIONS, AgentActivityOptions
 from tests.apps import app
@@ -171,6 +172,36 @@ async def _definition_by_keel(keel: KeelClient, name: str) -> str:
     return name
 
 
+async def _thread_turns(keel: KeelClient, thread: str) -> tuple[str, str]:
+    """A thread's turns: 'hold' wakes a run, a message is delivered into it, one is queued, the run is
+    approved, the queued message starts the next run. Returns the first run's id and the entity's."""
+    first = await keel.send_message("listener", thread, "ann", "hold", message_id=f"{thread}-1")
+    assert first.run_id is not None
+    while (await keel.describe(first.run_id)).status != "suspended":
+        await asyncio.sleep(0.05)
+    delivered = await keel.send_message("listener", thread, "ann", "also this", message_id=f"{thread}-2")
+    assert delivered.outcome == "delivered"
+    queued = await keel.send_message("listener", thread, "ann", "next", if_active="queue", message_id=f"{thread}-3")
+    assert queued.outcome == "queued"
+    await keel.approve(first.run_id, "hold-1")
+    assert (await keel.result(first.run_id)).text == "heard: hold | also this"
+    entity = thread_workflow_id("listener", thread)
+    while len([e async for e in keel.temporal.list_workflows(f"KeelThreadId='{thread}'")]) < 2:
+        await asyncio.sleep(0.1)
+    return first.run_id, entity
+
+
+async def _delivered_message(keel: KeelClient, name: str) -> str:
+    run_id, _ = await _thread_turns(keel, name)
+    return run_id
+
+
+async def _thread_entity(keel: KeelClient, name: str) -> str:
+    _, entity = await _thread_turns(keel, name)
+    await asyncio.sleep(1)  # the follow-up run started and the entity waits on it
+    return entity
+
+
 async def _bad_input(keel: KeelClient, name: str) -> str:
     await keel.temporal.start_workflow("AgentRun", id=name, task_queue=keel.task_queue)  # no input at all
     return name
@@ -183,6 +214,8 @@ class Scenario:
     """The worker's run shape; None marks a file of an older generation, which today's code cannot record."""
     server: tuple[tuple[str, str], ...] = ()
     """Dynamic config of the recording server."""
+    ends: bool = True
+    """False for a run recorded while it still runs (a thread's entity, which waits for more messages)."""
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -206,6 +239,8 @@ SCENARIOS: dict[str, Scenario] = {
     "definition_every_entry_type": Scenario(_definition_everything, DEFAULT_SHAPE),
     "definition_suspended_and_resumed": Scenario(_definition_resumed, DEFAULT_SHAPE),
     "definition_started_by_keel": Scenario(_definition_by_keel, DEFAULT_SHAPE),
+    "delivered_message": Scenario(_delivered_message, DEFAULT_SHAPE),
+    "thread_entity": Scenario(_thread_entity, DEFAULT_SHAPE, ends=False),
     "continued_as_new": Scenario(
         lambda keel, name: keel.start_run("bulky", "steps=4 size=1000", run_id=name),
         DEFAULT_SHAPE,
@@ -248,6 +283,8 @@ async def record_on_server(dynamic_config: dict[str, str], names: list[str]) -> 
                 async with build_worker(client, app, storage, task_queue=TASK_QUEUE, options=options):
                     for name in (n for n in names if SCENARIOS[n].shape == shape):
                         runs[name] = await SCENARIOS[name].run(keel, name)
+                        if not SCENARIOS[name].ends:
+                            continue
                         if name.startswith("definition_"):  # a workflow definition's run: no agent result
                             await client.get_workflow_handle(runs[name]).result()
                             continue

@@ -5,6 +5,7 @@ Imports only the standard library, temporalio, pydantic, `keel.protocol` and the
 """
 
 from keel.workflows.agent_run import AgentRun
+from keel.workflows.agent_thread import AgentThread, thread_workflow_id
 from keel.workflows.contracts import (
     AgentRunInput,
     AgentRunResult,
@@ -17,7 +18,7 @@ from keel.workflows.options import DEFAULT_OPTIONS, AgentActivityOptions
 from keel.workflows.resumable import Resumable
 from keel.workflows.search_attributes import ALL_KEYS as SEARCH_ATTRIBUTES
 
-WORKFLOWS: list[type] = [AgentRun, DefinitionRun]
+WORKFLOWS: list[type] = [AgentRun, AgentThread, DefinitionRun]
 
 __all__ = [
     "DEFAULT_OPTIONS",
@@ -27,9 +28,11 @@ __all__ = [
     "AgentRun",
     "AgentRunInput",
     "AgentRunResult",
+    "AgentThread",
     "ApprovalAccepted",
     "DefinitionRun",
     "PendingToolCall",
     "Resumable",
     "ToolApproval",
+    "thread_workflow_id",
 ]

@@ -43,6 +43,7 @@ from keel.workflows.contracts import (
     AgentRunInput,
     AgentRunResult,
     ApprovalAccepted,
+    DeliveredMessage,
     FinishRunInput,
     FinishRunResult,
     KillProcessesInput,
@@ -85,6 +86,8 @@ MAX_PENDING_RESULT_BYTES = 128 * 1024 * 1024
 """Tool results a step hands to the next one to persist (tools that ran as activities of their own); more become
 errors for the model, so no activity input the workflow builds grows past what the payload store takes."""
 MAX_REJECTED_SIGNALS = 20
+MAX_INBOX = 100
+"""User messages delivered into a run and not yet read by a model step; past it, one is refused (recorded)."""
 
 
 # Unsandboxed: this is Keel's own code, and it runs no app code (agents and tools run in activities). Temporal's
@@ -99,6 +102,8 @@ class AgentRun:
         # Verdicts of earlier steps, only for error messages: a model may reuse a tool call id in a later step.
         self._decided: dict[str, bool] = {}
         self._rejected: list[str] = []
+        self._inbox: list[DeliveredMessage] = []  # delivered user messages no model step has read yet
+        self._delivered: set[str] = set()  # their ids: a message delivered twice is read once
 
     # --- handlers ------------------------------------------------------------------------------------
 
@@ -158,6 +163,24 @@ class AgentRun:
             return f"tool call {call_id!r} was already {'approved' if earlier else 'declined'}"
         waiting = sorted(c for c in self._pending if c not in self._decisions)
         return f"no pending tool call {call_id!r} (pending: {', '.join(waiting) or 'none'})"
+
+    @workflow.signal(name=names.USER_MESSAGE_SIGNAL)
+    def user_message(self, raw: RawValue) -> None:
+        try:
+            message = workflow.payload_converter().from_payload(raw.payload, DeliveredMessage)
+        except Exception as err:
+            self._reject(f"malformed user_message payload: {err}")
+            return
+        if not isinstance(message, DeliveredMessage):
+            self._reject("malformed user_message payload: expected a JSON object {id, content}")
+            return
+        if message.id in self._delivered:
+            return
+        if len(self._inbox) >= MAX_INBOX:
+            self._reject(f"user_message {message.id!r} refused: {MAX_INBOX} delivered messages are unread")
+            return
+        self._delivered.add(message.id)
+        self._inbox.append(message)
 
     def _reject(self, reason: str) -> None:
         workflow.logger.warning("Ignored tool_approval signal: %s", reason)
@@ -262,6 +285,12 @@ class _Loop:
                 c.file_reads = dict(step.file_reads)
             c.last_message_id = step.message_id
             if not step.tool_calls:
+                if self.wf._inbox:  # delivered while the model answered: the turn goes on with it, or keeps it
+                    if c.step < c.max_steps:
+                        step = None
+                        continue
+                    self._drain_inbox()
+                    await self._persist_pending("persist messages delivered after the last step")
                 return self._result(step.text, step.finish_reason, step.run_tool_calls, step.run_tool_results)
             answered = step
             step = await self._run_tools(answered)
@@ -272,12 +301,21 @@ class _Loop:
                 lists = (finished.run_tool_calls, finished.run_tool_results) if finished else (None, None)
                 return self._result(answered.text, "tool-calls", *lists)
             if workflow.info().is_continue_as_new_suggested():
+                self._drain_inbox()
                 if (c.pending.messages or c.pending.events) and workflow.patched(PERSIST_BEFORE_CONTINUE_PATCH):
                     await self._persist_pending()
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(self.input.model_copy(update={"carry": c}))
 
+    def _drain_inbox(self) -> None:
+        """Delivered user messages join the pending writes (the next storage write stores them, in order)."""
+        for message in self.wf._inbox:
+            record = MessageRecord(id=self._next_message_id(), role="user", content=message.content)
+            self.carry.pending.messages.append(record)
+        self.wf._inbox.clear()
+
     def _next_model_input(self) -> ModelStepInput:
+        self._drain_inbox()
         c = self.carry
         step_input = ModelStepInput(
             run_id=self.run_id,
@@ -543,7 +581,7 @@ class _Loop:
         )
         self.carry.pending.messages.append(MessageRecord(id=self._tool_message_id(call), role="tool", content=[part]))
 
-    async def _persist_pending(self) -> None:
+    async def _persist_pending(self, summary: str = "persist tool results before continuing as new") -> None:
         await workflow.execute_activity(
             names.PERSIST_WRITES,
             PersistWritesInput(
@@ -555,7 +593,7 @@ class _Loop:
             ),
             start_to_close_timeout=self.opts.storage_start_to_close,
             retry_policy=self.opts.storage_retry,
-            summary="persist tool results before continuing as new",
+            summary=summary,
         )
         self.carry.pending = PendingWrites()
         self.carry.pending_bytes = 0

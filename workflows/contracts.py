@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field
 
 from keel.protocol import (
+    Content,
     EventRecord,
     FinishReason,
     InputMessage,
@@ -117,6 +118,62 @@ class AgentRunResult(Contract):
     tool_results: list[ToolResultChunk] = Field(default_factory=list)
     usage: Usage | None = None
     steps: int = 0
+
+
+class DeliveredMessage(Contract):
+    """Input of AgentRun's `user_message` signal: a user message delivered into the running turn (Mastra's
+    send-message to an active thread). The run stores it in the thread and its next model step reads it."""
+
+    id: str = Field(min_length=1)
+    content: Content
+
+
+IfActive = Literal["deliver", "persist", "discard", "queue"]
+IfIdle = Literal["wake", "persist", "discard"]
+
+
+class ThreadMessage(Contract):
+    """Input of AgentThread's `send` update: a user message for the thread, and what to do with it while a run
+    of the thread is active (`deliver` into it, `queue` it for the run that follows, `persist` it in the thread
+    only, `discard` it) or while the thread is idle (`wake` a run, `persist`, `discard`)."""
+
+    message_id: str = Field(min_length=1)
+    content: Content
+    if_active: IfActive = "deliver"
+    if_idle: IfIdle = "wake"
+    active_run_id: str | None = None
+    """A run of the thread the caller found running (a run the thread did not start itself)."""
+    max_steps: int | None = Field(default=None, ge=1, le=1000)
+    request_context: dict[str, Any] | None = None
+
+
+class ThreadSendResult(Contract):
+    accepted: bool
+    run_id: str | None = None
+    outcome: Literal["delivered", "queued", "woke", "persisted", "discarded"]
+
+
+class AgentThreadInput(Contract):
+    """Input of `AgentThread`, the entity that owns one agent's deliveries to one thread."""
+
+    agent_id: str = Field(min_length=1)
+    thread_id: str = Field(min_length=1)
+    resource_id: str = Field(min_length=1)
+    queued: list[ThreadMessage] = Field(default_factory=list)
+    """Messages waiting for the active run to end (carried across continue-as-new)."""
+    waiting_on: str | None = None
+    """The run the queued messages wait for."""
+
+
+class ThreadAppendInput(Contract):
+    thread_id: str
+    resource_id: str
+    message_id: str
+    content: Content
+
+
+class RunClosedInput(Contract):
+    run_id: str
 
 
 class PendingToolCall(Contract):

@@ -5,6 +5,8 @@ serves runs the CLI started); its stream is the run's event log from an offset."
 
 from __future__ import annotations
 
+import uuid
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query
@@ -15,12 +17,12 @@ from keel.app import Agent, UnknownAgent, UnknownTool
 from keel.app.agent_tools import agent_tool, agent_tools
 from keel.client.api.bodies import Lenient
 from keel.client.api.context import Ctx, QueryContext
-from keel.client.api.errors import ApiError, not_found
+from keel.client.api.errors import ApiError, bad_request, not_found
 from keel.client.api.shapes import agent_details, full_output, suspended_output, tool_details
 from keel.client.api.streams import agent_chunks, log_end, sse
 from keel.client.errors import RunFailed
-from keel.protocol import EventRecord, ToolCallApprovalChunk, parse_chunk
-from keel.workflows.contracts import PendingToolCall
+from keel.protocol import Content, EventRecord, Part, TextPart, ToolCallApprovalChunk, parse_chunk
+from keel.workflows.contracts import IfActive, PendingToolCall
 
 router = APIRouter(prefix="/agents", tags=["agents"])
 
@@ -69,6 +71,24 @@ class ThreadApproval(Lenient):
 class ObserveBody(Lenient):
     run_id: str = Field(alias="runId")
     offset: int = Field(0, ge=0)
+
+
+class IfActiveOption(Lenient):
+    behavior: Literal["deliver", "persist", "discard"] = "deliver"
+
+
+class IfIdleOption(Lenient):
+    behavior: Literal["wake", "persist", "discard"] = "wake"
+    stream_options: dict[str, Any] | None = Field(None, alias="streamOptions")
+
+
+class MessageBody(Lenient):
+    message: str | list[dict[str, Any]] | dict[str, Any]
+    run_id: str | None = Field(None, alias="runId")
+    resource_id: str | None = Field(None, alias="resourceId")
+    thread_id: str | None = Field(None, alias="threadId")
+    if_active: IfActiveOption | None = Field(None, alias="ifActive")
+    if_idle: IfIdleOption | None = Field(None, alias="ifIdle")
 
 
 class ExecuteBody(Lenient):
@@ -253,6 +273,75 @@ async def send_tool_approval(ctx: Ctx, agent_id: str, body: ThreadApproval) -> d
     run_id = await _suspended_run_of_thread(ctx, agent_id, body.thread_id, body.tool_call_id)
     await ctx.keel.signal_approval(run_id, body.tool_call_id, approved=body.approved, reason=body.reason)
     return {"accepted": True, "runId": run_id, "toolCallId": body.tool_call_id}
+
+
+def _contents(message: str | list[dict[str, Any]] | dict[str, Any]) -> Content:
+    """Mastra's message (a string, text parts, or `{contents, attributes?, ...}`) as a message's content."""
+    contents = message.get("contents") if isinstance(message, dict) else message
+    if isinstance(contents, str):
+        return contents
+    if not isinstance(contents, list) or not contents:
+        raise bad_request("message must be a string, a list of parts, or {contents}")
+    parts: list[Part] = []
+    for part in contents:
+        if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+            raise bad_request("Only text parts are supported in a message ({type: 'text', text})")
+        parts.append(TextPart(text=part["text"]))
+    return parts
+
+
+async def _send(ctx: Ctx, agent_id: str, body: MessageBody, *, queue: bool) -> dict[str, Any]:
+    _agent(ctx, agent_id)
+    content = _contents(body.message)
+    message_id = str(uuid.uuid4())
+    if body.run_id is not None:  # to one run: delivered into it (it must be running)
+        await ctx.keel.deliver(body.run_id, content, message_id=message_id)
+        run_id: str | None = body.run_id
+        accepted = True
+    else:
+        if not body.thread_id or not body.resource_id:
+            raise bad_request("resourceId and threadId are required when runId is not given")
+        if_active: IfActive = "queue" if queue else (body.if_active.behavior if body.if_active else "deliver")
+        if queue and body.if_active is not None and body.if_active.behavior != "deliver":
+            if_active = body.if_active.behavior
+        options = body.if_idle.stream_options if body.if_idle and body.if_idle.stream_options else {}
+        sent = await ctx.keel.send_message(
+            agent_id,
+            body.thread_id,
+            body.resource_id,
+            content,
+            if_active=if_active,
+            if_idle=body.if_idle.behavior if body.if_idle else "wake",
+            message_id=message_id,
+            max_steps=options.get("maxSteps"),
+            request_context=options.get("requestContext"),
+        )
+        run_id, accepted = sent.run_id, sent.accepted
+    now = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+    signal = {
+        "contents": body.message.get("contents") if isinstance(body.message, dict) else body.message,
+        "type": "user",
+        "tagName": "user",
+        "id": message_id,
+        "acceptedAt": now,
+        "createdAt": now,
+        "__isCreatedSignal": True,
+    }
+    return {"accepted": accepted, "runId": run_id, "signal": signal}
+
+
+@router.post("/{agent_id}/send-message")
+async def send_message(ctx: Ctx, agent_id: str, body: MessageBody) -> dict[str, Any]:
+    """Into the thread's active run (`ifActive`: deliver | persist | discard), or waking one (`ifIdle`: wake |
+    persist | discard); through the thread's `AgentThread` entity, so concurrent senders are ordered."""
+    return await _send(ctx, agent_id, body, queue=False)
+
+
+@router.post("/{agent_id}/queue-message")
+async def queue_message(ctx: Ctx, agent_id: str, body: MessageBody) -> dict[str, Any]:
+    """For the thread's next turn: a run starts with the queued messages once the active one ends (at once if
+    the thread is idle)."""
+    return await _send(ctx, agent_id, body, queue=True)
 
 
 async def _suspended_run_of_thread(ctx: Ctx, agent_id: str, thread_id: str, tool_call_id: str) -> str:

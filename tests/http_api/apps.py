@@ -1,5 +1,5 @@
-"""The app the HTTP API tests serve: the test agents (scripted models, tools that need approval), the
-definition tools and classifiers, and a code workflow."""
+"""The app the HTTP API tests serve: the test agents (`tests.apps`), the definition tools and classifiers, and
+a code workflow."""
 
 from __future__ import annotations
 
