@@ -60,6 +60,7 @@ from keel.client.errors import (
     ToolCallRejected,
     ToolFailed,
 )
+from keel.client.visibility import quoted
 from keel.protocol import Content, describe_validation_error, names
 from keel.workflows import AgentRun, AgentRunInput, AgentRunResult, ApprovalAccepted, PendingToolCall, ToolApproval
 from keel.workflows.agent_thread import AgentThread, thread_workflow_id
@@ -450,8 +451,8 @@ class KeelClient:
     async def active_run_of_thread(self, agent_id: str, thread_id: str) -> str | None:
         """The newest open `AgentRun` of the agent on the thread, from visibility."""
         query = (
-            f"WorkflowType='{names.AGENT_RUN}' AND KeelAgentId='{_quoted(agent_id)}' "
-            f"AND KeelThreadId='{_quoted(thread_id)}' AND ExecutionStatus='Running'"
+            f"WorkflowType='{names.AGENT_RUN}' AND KeelAgentId='{quoted(agent_id)}' "
+            f"AND KeelThreadId='{quoted(thread_id)}' AND ExecutionStatus='Running'"
         )
         async for execution in self.temporal.list_workflows(query, limit=1):
             return execution.id
@@ -540,7 +541,7 @@ class KeelClient:
     def _runs_query(*, status: str | None, agent_id: str | None) -> str:
         # An open run is one execution; a run that continued as new leaves closed executions behind under the
         # same id, which a listing of closed runs skips. Only agent runs have KeelAgentId.
-        clauses = [f"KeelAgentId='{_quote(agent_id)}'" if agent_id is not None else "KeelKind='agent'"]
+        clauses = [f"KeelAgentId='{quoted(agent_id)}'" if agent_id is not None else "KeelKind='agent'"]
         if status not in ("running", "suspended"):
             clauses.append("ExecutionStatus!='ContinuedAsNew'")
         if status is not None:
@@ -601,10 +602,6 @@ def _summary(run_input: AgentRunInput) -> str:
     return f"{run_input.agent_id}: {words[:77] + '...' if len(words) > 80 else words}"
 
 
-def _quote(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("'", "\\'")
-
-
 def _initial_attributes(run_input: AgentRunInput, run_id: str) -> TypedSearchAttributes:
     return TypedSearchAttributes(
         [
@@ -618,7 +615,3 @@ def _initial_attributes(run_input: AgentRunInput, run_id: str) -> TypedSearchAtt
 
 
 __all__ = ["KeelClient", "Poller", "RunInfo", "RunStatus"]
-
-
-def _quoted(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("'", "\\'")

@@ -29,6 +29,7 @@ from keel.app import App
 from keel.app.workflow_checks import Known, check_definition
 from keel.client.errors import KeelClientError
 from keel.client.keel_client import KeelClient
+from keel.client.visibility import quoted
 from keel.protocol import names
 from keel.storage import Storage
 from keel.storage.definitions import Status, StoredDefinition
@@ -226,13 +227,13 @@ class Workflows:
     ) -> list[dict[str, Any]]:
         """The workflow's runs, newest first, from Temporal's visibility: `status` is Mastra's (`running`,
         `suspended`, `success`, `failed`, `canceled`), the dates bound the start time."""
-        clauses = [self._scope(), f"KeelWorkflowId='{_quote(workflow_id)}'"]
+        clauses = [self._scope(), f"KeelWorkflowId='{quoted(workflow_id)}'"]
         if status is not None:
             if status not in _STATUS_QUERIES:
                 raise KeelClientError(f"Unknown status {status!r} (one of: {', '.join(_STATUS_QUERIES)})")
             clauses.append(_STATUS_QUERIES[status])
         if resource_id is not None:
-            clauses.append(f"KeelResourceId='{_quote(resource_id)}'")
+            clauses.append(f"KeelResourceId='{quoted(resource_id)}'")
         if from_date is not None:
             clauses.append(f"StartTime >= '{from_date.isoformat()}'")
         if to_date is not None:
@@ -255,7 +256,7 @@ class Workflows:
         """`{workflowKey: {running, suspended}}` for the code and stored workflows, from visibility counts only."""
         ids = [*self.app.code_workflows(), *(d.workflow_id for d in await self.storage.list_definitions())]
         keys = [(i, s) for i in ids for s in ("running", "suspended")]
-        queries = [f"{self._scope()} AND KeelWorkflowId='{_quote(i)}' AND {_STATUS_QUERIES[s]}" for i, s in keys]
+        queries = [f"{self._scope()} AND KeelWorkflowId='{quoted(i)}' AND {_STATUS_QUERIES[s]}" for i, s in keys]
         found = await asyncio.gather(*(self.keel.temporal.count_workflows(q) for q in queries))
         counts: dict[str, dict[str, int]] = {i: {"running": 0, "suspended": 0} for i in ids}
         for (i, s), c in zip(keys, found, strict=True):
@@ -264,7 +265,7 @@ class Workflows:
 
     def _scope(self) -> str:
         """Keel workflow runs of this app: those on its task queue."""
-        return f"KeelKind='workflow' AND TaskQueue='{_quote(self.keel.task_queue)}'"
+        return f"KeelKind='workflow' AND TaskQueue='{quoted(self.keel.task_queue)}'"
 
     def _handle(self, run_id: str) -> WorkflowHandle[Any, Any]:
         return self.keel.temporal.get_workflow_handle(run_id)
@@ -340,7 +341,3 @@ def _mastra_status(execution: str | None, keel_status: str | None) -> str:
     if execution in (None, "RUNNING"):
         return "suspended" if keel_status == "suspended" else "running"
     return {"COMPLETED": "success", "CANCELED": "canceled"}.get(execution, "failed")
-
-
-def _quote(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("'", "\\'")

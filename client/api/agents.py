@@ -21,6 +21,7 @@ from keel.client.api.errors import ApiError, bad_request, not_found
 from keel.client.api.shapes import agent_details, full_output, suspended_output, tool_details
 from keel.client.api.streams import agent_chunks, log_end, sse
 from keel.client.errors import RunFailed
+from keel.client.visibility import quoted
 from keel.protocol import Content, EventRecord, Part, TextPart, ToolCallApprovalChunk, parse_chunk
 from keel.workflows.contracts import IfActive, PendingToolCall
 
@@ -209,10 +210,11 @@ async def stream(ctx: Ctx, agent_id: str, body: RunBody) -> StreamingResponse:
 
 @router.post("/{agent_id}/observe")
 async def observe(ctx: Ctx, agent_id: str, body: ObserveBody) -> StreamingResponse:
-    """The run's chunks from `offset` on (a client that lost its stream reconnects where it stopped)."""
+    """The run's chunks after the first `offset` (a client that lost its stream reconnects with the number of
+    chunks it has, and gets each of the rest once)."""
     _agent(ctx, agent_id)
     await ctx.keel.describe(body.run_id)  # 404 for an unknown run
-    return sse(agent_chunks(ctx.keel, ctx.storage, body.run_id, body.offset))
+    return sse(agent_chunks(ctx.keel, ctx.storage, body.run_id, skip=body.offset))
 
 
 async def _decide(ctx: Ctx, run_id: str, tool_call_id: str, approved: bool, reason: str | None) -> int:
@@ -344,10 +346,54 @@ async def queue_message(ctx: Ctx, agent_id: str, body: MessageBody) -> dict[str,
     return await _send(ctx, agent_id, body, queue=True)
 
 
+@router.get("/{agent_id}/suspended-runs")
+async def suspended_runs(
+    ctx: Ctx,
+    agent_id: str,
+    thread_id: Annotated[str | None, Query(alias="threadId")] = None,
+    resource_id: Annotated[str | None, Query(alias="resourceId")] = None,
+    page: Annotated[int, Query(ge=0)] = 0,
+    per_page: Annotated[int, Query(alias="perPage", ge=1, le=100)] = 20,
+) -> dict[str, Any]:
+    """The agent's runs waiting for a tool approval (started anywhere: here, the CLI, `temporal`)."""
+    _agent(ctx, agent_id)
+    clauses = [
+        f"KeelKind='agent' AND KeelAgentId='{quoted(agent_id)}'",
+        "KeelStatus='suspended' AND ExecutionStatus='Running'",
+    ]
+    if thread_id is not None:
+        clauses.append(f"KeelThreadId='{quoted(thread_id)}'")
+    if resource_id is not None:
+        clauses.append(f"KeelResourceId='{quoted(resource_id)}'")
+    query = " AND ".join(clauses)
+    total = (await ctx.keel.temporal.count_workflows(query)).count
+    runs = []
+    index = 0
+    async for execution in ctx.keel.temporal.list_workflows(query, limit=(page + 1) * per_page):
+        index += 1
+        if index <= page * per_page:
+            continue
+        attributes = {p.key.name: p.value for p in execution.typed_search_attributes}
+        pending = await ctx.keel.pending_tool_calls(execution.id)
+        runs.append(
+            {
+                "runId": execution.id,
+                "status": "suspended",
+                "threadId": attributes.get("KeelThreadId"),
+                "resourceId": attributes.get("KeelResourceId"),
+                "suspendedAt": execution.start_time.isoformat() if execution.start_time else None,
+                "toolCalls": [
+                    {"toolCallId": p.tool_call_id, "toolName": p.tool_name, "args": p.args, "requiresApproval": True}
+                    for p in pending
+                ],
+            }
+        )
+    return {"runs": runs, "total": total}
+
+
 async def _suspended_run_of_thread(ctx: Ctx, agent_id: str, thread_id: str, tool_call_id: str) -> str:
-    quoted = thread_id.replace("'", "\\'")
     query = (
-        f"KeelKind='agent' AND KeelAgentId='{agent_id}' AND KeelThreadId='{quoted}' "
+        f"KeelKind='agent' AND KeelAgentId='{quoted(agent_id)}' AND KeelThreadId='{quoted(thread_id)}' "
         "AND KeelStatus='suspended' AND ExecutionStatus='Running'"
     )
     async for execution in ctx.keel.temporal.list_workflows(query, limit=20):

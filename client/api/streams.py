@@ -23,7 +23,6 @@ from keel.protocol import names
 from keel.storage import Storage
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "Connection": "keep-alive", "X-Accel-Buffering": "no"}
-ENDS_AGENT_STREAM = frozenset({"finish", "tool-call-approval"})
 POLL_SECONDS = 0.05
 
 
@@ -35,24 +34,33 @@ def chunk_json(shown: Shown) -> dict[str, Any]:
     return {"type": shown.event.type, "runId": shown.event.run_id, "from": "AGENT", "payload": shown.event.payload}
 
 
-async def agent_chunks(keel: KeelClient, storage: Storage, run_id: str, offset: int = 0) -> AsyncIterator[Any]:
-    """The run's chunks from `offset` until it finishes or waits for an approval (every approval chunk of that
-    step is included); an `error` chunk if it ended without finishing."""
+async def agent_chunks(
+    keel: KeelClient, storage: Storage, run_id: str, offset: int = 0, *, skip: int = 0
+) -> AsyncIterator[Any]:
+    """The run's chunks from log `offset` until it finishes or waits for an approval (every approval chunk of
+    that step is included); an `error` chunk if it ended without finishing. `skip` leaves out the first chunks
+    shown: what a client that counted them has already seen (a superseded attempt's chunks are not shown, so
+    a count of chunks is not a log offset)."""
 
-    async def closed() -> bool:
-        return (await keel.describe(run_id)).status not in ("running", "suspended")
+    async def quiet() -> bool:  # nothing new for a while: the stream ends unless the run is still working
+        return (await keel.describe(run_id)).status != "running"
 
     last = None
-    async for shown in follow(storage, run_id, offset=offset, until=ENDS_AGENT_STREAM, idle_check=closed):
+    async for shown in follow(storage, run_id, offset=offset, until=frozenset({"finish"}), idle_check=quiet):
         last = shown
+        if skip > 0:
+            skip -= 1
+            continue
         yield chunk_json(shown)
-    if last is not None and last.event.type == "tool-call-approval":
+        if shown.event.type == "tool-call-approval":
+            break
+    if last is not None and last.event.type == "tool-call-approval" and skip == 0:
         await asyncio.sleep(POLL_SECONDS)  # the step's other approvals, written with it
         for more in await read(storage, run_id, offset=last.event.offset + 1):
             if more.event.type == "tool-call-approval":
                 yield chunk_json(more)
         return
-    if last is None or last.event.type != "finish":
+    if last is None or last.event.type not in ("finish", "tool-call-approval"):
         info = await keel.describe(run_id)
         if info.status not in ("running", "suspended"):
             message = f"Run {run_id} ended {info.status}"
