@@ -19,7 +19,9 @@ from temporalio.client import (
     ScheduleSpec,
     WithStartWorkflowOperation,
     WorkflowExecutionStatus,
+    WorkflowFailureError,
     WorkflowHandle,
+    WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
 )
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
@@ -158,6 +160,10 @@ class Workflows:
             )
         except WorkflowUpdateFailedError:  # it ended before answering: its outcome from Temporal
             return await self.settle(str(options["id"]))
+        except RPCError as err:  # it started, and ended at once (bad input): its outcome from Temporal
+            if "aborted by closing workflow" not in err.message:
+                raise
+            return await self.settle(str(options["id"]))
         return RunStatus(str(options["id"]), state)
 
     async def _start_options(
@@ -184,8 +190,23 @@ class Workflows:
         }
 
     async def state(self, run_id: str) -> WorkflowRunState:
-        state: WorkflowRunState = await self._handle(run_id).query("state", result_type=WorkflowRunState)
-        return state
+        """The run's `state` query; for a closed run that cannot answer it (it failed before it began, say),
+        what Temporal knows: its status and error."""
+        handle = self._handle(run_id)
+        try:
+            state: WorkflowRunState = await handle.query("state", result_type=WorkflowRunState)
+            return state
+        except WorkflowQueryFailedError:
+            described = await handle.describe()
+            if described.status == WorkflowExecutionStatus.RUNNING:
+                raise
+        try:
+            result = await handle.result()
+        except WorkflowFailureError as err:
+            cause = err.cause
+            message = str(getattr(cause, "message", None) or cause or err)
+            return WorkflowRunState(workflow_id=described.workflow_type, status="failed", error=message)
+        return WorkflowRunState(workflow_id=described.workflow_type, status="success", result=result)
 
     async def settle(self, run_id: str, *, timeout: float = 60) -> RunStatus:
         """Wait until the run suspends or ends (the `settled` update); its state then."""

@@ -36,16 +36,16 @@ class MemoryOption(Lenient):
 class RunBody(Lenient):
     messages: str | list[dict[str, Any]]
     memory: MemoryOption | None = None
-    thread_id: str | None = Field(None, alias="threadId")
-    resource_id: str | None = Field(None, alias="resourceId")
-    run_id: str | None = Field(None, alias="runId")
-    max_steps: int | None = Field(None, alias="maxSteps")
+    thread_id: str | None = Field(None, alias="threadId", min_length=1)
+    resource_id: str | None = Field(None, alias="resourceId", min_length=1)
+    run_id: str | None = Field(None, alias="runId", min_length=1)
+    max_steps: int | None = Field(None, alias="maxSteps", ge=1, le=1000)
     request_context: dict[str, Any] | None = Field(None, alias="requestContext")
 
 
 class ToolCallDecision(Lenient):
-    run_id: str = Field(alias="runId")
-    tool_call_id: str = Field(alias="toolCallId")
+    run_id: str = Field(alias="runId", min_length=1)
+    tool_call_id: str = Field(alias="toolCallId", min_length=1)
     reason: str | None = None
     request_context: dict[str, Any] | None = Field(None, alias="requestContext")
 
@@ -56,21 +56,21 @@ class ResumeData(Lenient):
 
 
 class ResumeBody(Lenient):
-    run_id: str = Field(alias="runId")
+    run_id: str = Field(alias="runId", min_length=1)
     resume_data: ResumeData = Field(alias="resumeData")
-    tool_call_id: str | None = Field(None, alias="toolCallId")
+    tool_call_id: str | None = Field(None, alias="toolCallId", min_length=1)
 
 
 class ThreadApproval(Lenient):
-    resource_id: str = Field(alias="resourceId")
-    thread_id: str = Field(alias="threadId")
-    tool_call_id: str = Field(alias="toolCallId")
+    resource_id: str = Field(alias="resourceId", min_length=1)
+    thread_id: str = Field(alias="threadId", min_length=1)
+    tool_call_id: str = Field(alias="toolCallId", min_length=1)
     approved: bool
     reason: str | None = None
 
 
 class ObserveBody(Lenient):
-    run_id: str = Field(alias="runId")
+    run_id: str = Field(alias="runId", min_length=1)
     offset: int = Field(0, ge=0)
 
 
@@ -85,9 +85,9 @@ class IfIdleOption(Lenient):
 
 class MessageBody(Lenient):
     message: str | list[dict[str, Any]] | dict[str, Any]
-    run_id: str | None = Field(None, alias="runId")
-    resource_id: str | None = Field(None, alias="resourceId")
-    thread_id: str | None = Field(None, alias="threadId")
+    run_id: str | None = Field(None, alias="runId", min_length=1)
+    resource_id: str | None = Field(None, alias="resourceId", min_length=1)
+    thread_id: str | None = Field(None, alias="threadId", min_length=1)
     if_active: IfActiveOption | None = Field(None, alias="ifActive")
     if_idle: IfIdleOption | None = Field(None, alias="ifIdle")
 

@@ -64,8 +64,14 @@ class SaveMessagesBody(Lenient):
     messages: list[MessageIn]
 
 
+class MessageRef(Lenient):
+    id: str = Field(min_length=1)
+
+
 class DeleteMessagesBody(Lenient):
-    message_ids: Any = Field(alias="messageIds")
+    """`messageIds`: an id, a list of ids, `{id}`, or a list of `{id}` (all of Mastra's forms)."""
+
+    message_ids: str | MessageRef | list[str | MessageRef] = Field(alias="messageIds")
 
 
 def thread_json(thread: Thread) -> dict[str, Any]:
@@ -232,7 +238,7 @@ async def save_messages(ctx: Ctx, body: SaveMessagesBody) -> dict[str, Any]:
 @router.post("/messages/delete")
 async def delete_messages(ctx: Ctx, body: DeleteMessagesBody) -> dict[str, Any]:
     given = body.message_ids if isinstance(body.message_ids, list) else [body.message_ids]
-    ids = [m["id"] if isinstance(m, dict) else str(m) for m in given]
+    ids = [m.id if isinstance(m, MessageRef) else m for m in given]
     deleted = await ctx.storage.delete_messages(ids)
     noun = "message" if deleted == 1 else "messages"
     return {"success": True, "message": f"{deleted} {noun} deleted successfully"}

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi.responses import StreamingResponse
-from temporalio.client import WorkflowHandle
+from temporalio.client import WorkflowExecutionStatus, WorkflowHandle, WorkflowQueryFailedError
 from temporalio.service import RPCError
 
 from keel.client.keel_client import KeelClient
@@ -85,20 +85,17 @@ async def log_end(storage: Storage, run_id: str) -> int:
 # --- workflow runs ----------------------------------------------------------------------------------------
 
 
-async def workflow_events(
-    handle: WorkflowHandle[Any, Any],
-    offset: int = 0,
-    *,
-    is_closed: Callable[[], Awaitable[bool]] | None = None,
-) -> AsyncIterator[dict[str, Any]]:
+async def workflow_events(handle: WorkflowHandle[Any, Any], offset: int = 0) -> AsyncIterator[dict[str, Any]]:
     """The run's `workflow-*` events from `offset` until a `workflow-finish` (it ended or suspended)."""
     while True:
         try:
             events: list[dict[str, Any]] = await handle.query(names.EVENTS_QUERY, offset, result_type=list)
-        except RPCError:
-            if is_closed is not None and await is_closed():
-                return
-            raise
+        except (RPCError, WorkflowQueryFailedError) as err:  # a run that ended before it could answer
+            if (await handle.describe()).status == WorkflowExecutionStatus.RUNNING:
+                raise
+            payload = {"workflowStatus": "failed", "metadata": {}, "error": {"message": str(err)}}
+            yield {"type": "workflow-finish", "runId": handle.id, "from": "WORKFLOW", "payload": payload}
+            return
         for event in events:
             offset += 1
             yield event

@@ -21,7 +21,7 @@ from keel.client.api.context import Ctx
 from keel.client.api.errors import ApiError, bad_request, not_found
 from keel.client.api.shapes import superjson, workflow_result
 from keel.client.api.streams import record_stream, workflow_events
-from keel.client.workflows import WorkflowNotFound
+from keel.client.workflows import WorkflowNotFound, code_workflow_info
 from keel.protocol import names
 from keel.protocol.workflow_definition import schema_problems
 from keel.workflows.contracts import WorkflowRunState
@@ -85,11 +85,14 @@ async def _input(ctx: Ctx, workflow_id: str, body: StartBody) -> dict[str, Any]:
     data = body.input_data if body.input_data is not None else {}
     if not isinstance(data, dict):
         raise bad_request("Invalid input data: the inputData must be a JSON object")
-    if workflow_id not in ctx.app.code_workflows():
-        stored = await ctx.workflows.get(workflow_id)
-        problems = schema_problems(stored.definition.get("inputSchema"), data)
-        if problems:
-            raise bad_request("Invalid input data: \n- " + "\n- ".join(problems))
+    code = ctx.app.code_workflows().get(workflow_id)
+    if code is not None:
+        schema = code_workflow_info(workflow_id, code)["inputSchema"]
+    else:
+        schema = (await ctx.workflows.get(workflow_id)).definition.get("inputSchema")
+    problems = schema_problems(schema, data)
+    if problems:
+        raise bad_request("Invalid input data: \n- " + "\n- ".join(problems))
     return data
 
 

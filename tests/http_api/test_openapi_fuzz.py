@@ -1,0 +1,41 @@
+"""schemathesis against the served OpenAPI document: generated and malformed requests to every route are
+answered with a 2xx or a 4xx, never a 5xx (which `@mastra/client-js` would retry, POSTs included). Twice:
+with generated ids (mostly unknown: the 404 paths), and with ids that exist (the routes' own logic)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+import pytest
+
+from keel.storage import Storage
+from tests.http_api.conftest import Api
+
+SCHEMATHESIS = str(Path(sys.executable).parent / "schemathesis")
+KNOWN_IDS = """
+[parameters]
+"path.agent_id" = "writer"
+"path.tool_id" = "double"
+"path.workflow_id" = "release"
+"path.thread_id" = "t-fuzz"
+"""
+
+
+@pytest.mark.parametrize("ids", ["generated", "known"])
+async def test_requests_to_every_route_get_no_server_error(
+    api: Api, storage: Storage, tmp_path: Path, ids: str
+) -> None:
+    config = tmp_path / "schemathesis.toml"
+    config.write_text(KNOWN_IDS if ids == "known" else "")
+    await storage.create_thread("t-fuzz", "ann")
+    proc = await asyncio.create_subprocess_exec(
+        SCHEMATHESIS, "--config-file", str(config), "run", f"{api.url}/api/openapi.json",
+        "--checks", "not_a_server_error", "--max-examples", "10", "--seed", "7",
+        "--request-timeout", "60", "--workers", "1", "--no-color",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, cwd=tmp_path,
+    )  # fmt: skip
+    out, _ = await asyncio.wait_for(proc.communicate(), 600)
+    report = out.decode()
+    assert proc.returncode == 0, report[-8000:]
