@@ -17,7 +17,7 @@ $(VENV)/.installed: pyproject.toml
 demo: install  ## the demo end to end: local Temporal, worker, one approved and one declined run; leaves nothing running
 	$(KEEL) demo
 
-dev: install  ## the whole stack in the foreground (Temporal dev server + UI, worker); Ctrl-C stops all
+dev: install  ## the whole stack in the foreground (Temporal dev server + UI, worker, HTTP API on :4111); Ctrl-C stops all
 	$(KEEL) dev
 
 test: install bwrap  ## every test; the tests start their own Temporal dev server and PostgreSQL
