@@ -19,7 +19,7 @@ from keel.client.api.bodies import Lenient
 from keel.client.api.context import Ctx, QueryContext
 from keel.client.api.errors import ApiError, bad_request, not_found
 from keel.client.api.shapes import agent_details, full_output, suspended_output, tool_details
-from keel.client.api.streams import agent_chunks, log_end, sse
+from keel.client.api.streams import agent_chunks, log_end, sse, thread_chunks
 from keel.client.errors import RunFailed
 from keel.client.visibility import quoted
 from keel.protocol import Content, EventRecord, Part, TextPart, ToolCallApprovalChunk, parse_chunk
@@ -90,6 +90,12 @@ class MessageBody(Lenient):
     thread_id: str | None = Field(None, alias="threadId", min_length=1)
     if_active: IfActiveOption | None = Field(None, alias="ifActive")
     if_idle: IfIdleOption | None = Field(None, alias="ifIdle")
+
+
+class SubscribeBody(Lenient):
+    resource_id: str = Field(alias="resourceId", min_length=1)
+    thread_id: str = Field(alias="threadId", min_length=1)
+    offset: int = Field(0, ge=0)
 
 
 class ExecuteBody(Lenient):
@@ -215,6 +221,16 @@ async def observe(ctx: Ctx, agent_id: str, body: ObserveBody) -> StreamingRespon
     _agent(ctx, agent_id)
     await ctx.keel.describe(body.run_id)  # 404 for an unknown run
     return sse(agent_chunks(ctx.keel, ctx.storage, body.run_id, skip=body.offset))
+
+
+@router.post("/{agent_id}/threads/subscribe")
+async def subscribe_to_thread(ctx: Ctx, agent_id: str, body: SubscribeBody) -> StreamingResponse:
+    """Every chunk of the agent's runs on the thread, and of each run that starts on it later (a send-message
+    that wakes the thread, say): a stream that lasts until the client leaves. `offset`: how many chunks of the
+    subscription the client already has."""
+    _agent(ctx, agent_id)
+    chunks = thread_chunks(ctx.keel, ctx.storage, agent_id, body.thread_id, skip=body.offset)
+    return sse(chunks, keep_alive=15)
 
 
 async def _decide(ctx: Ctx, run_id: str, tool_call_id: str, approved: bool, reason: str | None) -> int:

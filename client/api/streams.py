@@ -19,6 +19,7 @@ from temporalio.service import RPCError
 
 from keel.client.keel_client import KeelClient
 from keel.client.run_events import Shown, follow, read
+from keel.client.visibility import quoted
 from keel.protocol import names
 from keel.storage import Storage
 
@@ -67,11 +68,63 @@ async def agent_chunks(
             yield {"type": "error", "runId": run_id, "from": "AGENT", "payload": {"error": {"message": message}}}
 
 
-def sse(chunks: AsyncIterator[Any]) -> StreamingResponse:
+async def thread_chunks(
+    keel: KeelClient, storage: Storage, agent_id: str, thread_id: str, *, skip: int = 0
+) -> AsyncIterator[Any]:
+    """Every chunk of the agent's runs on the thread, oldest run first, then each new run's as it comes: a
+    subscription that does not end (the client unsubscribes). `skip` leaves out the first chunks, counted as
+    the subscription shows them (a subscriber that reconnects gives how many it has)."""
+    query = (
+        f"WorkflowType='{names.AGENT_RUN}' AND KeelAgentId='{quoted(agent_id)}' AND KeelThreadId='{quoted(thread_id)}'"
+    )
+    shown: dict[str, int] = {}  # chunks of each run passed on (or skipped)
+    ended: set[str] = set()
+    while True:
+        runs = sorted(
+            [e async for e in keel.temporal.list_workflows(query) if e.id not in ended],
+            key=lambda e: e.start_time,
+        )
+        for run in runs:
+            already = shown.get(run.id, 0)
+            async for chunk in agent_chunks(keel, storage, run.id, skip=already):
+                shown[run.id] = shown.get(run.id, 0) + 1
+                if skip > 0:
+                    skip -= 1
+                    continue
+                yield chunk
+            if (await keel.describe(run.id)).status not in ("running", "suspended"):
+                ended.add(run.id)
+        await asyncio.sleep(THREAD_POLL_SECONDS)
+
+
+THREAD_POLL_SECONDS = 0.25
+
+
+def sse(chunks: AsyncIterator[Any], *, keep_alive: float | None = None) -> StreamingResponse:
+    """`keep_alive`: a comment frame (ignored by the client) when nothing was sent for that long, so a long-lived
+    subscription notices a client that went away."""
+
     async def frames() -> AsyncIterator[bytes]:
-        async for chunk in chunks:
-            yield f"data: {json.dumps(chunk, separators=(',', ':'))}\n\n".encode()
-        yield b"data: [DONE]\n\n"
+        iterator = chunks.__aiter__()
+        pending: asyncio.Future[Any] | None = None
+        try:
+            while True:
+                if pending is None:
+                    pending = asyncio.ensure_future(anext(iterator))
+                done, _ = await asyncio.wait({pending}, timeout=keep_alive)
+                if not done:
+                    yield b": keep-alive\n\n"
+                    continue
+                finished, pending = pending, None
+                try:
+                    chunk = finished.result()
+                except StopAsyncIteration:
+                    break
+                yield f"data: {json.dumps(chunk, separators=(',', ':'))}\n\n".encode()
+            yield b"data: [DONE]\n\n"
+        finally:
+            if pending is not None:
+                pending.cancel()
 
     return StreamingResponse(frames(), media_type="text/event-stream", headers=SSE_HEADERS)
 

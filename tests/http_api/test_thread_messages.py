@@ -75,3 +75,38 @@ async def test_a_message_for_a_run_that_ended_is_refused(api: Api) -> None:
         catch (e) { return {status: e.status, body: e.body}; }
     """)
     assert out["status"] == 409
+
+
+async def test_a_thread_subscription_carries_every_run_and_an_approval_sent_by_signal(
+    api: Api, thread: dict[str, Any]
+) -> None:
+    out = await api.js(
+        """
+        const agent = client.getAgent("listener");
+        const sub = await agent.subscribeToThread(vars);
+        const chunks = [];
+        let finishes = 0, approved = null, onFinish, onApproval;
+        const finished = (n) => new Promise((resolve) => { onFinish = () => finishes >= n && resolve(); });
+        const approval = new Promise((resolve) => { onApproval = resolve; });
+        sub.processDataStream({ onChunk: async (chunk) => {
+            chunks.push(chunk);
+            if (chunk.type === "tool-call-approval") onApproval(chunk);
+            if (chunk.type === "finish") { finishes += 1; onFinish?.(); }
+        }});
+        let waiting = finished(1);
+        await agent.sendMessage({...vars, message: "hi"});
+        await waiting;
+        await agent.sendMessage({...vars, message: "hold"});
+        const asked = await approval;
+        waiting = finished(2);
+        approved = await agent.sendToolApproval({...vars, toolCallId: asked.payload.toolCallId, approved: true});
+        await waiting;
+        sub.unsubscribe();
+        return {chunks, approved};
+        """,
+        **thread,
+    )
+    texts = [c["payload"]["text"] for c in out["chunks"] if c["type"] == "text-delta"]
+    assert texts == ["heard: hi", "heard: hi | hold"]
+    assert len({c["runId"] for c in out["chunks"]}) == 2  # both runs, on one subscription
+    assert out["approved"]["accepted"] is True and out["approved"]["toolCallId"] == "hold-1"
