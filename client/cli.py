@@ -407,7 +407,7 @@ def api_banner(url: str) -> str:
 
 
 async def cmd_serve(args: argparse.Namespace) -> int:
-    from keel.client.api import create_api
+    from keel.client.api import api_for_settings
     from keel.client.api.server import serving
 
     app = load_app(args.app)
@@ -415,7 +415,7 @@ async def cmd_serve(args: argparse.Namespace) -> int:
     storage = await open_store()
     try:
         keel = await connect_client(args, app)
-        async with serving(create_api(app, keel, storage), settings.api_host, settings.api_port) as url:
+        async with serving(api_for_settings(app, keel, storage, settings), settings.api_host, settings.api_port) as url:
             print(f"{api_banner(url)}; Temporal at {settings.temporal_address}; Ctrl-C stops it", flush=True)
             await until_interrupted()
     finally:

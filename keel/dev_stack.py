@@ -7,7 +7,7 @@ import argparse
 from collections.abc import Awaitable, Callable
 
 from keel.app import App, load_app
-from keel.client.api import create_api
+from keel.client.api import api_for_settings
 from keel.client.api.server import serving
 from keel.client.cli import Command, api_banner, connect_client, settings_of, until_interrupted
 from keel.client.demo import run_demo
@@ -43,7 +43,7 @@ async def cmd_dev(args: argparse.Namespace) -> int:
 
     async def serve(keel: KeelClient, app: App, server: DevServer, storage: Storage) -> int:
         await wait_for_ui(server.cfg)
-        async with serving(create_api(app, keel, storage), settings.api_host, settings.api_port) as url:
+        async with serving(api_for_settings(app, keel, storage, settings), settings.api_host, settings.api_port) as url:
             origin = "started" if server.owned else "reused"
             print(f"Temporal {origin} at {server.cfg.address}; UI {server.cfg.ui_url}", flush=True)
             print(f"worker on task queue {keel.task_queue!r}; agents: {', '.join(app.agents)}", flush=True)

@@ -43,6 +43,8 @@ class Settings(BaseSettings):
     ui_port: int = Field(default=8233, ge=1, le=65535)
     api_host: str = "127.0.0.1"
     api_port: int = Field(default=4111, ge=1, le=65535)
+    api_keys: str | None = None
+    """JSON `{"<key>": ["scope", ...]}`: the HTTP API's keys (`keel.client.api.auth`); none: no auth."""
     namespace: str = "default"
     task_queue: str = "keel"
     app: str = "keel.app.demo:app"

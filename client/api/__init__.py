@@ -7,18 +7,24 @@ wire-compatible with `@mastra/client-js`. Every route is a thin layer: a run sta
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from fastapi import FastAPI
 
 from keel.app import App
-from keel.client.api import agents, errors, memory, tools, workflows
+from keel.client.api import agents, auth, errors, memory, tools, workflows
 from keel.client.api.context import ApiContext
 from keel.client.keel_client import KeelClient
+from keel.protocol.settings import Settings
 from keel.storage import Storage
 
 API_PREFIX = "/api"
 
 
-def create_api(app: App, keel: KeelClient, storage: Storage) -> FastAPI:
+def create_api(
+    app: App, keel: KeelClient, storage: Storage, *, api_keys: Mapping[str, frozenset[str]] | None = None
+) -> FastAPI:
+    """The API for `app`; with `api_keys` (`auth.parse_keys`), every route needs a key with its scope."""
     api = FastAPI(
         title="Keel",
         description="Mastra's server routes on Temporal: agents, workflows, tools and memory.",
@@ -28,9 +34,25 @@ def create_api(app: App, keel: KeelClient, storage: Storage) -> FastAPI:
     )
     api.state.keel = ApiContext(app, keel, storage)
     errors.install(api)
+    auth.install(api, api_keys or {})
     for module in (agents, workflows, tools, memory):
         api.include_router(module.router, prefix=API_PREFIX)
     return api
 
 
-__all__ = ["API_PREFIX", "create_api"]
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def api_for_settings(app: App, keel: KeelClient, storage: Storage, settings: Settings) -> FastAPI:
+    """The API as `keel serve` and `keel dev` run it: keys from `KEEL_API_KEYS`; an address other than loopback
+    is refused without them (anyone who reaches it could run the agents)."""
+    keys = auth.parse_keys(settings.api_keys)
+    if not keys and settings.api_host not in LOOPBACK:
+        raise auth.ApiKeysError(
+            f"The HTTP API on {settings.api_host} needs API keys: set KEEL_API_KEYS "
+            '(\'{"<key>": ["*"]}\'), or serve on 127.0.0.1'
+        )
+    return create_api(app, keel, storage, api_keys=keys)
+
+
+__all__ = ["API_PREFIX", "api_for_settings", "create_api"]
