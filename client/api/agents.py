@@ -5,6 +5,7 @@ serves runs the CLI started); its stream is the run's event log from an offset."
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
@@ -408,12 +409,19 @@ async def suspended_runs(
 
 
 async def _suspended_run_of_thread(ctx: Ctx, agent_id: str, thread_id: str, tool_call_id: str) -> str:
+    """The open run of the thread whose pending calls include `tool_call_id` (its `pending_tool_calls` query
+    decides; visibility may lag a run that has just suspended, so the search is tried for a few seconds)."""
     query = (
         f"KeelKind='agent' AND KeelAgentId='{quoted(agent_id)}' AND KeelThreadId='{quoted(thread_id)}' "
-        "AND KeelStatus='suspended' AND ExecutionStatus='Running'"
+        "AND ExecutionStatus='Running'"
     )
-    async for execution in ctx.keel.temporal.list_workflows(query, limit=20):
-        pending = await ctx.keel.pending_tool_calls(execution.id)
-        if any(p.tool_call_id == tool_call_id for p in pending):
-            return execution.id
+    for _ in range(SUSPENDED_LOOKUP_TRIES):
+        async for execution in ctx.keel.temporal.list_workflows(query, limit=20):
+            pending = await ctx.keel.pending_tool_calls(execution.id)
+            if any(p.tool_call_id == tool_call_id for p in pending):
+                return execution.id
+        await asyncio.sleep(0.25)
     raise not_found(f"No run of thread {thread_id} waits for tool call {tool_call_id}")
+
+
+SUSPENDED_LOOKUP_TRIES = 20

@@ -10,6 +10,9 @@ from collections.abc import AsyncIterator, Generator
 import uvicorn
 from fastapi import FastAPI
 
+GRACE_SECONDS = 3
+"""On stopping, requests still open after this long (streams, subscriptions) are cut off."""
+
 
 class _Server(uvicorn.Server):
     @contextlib.contextmanager
@@ -20,7 +23,15 @@ class _Server(uvicorn.Server):
 @contextlib.asynccontextmanager
 async def serving(api: FastAPI, host: str, port: int) -> AsyncIterator[str]:
     """Serve `api` on host:port while inside; yields its base URL once it accepts connections."""
-    config = uvicorn.Config(api, host=host, port=port, log_level="warning", lifespan="off", access_log=False)
+    config = uvicorn.Config(
+        api,
+        host=host,
+        port=port,
+        log_level="warning",
+        lifespan="off",
+        access_log=False,
+        timeout_graceful_shutdown=GRACE_SECONDS,  # an open subscription never ends by itself
+    )
     server = _Server(config)
     task = asyncio.create_task(server.serve())
     try:

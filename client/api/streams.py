@@ -38,34 +38,51 @@ def chunk_json(shown: Shown) -> dict[str, Any]:
 async def agent_chunks(
     keel: KeelClient, storage: Storage, run_id: str, offset: int = 0, *, skip: int = 0
 ) -> AsyncIterator[Any]:
-    """The run's chunks from log `offset` until it finishes or waits for an approval (every approval chunk of
-    that step is included); an `error` chunk if it ended without finishing. `skip` leaves out the first chunks
+    """The run's chunks from log `offset` until it ends or waits for an approval (every approval chunk of that
+    step is included); an `error` chunk if it ended without finishing. `skip` leaves out the first chunks
     shown: what a client that counted them has already seen (a superseded attempt's chunks are not shown, so
-    a count of chunks is not a log offset)."""
+    a count of chunks is not a log offset). A `finish` ends the stream only once the run has ended: a message
+    delivered into a run that had just answered makes it go on (more steps, another `finish`)."""
 
     async def quiet() -> bool:  # nothing new for a while: the stream ends unless the run is still working
         return (await keel.describe(run_id)).status != "running"
 
     last = None
-    async for shown in follow(storage, run_id, offset=offset, until=frozenset({"finish"}), idle_check=quiet):
-        last = shown
-        if skip > 0:
-            skip -= 1
-            continue
-        yield chunk_json(shown)
-        if shown.event.type == "tool-call-approval":
+    while True:
+        async for shown in follow(storage, run_id, offset=offset, until=frozenset({"finish"}), idle_check=quiet):
+            last = shown
+            offset = shown.event.offset + 1
+            if skip > 0:
+                skip -= 1
+                continue
+            yield chunk_json(shown)
+            if shown.event.type == "tool-call-approval":
+                break
+        if last is None or last.event.type != "finish":
             break
+        if not await _goes_on_after_finish(keel, storage, run_id, offset):
+            return
     if last is not None and last.event.type == "tool-call-approval" and skip == 0:
         await asyncio.sleep(POLL_SECONDS)  # the step's other approvals, written with it
         for more in await read(storage, run_id, offset=last.event.offset + 1):
             if more.event.type == "tool-call-approval":
                 yield chunk_json(more)
         return
-    if last is None or last.event.type not in ("finish", "tool-call-approval"):
+    if last is None or last.event.type != "tool-call-approval":
         info = await keel.describe(run_id)
         if info.status not in ("running", "suspended"):
             message = f"Run {run_id} ended {info.status}"
             yield {"type": "error", "runId": run_id, "from": "AGENT", "payload": {"error": {"message": message}}}
+
+
+async def _goes_on_after_finish(keel: KeelClient, storage: Storage, run_id: str, offset: int) -> bool:
+    """After a `finish`: True once the run writes more (it took a delivered message), False once it has ended."""
+    while True:
+        if await storage.read_events(run_id, offset=offset, limit=1):
+            return True
+        if (await keel.describe(run_id)).status not in ("running", "suspended"):
+            return bool(await storage.read_events(run_id, offset=offset, limit=1))
+        await asyncio.sleep(POLL_SECONDS)
 
 
 async def thread_chunks(

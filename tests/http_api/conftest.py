@@ -62,7 +62,12 @@ class Api:
             cwd=JS,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip
-        out, err = await asyncio.wait_for(proc.communicate(), timeout)
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(), timeout)
+        finally:
+            if proc.returncode is None:  # timed out: no client left holding a stream open
+                proc.kill()
+                await proc.wait()
         if proc.returncode != 0:
             raise AssertionError(f"node failed ({proc.returncode}):\n{err.decode()[-3000:]}")
         return json.loads(out.decode() or "null")
