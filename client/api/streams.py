@@ -90,11 +90,12 @@ async def thread_chunks(
 ) -> AsyncIterator[Any]:
     """Every chunk of the agent's runs on the thread, oldest run first, then each new run's as it comes: a
     subscription that does not end (the client unsubscribes). `skip` leaves out the first chunks, counted as
-    the subscription shows them (a subscriber that reconnects gives how many it has)."""
+    the subscription shows them (a subscriber that reconnects gives how many it has). Each run is followed
+    from the log offset after the last chunk passed on, so a retried step cannot shift what is shown."""
     query = (
         f"WorkflowType='{names.AGENT_RUN}' AND KeelAgentId='{quoted(agent_id)}' AND KeelThreadId='{quoted(thread_id)}'"
     )
-    shown: dict[str, int] = {}  # chunks of each run passed on (or skipped)
+    offsets: dict[str, int] = {}  # each run's next log offset to read
     ended: set[str] = set()
     while True:
         runs = sorted(
@@ -102,16 +103,24 @@ async def thread_chunks(
             key=lambda e: e.start_time,
         )
         for run in runs:
-            already = shown.get(run.id, 0)
-            async for chunk in agent_chunks(keel, storage, run.id, skip=already):
-                shown[run.id] = shown.get(run.id, 0) + 1
+            async for shown in follow(
+                storage, run.id, offset=offsets.get(run.id, 0), until=frozenset(), idle_check=_not_running(keel, run.id)
+            ):
+                offsets[run.id] = shown.event.offset + 1
                 if skip > 0:
                     skip -= 1
                     continue
-                yield chunk
+                yield chunk_json(shown)
             if (await keel.describe(run.id)).status not in ("running", "suspended"):
                 ended.add(run.id)
         await asyncio.sleep(THREAD_POLL_SECONDS)
+
+
+def _not_running(keel: KeelClient, run_id: str) -> Any:
+    async def check() -> bool:
+        return (await keel.describe(run_id)).status != "running"
+
+    return check
 
 
 THREAD_POLL_SECONDS = 0.25
