@@ -76,7 +76,8 @@ async def _info(ctx: Ctx, workflow_id: str | None = None) -> dict[str, dict[str,
 
 
 async def _known(ctx: Ctx, workflow_id: str) -> None:
-    if not await _info(ctx, workflow_id):
+    """A 404 unless the app has the code workflow or the storage the definition (one lookup, no listing)."""
+    if workflow_id not in ctx.app.code_workflows() and await ctx.storage.get_definition(workflow_id) is None:
         raise not_found(f"Workflow with id {workflow_id} not found")
 
 
