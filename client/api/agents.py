@@ -6,6 +6,7 @@ serves runs the CLI started); its stream is the run's event log from an offset."
 from __future__ import annotations
 
 import asyncio
+import re
 import uuid
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
@@ -86,6 +87,23 @@ class IfIdleOption(Lenient):
 
 class MessageBody(Lenient):
     message: str | list[dict[str, Any]] | dict[str, Any]
+    run_id: str | None = Field(None, alias="runId", min_length=1)
+    resource_id: str | None = Field(None, alias="resourceId", min_length=1)
+    thread_id: str | None = Field(None, alias="threadId", min_length=1)
+    if_active: IfActiveOption | None = Field(None, alias="ifActive")
+    if_idle: IfIdleOption | None = Field(None, alias="ifIdle")
+
+
+class Signal(Lenient):
+    contents: str | list[dict[str, Any]]
+    type: Literal["user", "user-message", "system-reminder", "reactive", "state", "notification"]
+    tag_name: str | None = Field(None, alias="tagName", pattern=r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+    id: str | None = Field(None, min_length=1)
+    attributes: dict[str, str | int | float | bool | None] | None = None
+
+
+class SignalBody(Lenient):
+    signal: Signal
     run_id: str | None = Field(None, alias="runId", min_length=1)
     resource_id: str | None = Field(None, alias="resourceId", min_length=1)
     thread_id: str | None = Field(None, alias="threadId", min_length=1)
@@ -309,34 +327,82 @@ def _contents(message: str | list[dict[str, Any]] | dict[str, Any]) -> Content:
     return parts
 
 
-async def _send(ctx: Ctx, agent_id: str, body: MessageBody, *, queue: bool) -> dict[str, Any]:
+# Mastra's signal types, with the type and tag each stands for (a user message, or a reminder the model reads).
+_SIGNAL_KINDS: dict[str, tuple[str, str]] = {
+    "user": ("user", "user"),
+    "user-message": ("user", "user"),
+    "system-reminder": ("reactive", "system-reminder"),
+    "reactive": ("reactive", "system-reminder"),
+    "state": ("state", "state"),
+    "notification": ("notification", "notification"),
+}
+_XML_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+
+
+def _escape(text: str, *, attribute: bool = False) -> str:
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return text.replace('"', "&quot;") if attribute else text
+
+
+def _signal_content(signal: Signal, tag: str) -> Content:
+    """A user signal is the message itself; any other is shown to the model as `<tag attrs>contents</tag>`, as
+    Mastra renders it."""
+    content = _contents(signal.contents)
+    if _SIGNAL_KINDS[signal.type][0] == "user":
+        return content
+    text = content if isinstance(content, str) else "".join(part.text for part in content if isinstance(part, TextPart))
+    attributes = ""
+    for key, value in (signal.attributes or {}).items():
+        if value is None:
+            continue
+        if not _XML_NAME.match(key):
+            raise bad_request(f"Invalid signal XML attribute name: {key}")
+        shown = str(value).lower() if isinstance(value, bool) else str(value)
+        attributes += f' {key}="{_escape(shown, attribute=True)}"'
+    return f"<{tag}{attributes}>{_escape(text)}</{tag}>" if text else f"<{tag}{attributes} />"
+
+
+async def _send(
+    ctx: Ctx,
+    agent_id: str,
+    body: MessageBody | SignalBody,
+    content: Content,
+    *,
+    queue: bool,
+    message_id: str,
+) -> tuple[bool, str | None]:
     _agent(ctx, agent_id)
-    content = _contents(body.message)
-    message_id = str(uuid.uuid4())
     if body.run_id is not None:  # to one run: delivered into it (it must be running)
         await ctx.keel.deliver(body.run_id, content, message_id=message_id)
-        run_id: str | None = body.run_id
-        accepted = True
-    else:
-        if not body.thread_id or not body.resource_id:
-            raise bad_request("resourceId and threadId are required when runId is not given")
-        if_active: IfActive = "queue" if queue else (body.if_active.behavior if body.if_active else "deliver")
-        if queue and body.if_active is not None and body.if_active.behavior != "deliver":
-            if_active = body.if_active.behavior
-        options = body.if_idle.stream_options if body.if_idle and body.if_idle.stream_options else {}
-        sent = await ctx.keel.send_message(
-            agent_id,
-            body.thread_id,
-            body.resource_id,
-            content,
-            if_active=if_active,
-            if_idle=body.if_idle.behavior if body.if_idle else "wake",
-            message_id=message_id,
-            max_steps=options.get("maxSteps"),
-            request_context=options.get("requestContext"),
-        )
-        run_id, accepted = sent.run_id, sent.accepted
-    now = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+        return True, body.run_id
+    if not body.thread_id or not body.resource_id:
+        raise bad_request("resourceId and threadId are required when runId is not given")
+    if_active: IfActive = "queue" if queue else (body.if_active.behavior if body.if_active else "deliver")
+    if queue and body.if_active is not None and body.if_active.behavior != "deliver":
+        if_active = body.if_active.behavior
+    options = body.if_idle.stream_options if body.if_idle and body.if_idle.stream_options else {}
+    sent = await ctx.keel.send_message(
+        agent_id,
+        body.thread_id,
+        body.resource_id,
+        content,
+        if_active=if_active,
+        if_idle=body.if_idle.behavior if body.if_idle else "wake",
+        message_id=message_id,
+        max_steps=options.get("maxSteps"),
+        request_context=options.get("requestContext"),
+    )
+    return sent.accepted, sent.run_id
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
+
+
+async def _send_message(ctx: Ctx, agent_id: str, body: MessageBody, *, queue: bool) -> dict[str, Any]:
+    message_id = str(uuid.uuid4())
+    accepted, run_id = await _send(ctx, agent_id, body, _contents(body.message), queue=queue, message_id=message_id)
+    now = _now()
     signal = {
         "contents": body.message.get("contents") if isinstance(body.message, dict) else body.message,
         "type": "user",
@@ -353,14 +419,36 @@ async def _send(ctx: Ctx, agent_id: str, body: MessageBody, *, queue: bool) -> d
 async def send_message(ctx: Ctx, agent_id: str, body: MessageBody) -> dict[str, Any]:
     """Into the thread's active run (`ifActive`: deliver | persist | discard), or waking one (`ifIdle`: wake |
     persist | discard); through the thread's `AgentThread` entity, so concurrent senders are ordered."""
-    return await _send(ctx, agent_id, body, queue=False)
+    return await _send_message(ctx, agent_id, body, queue=False)
 
 
 @router.post("/{agent_id}/queue-message")
 async def queue_message(ctx: Ctx, agent_id: str, body: MessageBody) -> dict[str, Any]:
     """For the thread's next turn: a run starts with the queued messages once the active one ends (at once if
     the thread is idle)."""
-    return await _send(ctx, agent_id, body, queue=True)
+    return await _send_message(ctx, agent_id, body, queue=True)
+
+
+@router.post("/{agent_id}/signals")
+async def send_signal(ctx: Ctx, agent_id: str, body: SignalBody) -> dict[str, Any]:
+    """A signal into a run or a thread, like send-message: a `user` (or `user-message`) signal is a user message;
+    a `system-reminder`, `reactive`, `state` or `notification` signal reaches the model as `<tag>contents</tag>`."""
+    kind, default_tag = _SIGNAL_KINDS[body.signal.type]
+    tag = body.signal.tag_name or default_tag
+    message_id = body.signal.id or str(uuid.uuid4())
+    content = _signal_content(body.signal, tag)
+    accepted, run_id = await _send(ctx, agent_id, body, content, queue=False, message_id=message_id)
+    now = _now()
+    signal = {
+        **body.signal.model_dump(by_alias=True, exclude_none=True),
+        "type": kind,
+        "tagName": tag,
+        "id": message_id,
+        "acceptedAt": now,
+        "createdAt": now,
+        "__isCreatedSignal": True,
+    }
+    return {"accepted": accepted, "runId": run_id, "signal": signal}
 
 
 @router.get("/{agent_id}/suspended-runs")

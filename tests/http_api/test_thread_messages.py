@@ -5,11 +5,9 @@ the next run once the active one ends; all through the thread's `AgentThread` en
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 from typing import Any
 
-import httpx
 import pytest
 
 from tests.http_api.conftest import Api
@@ -82,30 +80,63 @@ async def test_a_message_for_a_run_that_ended_is_refused(api: Api) -> None:
 async def test_a_thread_subscription_carries_every_run_and_one_going_on_after_send_tool_approval(
     api: Api, thread: dict[str, Any]
 ) -> None:
-    """Read as SSE here: with `@mastra/client-js` 1.47's subscribeToThread, chunks after a send-tool-approval
-    were sometimes missing; the server followed each run by a count of chunks, which a retried step shifts
-    (now by log offset)."""
-    seen: list[dict[str, Any]] = []
-    async with httpx.AsyncClient(timeout=60) as http:
-        url = f"{api.url}/api/agents/listener"
-        async with http.stream("POST", f"{url}/threads/subscribe", json=thread) as subscription:
-            lines = subscription.aiter_lines()
+    """With `@mastra/client-js`'s own subscribeToThread: chunks after a send-tool-approval once went missing
+    when the server followed each run by a count of chunks, which a retried step shifts (now by log offset)."""
+    out = await api.js(
+        """
+        const agent = client.getAgent("listener");
+        const thread = {resourceId: vars.resourceId, threadId: vars.threadId};
+        const subscription = await agent.subscribeToThread(thread);
+        const seen = [];
+        const waiters = [];
+        const until = (type) => new Promise((resolve) => waiters.push({type, resolve}));
+        const reading = subscription.processDataStream({onChunk: async (chunk) => {
+            seen.push(chunk);
+            const waiter = waiters.find((w) => w.type === chunk.type);
+            if (waiter) { waiters.splice(waiters.indexOf(waiter), 1); waiter.resolve(chunk); }
+        }});
+        let finished = until("finish");
+        await agent.sendMessage({...thread, message: "hi"});
+        await finished;
+        finished = until("finish");
+        const asked = until("tool-call-approval");
+        await agent.sendMessage({...thread, message: "hold"});
+        const call = await asked;
+        await agent.sendToolApproval({...thread, toolCallId: call.payload.toolCallId, approved: true});
+        await finished;
+        subscription.unsubscribe();
+        await reading.catch(() => {});
+        return seen.filter((c) => c.type === "text-delta").map((c) => c.payload.text);
+        """,
+        **thread,
+    )
+    assert out == ["heard: hi", "heard: hi | hold"]
 
-            async def until(kind: str) -> dict[str, Any]:
-                async with asyncio.timeout(30):
-                    async for line in lines:
-                        if line.startswith("data: {"):
-                            seen.append(json.loads(line[6:]))
-                            if seen[-1]["type"] == kind:
-                                return seen[-1]
-                raise AssertionError(f"no {kind}: {[c['type'] for c in seen]}")
 
-            await api.keel.send_message("listener", thread["threadId"], "ann", "hi")
-            await until("finish")
-            await api.keel.send_message("listener", thread["threadId"], "ann", "hold")
-            asked = await until("tool-call-approval")
-            body = {**thread, "toolCallId": asked["payload"]["toolCallId"], "approved": True}
-            await http.post(f"{url}/send-tool-approval", json=body)
-            await until("finish")
-    texts = [c["payload"]["text"] for c in seen if c["type"] == "text-delta"]
-    assert texts == ["heard: hi", "heard: hi | hold"]
+async def test_signals_reach_the_run_as_a_user_message_or_as_a_tagged_reminder(
+    api: Api, thread: dict[str, Any]
+) -> None:
+    started = await api.js(
+        "return await client.getAgent('listener')"
+        ".sendSignal({...vars, signal: {type: 'user-message', contents: 'hold'}});",
+        **thread,
+    )
+    assert started["accepted"] is True and started["signal"]["type"] == "user"
+    run_id = started["runId"]
+    await _suspended(api, run_id)
+    reminded = await api.js(
+        """return await client.getAgent('listener').sendSignal({runId: vars.runId,
+            signal: {type: 'system-reminder', contents: 'be <brief>', attributes: {source: 'cron'}}});""",
+        runId=run_id,
+    )
+    assert reminded["runId"] == run_id
+    assert (reminded["signal"]["type"], reminded["signal"]["tagName"]) == ("reactive", "system-reminder")
+    await api.keel.approve(run_id, "hold-1")
+    result = await api.keel.result(run_id)
+    assert result.text == 'heard: hold | <system-reminder source="cron">be &lt;brief&gt;</system-reminder>'
+    refused = await api.js(
+        """try { await client.getAgent('listener').sendSignal({...vars, signal: {type: 'shout', contents: 'x'}}); }
+           catch (e) { return {status: e.status, body: e.body}; }""",
+        **thread,
+    )
+    assert refused["status"] == 400
