@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from datetime import UTC, datetime
 from typing import Protocol
@@ -11,8 +12,9 @@ from temporalio import activity
 from keel.protocol import Chunk, EventRecord, MessageRecord
 from keel.storage import Storage, StoredMessage
 
-DELTA_FLUSH_SECONDS = 0.1
-"""Streamed text deltas are written to the event log at most this often (one transaction per flush)."""
+DELTA_FLUSH_SECONDS = 0.01
+"""Streamed text deltas are written to the event log at most this often: a delta after a quiet spell is
+written at once, the ones that follow within this time together (one transaction per flush, not per token)."""
 
 
 class Where(Protocol):
@@ -42,8 +44,10 @@ def stored_messages(messages: list[MessageRecord], where: Where) -> list[StoredM
 class StepWriter:
     """The chunks and messages of one activity execution, tagged with a source and an attempt.
 
-    Chunks are buffered and written with the step's messages in one storage transaction; a slow stream flushes
-    its deltas on the way. The first write numbers the attempt after any earlier execution of the same source.
+    Chunks are buffered and written with the step's messages in one storage transaction. Text deltas are
+    written on the way, in the background (the model's stream never waits for storage): at once after a quiet
+    spell, else at most every `DELTA_FLUSH_SECONDS`. A failed background write fails the next `delta` or
+    `flush`. The first write numbers the attempt after any earlier execution of the same source.
     """
 
     def __init__(self, storage: Storage, where: Where, source: str) -> None:
@@ -52,7 +56,11 @@ class StepWriter:
         self._source = source
         self._attempt: int | None = None
         self._buffer: list[EventRecord] = []
-        self._last_flush = time.monotonic()
+        self._last_flush = 0.0
+        self._writing = asyncio.Lock()
+        self._due: asyncio.TimerHandle | None = None
+        self._background: asyncio.Task[None] | None = None
+        self._failed: BaseException | None = None
 
     @property
     def run_id(self) -> str:
@@ -66,12 +74,45 @@ class StepWriter:
         self._buffer.extend(records)
 
     async def delta(self, chunk: Chunk) -> None:
+        self._raise_failed()
         self.add(chunk)
-        if time.monotonic() - self._last_flush >= DELTA_FLUSH_SECONDS:
-            await self.flush()
+        self._schedule()
+
+    def _schedule(self) -> None:
+        if self._due is not None or (self._background is not None and not self._background.done()):
+            return  # a write is due or under way; what it does not take, it schedules
+        wait = max(0.0, self._last_flush + DELTA_FLUSH_SECONDS - time.monotonic())
+        self._due = asyncio.get_running_loop().call_later(wait, self._start_background)
+
+    def _start_background(self) -> None:
+        self._due = None
+        self._background = asyncio.ensure_future(self._write_deltas())
+
+    async def _write_deltas(self) -> None:
+        try:
+            async with self._writing:
+                await self._write()
+        except Exception as err:  # raised by the step's next delta or flush
+            self._failed = err
+            return
+        if self._buffer:
+            self._schedule()
+
+    def _raise_failed(self) -> None:
+        if self._failed is not None:
+            failed, self._failed = self._failed, None
+            raise failed
 
     async def flush(self, messages: list[MessageRecord] | None = None, *, replace: bool = False) -> None:
         """Write the buffered chunks and `messages` (`replace`: this step owns them; the last attempt wins)."""
+        if self._due is not None:
+            self._due.cancel()
+            self._due = None
+        async with self._writing:
+            self._raise_failed()
+            await self._write(messages, replace=replace)
+
+    async def _write(self, messages: list[MessageRecord] | None = None, *, replace: bool = False) -> None:
         self._last_flush = time.monotonic()
         if not self._buffer and not messages:
             return
@@ -91,18 +132,28 @@ class StepWriter:
 
 def _joined_deltas(records: list[EventRecord]) -> list[EventRecord]:
     """Consecutive text deltas of one text joined into one: a flush writes one row for what streamed since the
-    last, not one per token."""
+    last, not one per token. Linear in the text: a long answer may come as many thousands of deltas."""
     joined: list[EventRecord] = []
+    texts: list[str] = []  # the run of deltas joined[-1] stands for, joined once it ends
+
+    def close_run() -> None:
+        if len(texts) > 1:
+            joined[-1] = EventRecord(type="text-delta", payload={**joined[-1].payload, "text": "".join(texts)})
+        texts.clear()
+
     for record in records:
         last = joined[-1] if joined else None
         if (
             last is not None
+            and texts
             and record.type == last.type == "text-delta"
             and record.payload.get("id") == last.payload.get("id")
         ):
-            joined[-1] = EventRecord(
-                type="text-delta", payload={**last.payload, "text": last.payload["text"] + record.payload["text"]}
-            )
-        else:
-            joined.append(record)
+            texts.append(record.payload["text"])
+            continue
+        close_run()
+        joined.append(record)
+        if record.type == "text-delta":
+            texts.append(record.payload["text"])
+    close_run()
     return joined

@@ -3,13 +3,17 @@ following new events or not, and never showing a step twice: a retried attempt r
 
 from __future__ import annotations
 
-import asyncio
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 from keel.storage import RunEvent, Storage
 
 POLL_SECONDS = 0.05
+"""How often a reader polls a store that cannot wake it."""
+WATCHED_WAIT_SECONDS = 0.5
+"""The backstop read of a store that wakes readers (a wake-up lost, e.g. its listener reconnecting)."""
+IDLE_CHECK_SECONDS = 1.0
 
 
 class AttemptFilter:
@@ -62,27 +66,28 @@ async def follow(
     until: frozenset[str] = frozenset({"finish"}),
     idle_check: Callable[[], Awaitable[bool]] | None = None,
 ) -> AsyncIterator[Shown]:
-    """Yield events from `offset` on, polling for new ones, until an event whose type is in `until`.
+    """Yield events from `offset` on as they are appended, until an event whose type is in `until`.
 
-    `idle_check` is awaited when no event arrived for a while; if it returns True the stream ends (the run
-    closed or suspended without writing a terminating event, e.g. it failed).
+    The reader waits on the store's watch on the run (woken by an append, in this process or another), so an
+    event is yielded as soon as it is committed; a store that cannot wake readers is polled. `idle_check` is
+    awaited when no event arrived for a while; if it returns True the stream ends (the run closed or suspended
+    without writing a terminating event, e.g. it failed).
     """
     filt = AttemptFilter()
-    idle = 0.0
-    while True:
-        events = await storage.read_events(run_id, offset=offset)
-        if events:
-            offset = events[-1].offset + 1
-        for event, retry in filt.filter(events):
-            yield Shown(event, retry)
-            if event.type in until:
-                return
-        if events:
-            idle = 0.0
-            continue
-        idle += POLL_SECONDS
-        if idle_check is not None and idle >= 1.0:
-            idle = 0.0
-            if await idle_check():
-                return
-        await asyncio.sleep(POLL_SECONDS)
+    wait = WATCHED_WAIT_SECONDS if storage.wakes_readers else POLL_SECONDS
+    async with storage.watch_events(run_id) as watch:
+        quiet_since = time.monotonic()
+        while True:
+            events = await storage.read_events(run_id, offset=offset)
+            if events:
+                offset = events[-1].offset + 1
+                quiet_since = time.monotonic()
+            for event, retry in filt.filter(events):
+                yield Shown(event, retry)
+                if event.type in until:
+                    return
+            if idle_check is not None and time.monotonic() - quiet_since >= IDLE_CHECK_SECONDS:
+                quiet_since = time.monotonic()
+                if await idle_check():
+                    return
+            await watch.wait(min(wait, IDLE_CHECK_SECONDS))

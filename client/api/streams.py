@@ -9,8 +9,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from fastapi.responses import StreamingResponse
@@ -18,13 +19,13 @@ from temporalio.client import WorkflowExecutionStatus, WorkflowHandle, WorkflowQ
 from temporalio.service import RPCError
 
 from keel.client.keel_client import KeelClient
-from keel.client.run_events import Shown, follow, read
+from keel.client.run_events import POLL_SECONDS, WATCHED_WAIT_SECONDS, Shown, follow, read
 from keel.client.visibility import quoted
 from keel.protocol import names
 from keel.storage import Storage
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "Connection": "keep-alive", "X-Accel-Buffering": "no"}
-POLL_SECONDS = 0.05
+WORKFLOW_POLL_SECONDS = 0.05
 
 
 def chunk_json(shown: Shown) -> dict[str, Any]:
@@ -36,22 +37,28 @@ def chunk_json(shown: Shown) -> dict[str, Any]:
 
 
 async def agent_chunks(
-    keel: KeelClient, storage: Storage, run_id: str, offset: int = 0, *, skip: int = 0
-) -> AsyncIterator[Any]:
+    keel: KeelClient, storage: Storage, run_id: str, offset: int = 0, *, skip: int = 0, start: Any = None
+) -> AsyncGenerator[Any, None]:
     """The run's chunks from log `offset` until it ends or waits for an approval (every approval chunk of that
     step is included); an `error` chunk if it ended without finishing. `skip` leaves out the first chunks
     shown: what a client that counted them has already seen (a superseded attempt's chunks are not shown, so
     a count of chunks is not a log offset). A `finish` ends the stream only once the run has ended: a message
-    delivered into a run that had just answered makes it go on (more steps, another `finish`)."""
+    delivered into a run that had just answered makes it go on (more steps, another `finish`). `start`: the
+    run's `start` chunk, sent first, before the run has written it (the log's is then left out)."""
 
     async def quiet() -> bool:  # nothing new for a while: the stream ends unless the run is still working
         return (await keel.describe(run_id)).status != "running"
 
     last = None
+    if start is not None:
+        yield start
     while True:
         async for shown in follow(storage, run_id, offset=offset, until=frozenset({"finish"}), idle_check=quiet):
             last = shown
             offset = shown.event.offset + 1
+            if start is not None and shown.event.type == "start":
+                start = None
+                continue
             if skip > 0:
                 skip -= 1
                 continue
@@ -63,7 +70,7 @@ async def agent_chunks(
         if not await _goes_on_after_finish(keel, storage, run_id, offset):
             return
     if last is not None and last.event.type == "tool-call-approval" and skip == 0:
-        await asyncio.sleep(POLL_SECONDS)  # the step's other approvals, written with it
+        # The step's other approvals, written in the same transaction.
         for more in await read(storage, run_id, offset=last.event.offset + 1):
             if more.event.type == "tool-call-approval":
                 yield chunk_json(more)
@@ -76,18 +83,35 @@ async def agent_chunks(
 
 
 async def _goes_on_after_finish(keel: KeelClient, storage: Storage, run_id: str, offset: int) -> bool:
-    """After a `finish`: True once the run writes more (it took a delivered message), False once it has ended."""
-    while True:
-        if await storage.read_events(run_id, offset=offset, limit=1):
-            return True
-        if (await keel.describe(run_id)).status not in ("running", "suspended"):
-            return bool(await storage.read_events(run_id, offset=offset, limit=1))
-        await asyncio.sleep(POLL_SECONDS)
+    """After a `finish`: True once the run writes more (it took a delivered message), False once it has ended.
+    Woken by the log's watch and by the run closing (a long poll on its result), never by polling Temporal."""
+    wait = WATCHED_WAIT_SECONDS if storage.wakes_readers else POLL_SECONDS
+    closed = asyncio.ensure_future(_closed(keel, run_id))
+    try:
+        async with storage.watch_events(run_id) as watch:
+            while True:
+                if await storage.read_events(run_id, offset=offset, limit=1):
+                    return True
+                if closed.done():
+                    if (await keel.describe(run_id)).status not in ("running", "suspended"):
+                        return bool(await storage.read_events(run_id, offset=offset, limit=1))
+                    closed = asyncio.ensure_future(_closed(keel, run_id))  # the long poll failed: again
+                woken = asyncio.ensure_future(watch.wait(wait))
+                await asyncio.wait({closed, woken}, return_when=asyncio.FIRST_COMPLETED)
+                woken.cancel()
+    finally:
+        closed.cancel()
+
+
+async def _closed(keel: KeelClient, run_id: str) -> None:
+    """Returns once the run has closed, however it ended (or the long poll failed: the caller checks)."""
+    with contextlib.suppress(Exception):
+        await keel.temporal.get_workflow_handle(run_id).result()
 
 
 async def thread_chunks(
     keel: KeelClient, storage: Storage, agent_id: str, thread_id: str, *, skip: int = 0
-) -> AsyncIterator[Any]:
+) -> AsyncGenerator[Any, None]:
     """Every chunk of the agent's runs on the thread, oldest run first, then each new run's as it comes: a
     subscription that does not end (the client unsubscribes). `skip` leaves out the first chunks, counted as
     the subscription shows them (a subscriber that reconnects gives how many it has). Each run is followed
@@ -126,12 +150,12 @@ def _not_running(keel: KeelClient, run_id: str) -> Any:
 THREAD_POLL_SECONDS = 0.25
 
 
-def sse(chunks: AsyncIterator[Any], *, keep_alive: float | None = None) -> StreamingResponse:
+def sse(chunks: AsyncGenerator[Any, None], *, keep_alive: float | None = None) -> StreamingResponse:
     """`keep_alive`: a comment frame (ignored by the client) when nothing was sent for that long, so a long-lived
     subscription notices a client that went away."""
 
     async def frames() -> AsyncIterator[bytes]:
-        iterator = chunks.__aiter__()
+        iterator = chunks
         pending: asyncio.Future[Any] | None = None
         try:
             while True:
@@ -151,6 +175,10 @@ def sse(chunks: AsyncIterator[Any], *, keep_alive: float | None = None) -> Strea
         finally:
             if pending is not None:
                 pending.cancel()
+                with contextlib.suppress(BaseException):
+                    await pending
+            with contextlib.suppress(Exception):
+                await iterator.aclose()  # ends the chunks' follow, releasing its watch
 
     return StreamingResponse(frames(), media_type="text/event-stream", headers=SSE_HEADERS)
 
@@ -180,7 +208,7 @@ async def workflow_events(handle: WorkflowHandle[Any, Any], offset: int = 0) -> 
             yield event
             if event.get("type") == "workflow-finish":
                 return
-        await asyncio.sleep(POLL_SECONDS)
+        await asyncio.sleep(WORKFLOW_POLL_SECONDS)
 
 
 def record_stream(events: AsyncIterator[dict[str, Any]]) -> StreamingResponse:

@@ -71,6 +71,8 @@ class PostgresStorage(PostgresThreads, PostgresEvents, PostgresDefinitions, Post
                     await sql_events.lock_run(conn, run_id)
                     used = rules.next_attempt(await sql_events.written_attempt(conn, run_id, source), attempt)
                 await sql_events.append(conn, run_id, events, source, used)
+        if events:
+            self._appended(run_id)
         return used
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from datetime import UTC, datetime
 from typing import Any
 
@@ -11,6 +13,14 @@ from keel.protocol import EventRecord
 from keel.storage import rules
 from keel.storage.events import EventStore, RunEvent
 from keel.storage.postgres.pool import RUN_LOCK_CLASS, PostgresPool, guarded
+
+CHANNEL = "keel_run_events"
+"""Each commit that appends to a run's log notifies this channel with the run id (`LISTEN/NOTIFY`)."""
+_MAX_PAYLOAD = 7999  # NOTIFY's payload limit is 8000 bytes; a longer run id notifies '' (wake every reader)
+
+
+def notice(run_id: str) -> str:
+    return run_id if len(run_id.encode()) <= _MAX_PAYLOAD else ""
 
 
 async def lock_run(conn: Any, run_id: str) -> None:
@@ -30,7 +40,7 @@ async def append(conn: Any, run_id: str, events: list[EventRecord], source: str 
         INSERT INTO run_events ({rules.EVENT_COLUMNS})
         SELECT $1, head.start + u.ord - 1, u.type, u.payload, $4, $5, $6
         FROM head, unnest($2::text[], $3::jsonb[]) WITH ORDINALITY AS u(type, payload, ord)
-        RETURNING "offset"
+        RETURNING "offset", pg_notify($7, $8)
         """,
         run_id,
         [e.type for e in events],
@@ -38,6 +48,8 @@ async def append(conn: Any, run_id: str, events: list[EventRecord], source: str 
         source,
         attempt,
         datetime.now(UTC),
+        CHANNEL,
+        notice(run_id),
     )
     return sorted(int(r["offset"]) for r in rows)
 
@@ -70,6 +82,14 @@ async def claim(conn: Any, run_id: str, execution_id: str) -> str:
 
 
 class PostgresEvents(PostgresPool, EventStore):
+    """Readers are woken by `LISTEN` on one connection of the store's own (outside the pool), which every
+    appending transaction notifies on commit; if that connection is lost, readers poll until a watch that timed
+    out opens it again."""
+
+    wakes_readers = True
+    _listener: Any = None
+    _listener_lock: asyncio.Lock | None = None
+
     @guarded
     async def append_events(
         self, run_id: str, events: list[EventRecord], *, source: str | None = None, attempt: int = 1
@@ -78,7 +98,9 @@ class PostgresEvents(PostgresPool, EventStore):
             return []
         pool = await self._get_pool()
         async with pool.acquire() as conn, conn.transaction():
-            return await append(conn, run_id, events, source, attempt)
+            offsets = await append(conn, run_id, events, source, attempt)
+        self._appended(run_id)
+        return offsets
 
     @guarded
     async def claim_run(self, run_id: str, execution_id: str) -> str:
@@ -98,3 +120,46 @@ class PostgresEvents(PostgresPool, EventStore):
             limit,
         )
         return [rules.event(r) for r in rows]
+
+    async def _watching(self) -> None:
+        if self._listener is not None or self._closed:
+            return
+        if self._listener_lock is None:
+            self._listener_lock = asyncio.Lock()
+        async with self._listener_lock:
+            if self._listener is not None or self._closed:
+                return
+            import asyncpg
+
+            try:
+                conn = await asyncpg.connect(self.dsn)
+                await conn.add_listener(CHANNEL, self._notified)
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+                return  # the watches' timeouts take over; the next one to time out tries again
+            conn.add_termination_listener(self._listener_lost)
+            self._listener = conn
+        if self._event_watches is not None:
+            self._event_watches.wake_all()  # what was appended before the listener was up
+
+    async def _watch_timed_out(self) -> None:
+        await self._watching()
+
+    def _notified(self, conn: Any, pid: int, channel: str, payload: str) -> None:
+        if self._event_watches is None:
+            return
+        if payload:
+            self._event_watches.wake(payload)
+        else:
+            self._event_watches.wake_all()
+
+    def _listener_lost(self, conn: Any) -> None:
+        self._listener = None
+        if self._event_watches is not None:
+            self._event_watches.wake_all()
+
+    async def close(self) -> None:
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            with contextlib.suppress(Exception):
+                await listener.close()
+        await super().close()

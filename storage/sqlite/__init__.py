@@ -67,7 +67,10 @@ class SQLiteStorage(SQLiteThreads, SQLiteEvents, SQLiteDefinitions, Storage):
                 sql_events.append(conn, run_id, encoded, source, used, at)
             return used
 
-        return await self._write_tx(write)
+        used = await self._write_tx(write)
+        if encoded:
+            self._appended(run_id)
+        return used
 
 
 __all__ = ["SQLiteStorage"]

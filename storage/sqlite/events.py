@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import sqlite3
 from collections.abc import Sequence
 
@@ -9,10 +11,16 @@ from pydantic_core import to_json
 
 from keel.protocol import EventRecord
 from keel.storage import rules
+from keel.storage.errors import StorageError
 from keel.storage.events import EventStore, RunEvent
 from keel.storage.sqlite.connection import SQLiteConnection, now, sql_limit
 
 EncodedEvent = tuple[str, str]
+
+CHANGE_POLL_SECONDS = 0.005
+"""How often a store with watches asks SQLite whether another connection committed (`PRAGMA data_version`:
+no table read); only then does it read the watched runs' heads."""
+_HEADS_BATCH = 500
 
 
 def encode(events: list[EventRecord]) -> list[EncodedEvent]:
@@ -56,14 +64,38 @@ def claim(conn: sqlite3.Connection, run_id: str, execution_id: str, at: str) -> 
     return owner
 
 
+def heads(conn: sqlite3.Connection, run_ids: list[str]) -> dict[str, int]:
+    """Each run's last offset (runs with no events left out)."""
+    found: dict[str, int] = {}
+    for start in range(0, len(run_ids), _HEADS_BATCH):
+        batch = run_ids[start : start + _HEADS_BATCH]
+        found.update(
+            conn.execute(
+                f'SELECT run_id, max("offset") FROM run_events WHERE run_id IN ({",".join("?" * len(batch))})'
+                " GROUP BY run_id",
+                batch,
+            ).fetchall()
+        )
+    return found
+
+
 class SQLiteEvents(SQLiteConnection, EventStore):
+    """Readers in this process are woken by this store's appends at once, and by other connections' (other
+    processes) within `CHANGE_POLL_SECONDS`: SQLite has no notifications, and `PRAGMA data_version` is the
+    cheap question of whether anything was committed since."""
+
+    wakes_readers = True
+    _change_poller: asyncio.Task[None] | None = None
+
     async def append_events(
         self, run_id: str, events: list[EventRecord], *, source: str | None = None, attempt: int = 1
     ) -> list[int]:
         if not events:
             return []
         encoded, at = encode(events), now()
-        return await self._write_tx(lambda conn: append(conn, run_id, encoded, source, attempt, at))
+        offsets = await self._write_tx(lambda conn: append(conn, run_id, encoded, source, attempt, at))
+        self._appended(run_id)
+        return offsets
 
     async def claim_run(self, run_id: str, execution_id: str) -> str:
         at = now()
@@ -80,3 +112,41 @@ class SQLiteEvents(SQLiteConnection, EventStore):
             ).fetchall()
 
         return [rules.event(r) for r in await self._run(read)]
+
+    async def _watching(self) -> None:
+        if self._change_poller is None or self._change_poller.done():
+            self._change_poller = asyncio.create_task(self._poll_changes(), name=f"keel-sqlite-changes {self.path}")
+
+    async def _poll_changes(self) -> None:
+        """While any watch is taken: wake the watches of each run whose head moved since the last look."""
+        watches = self._event_watches
+        assert watches is not None
+        version: int | None = None
+        seen: dict[str, int] = {}
+
+        def look(conn: sqlite3.Connection) -> tuple[int, dict[str, int] | None]:
+            now_version: int = conn.execute("PRAGMA data_version").fetchone()[0]
+            runs = watches.runs()
+            if now_version == version and all(r in seen for r in runs):
+                return now_version, None
+            return now_version, heads(conn, runs)
+
+        while watches:
+            try:
+                version, found = await self._run(look)
+            except StorageError:  # closed, or unavailable: the watches' timeouts take over
+                return
+            if found is not None:
+                for run_id in watches.runs():
+                    head = found.get(run_id, -1)
+                    if seen.get(run_id) != head:
+                        watches.wake(run_id)
+                seen = {run_id: found.get(run_id, -1) for run_id in watches.runs()}
+            await asyncio.sleep(CHANGE_POLL_SECONDS)
+
+    async def close(self) -> None:
+        if self._change_poller is not None:
+            self._change_poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._change_poller
+        await super().close()

@@ -88,21 +88,26 @@ async def test_a_new_api_process_serves_the_rest_of_a_stream_and_the_approval_af
             assert everything[-1]["type"] == "finish" and (await keel.result(run_id)).steps == 41
 
             waiter = httpx.AsyncClient(timeout=60)
-            waiting = asyncio.create_task(waiter.post(f"{api.url}/api/agents/payer/generate", json={"messages": "pay"}))
-            query = f"KeelAgentId='payer' AND KeelStatus='suspended' AND TaskQueue='{task_queue}'"
+            body = {"messages": "pay"}
+            waiting = asyncio.create_task(waiter.post(f"{api.url}/api/agents/slow_payer/generate", json=body))
+            query = f"KeelAgentId='slow_payer' AND TaskQueue='{task_queue}'"
             async with asyncio.timeout(30):
                 while not (runs := [e.id async for e in client.list_workflows(query)]):
-                    await asyncio.sleep(0.1)
+                    await asyncio.sleep(0.05)
+            # The generate waits: the run pauses 2 s before the call that waits for an approval.
         with pytest.raises(httpx.TransportError):  # the API died (kill -9) under the waiting generate
             await waiting
         await waiter.aclose()
+        async with asyncio.timeout(30):
+            while (await keel.describe(runs[0])).status != "suspended":  # the run went on without the API
+                await asyncio.sleep(0.1)
         port = free_port()
         with api_process(dev_server, task_queue, tmp_path, port):
             api = Api(f"http://127.0.0.1:{port}", keel, storage)
             await until_serving(api.url)
             done = await api.js(
-                "return await client.getAgent('payer').approveToolCallGenerate(vars);",
+                "return await client.getAgent('slow_payer').approveToolCallGenerate(vars);",
                 runId=runs[0],
                 toolCallId="large",
             )
-        assert done["finishReason"] == "stop" and "large={'paid': 500}" in done["text"]
+        assert done["finishReason"] == "stop" and done["text"] == "pause={'paused': 2.0}, large={'paid': 500}"
