@@ -54,3 +54,10 @@ KEEL_WORKFLOW_ID: Final = "KeelWorkflowId"
 KEEL_RESOURCE_ID: Final = "KeelResourceId"
 KEEL_THREAD_ID: Final = "KeelThreadId"
 SEARCH_ATTRIBUTES: Final = (KEEL_KIND, KEEL_STATUS, KEEL_AGENT_ID, KEEL_WORKFLOW_ID, KEEL_RESOURCE_ID, KEEL_THREAD_ID)
+
+
+def run_message_id(run_id: str, seq: int) -> str:
+    """The id of a run's `seq`-th message (1-based: its input messages, then each answer and tool result).
+    Fixed contract: a run's first answer is `run_message_id(run_id, len(input messages) + 1)`, the message id
+    of its `start` chunk."""
+    return f"{run_id}-m{seq}"

@@ -270,7 +270,7 @@ class _Loop:
 
     def _next_message_id(self) -> str:
         self.carry.message_seq += 1
-        return f"{self.run_id}-m{self.carry.message_seq}"
+        return names.run_message_id(self.run_id, self.carry.message_seq)
 
     async def run(self) -> AgentRunResult:
         c = self.carry

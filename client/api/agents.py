@@ -24,7 +24,17 @@ from keel.client.api.shapes import agent_details, full_output, suspended_output,
 from keel.client.api.streams import agent_chunks, log_end, sse, thread_chunks
 from keel.client.errors import RunFailed
 from keel.client.visibility import quoted
-from keel.protocol import Content, EventRecord, Part, TextPart, ToolCallApprovalChunk, parse_chunk
+from keel.protocol import (
+    Content,
+    EventRecord,
+    Part,
+    StartChunk,
+    StartPayload,
+    TextPart,
+    ToolCallApprovalChunk,
+    names,
+    parse_chunk,
+)
 from keel.workflows.contracts import IfActive, PendingToolCall
 
 router = APIRouter(prefix="/agents", tags=["agents"])
@@ -229,8 +239,17 @@ async def generate(ctx: Ctx, agent_id: str, body: RunBody) -> dict[str, Any]:
 
 @router.post("/{agent_id}/stream")
 async def stream(ctx: Ctx, agent_id: str, body: RunBody) -> StreamingResponse:
+    """The run's chunks as it goes. Its `start` chunk is sent once Temporal has accepted the run (it is then
+    durable: it runs whatever becomes of this request); the same chunk in the log is not sent again."""
     run_id = await _start(ctx, agent_id, body)
-    return sse(agent_chunks(ctx.keel, ctx.storage, run_id))
+    given = _messages(body.messages)
+    first_answer = names.run_message_id(run_id, (1 if isinstance(given, str) else len(given)) + 1)
+    start = StartChunk(run_id=run_id, payload=StartPayload(id=agent_id, run_id=run_id, message_id=first_answer))
+    return sse(
+        agent_chunks(
+            ctx.keel, ctx.storage, run_id, start=start.model_dump(mode="json", by_alias=True, exclude_none=True)
+        )
+    )
 
 
 @router.post("/{agent_id}/observe")

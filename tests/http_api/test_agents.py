@@ -41,6 +41,10 @@ async def test_stream_delivers_text_deltas_then_finish(api: Api) -> None:
     types = [c["type"] for c in out]
     assert types[0] == "start" and types[-1] == "finish"
     assert "".join(c["payload"]["text"] for c in out if c["type"] == "text-delta") == "draft: stream me"
+    # The start chunk is sent as soon as Temporal accepted the run: it is the one the run writes to its log.
+    observe = "return await chunksOf(await client.getAgent('writer').observe(vars));"
+    logged = await api.js(observe, runId=out[0]["runId"])
+    assert out == logged
 
 
 async def _suspended_stream(api: Api) -> dict[str, Any]:
