@@ -89,5 +89,10 @@ async def follow(
             if idle_check is not None and time.monotonic() - quiet_since >= IDLE_CHECK_SECONDS:
                 quiet_since = time.monotonic()
                 if await idle_check():
+                    # What the run wrote before it ended or suspended, after the read above.
+                    for event, retry in filt.filter(await storage.read_events(run_id, offset=offset)):
+                        yield Shown(event, retry)
+                        if event.type in until:
+                            return
                     return
             await watch.wait(min(wait, IDLE_CHECK_SECONDS))

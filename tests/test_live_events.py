@@ -149,3 +149,18 @@ async def test_deltas_streamed_back_to_back_are_written_together(storage: Storag
     deltas = [e for e in await storage.read_events("r1") if e.type == "text-delta"]
     assert "".join(e.payload["text"] for e in deltas) == "x" * 500
     assert len(deltas) <= 5  # one row per flush, not per token
+
+
+async def test_what_a_run_wrote_just_before_it_suspended_is_shown(
+    storage: Storage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race a loaded server makes likely: the reader reads nothing, the run writes its approval chunk and
+    suspends, then the reader's idle check sees it suspended. The chunk must still be shown."""
+    monkeypatch.setattr(run_events, "IDLE_CHECK_SECONDS", 0.0)
+
+    async def suspended_meanwhile() -> bool:
+        await storage.append_events("r", [EventRecord(type="tool-call-approval", payload={"toolCallId": "c1"})])
+        return True
+
+    shown = [s.event.type async for s in follow(storage, "r", idle_check=suspended_meanwhile)]
+    assert shown == ["tool-call-approval"]
