@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -161,6 +162,10 @@ WORKER_SEEN_WITHIN = 75.0
 """A worker long-polls for up to about a minute between polls, so one seen this recently may still be there; one
 not seen for longer (or never) is not. (Temporal keeps a stopped worker's last poll for minutes.)"""
 
+WORKER_SEEN_RECENTLY = 2.0
+"""`wait_for_worker` asks Temporal again only this long after it last saw a worker: a server starting many runs
+a second does not describe the task queue for each (a worker that stops is noticed within this time)."""
+
 WORKER_ANSWER_SECONDS = 30.0
 """How long a query or an update waits for a worker to answer (a worker seen polling may be busy or restarting)
 before Keel says none did. Without any worker seen, Keel says so at once."""
@@ -173,6 +178,7 @@ class KeelClient:
         self.temporal = client
         self.task_queue = task_queue
         self.app = app
+        self._worker_seen_at = float("-inf")  # monotonic time a worker was last seen polling self.task_queue
 
     @classmethod
     async def connect(
@@ -293,8 +299,11 @@ class KeelClient:
 
     async def wait_for_worker(self, seconds: float = 3.0) -> None:
         """`require_worker`, allowing a worker that has just started `seconds` to poll for the first time."""
+        if time.monotonic() - self._worker_seen_at < WORKER_SEEN_RECENTLY:
+            return
         for _ in range(max(1, int(seconds / 0.1))):
             if await self.workers():
+                self._worker_seen_at = time.monotonic()
                 return
             await asyncio.sleep(0.1)
         raise NoWorker(self.task_queue)

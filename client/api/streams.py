@@ -15,7 +15,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from fastapi.responses import StreamingResponse
-from temporalio.client import WorkflowExecutionStatus, WorkflowHandle, WorkflowQueryFailedError
+from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle, WorkflowQueryFailedError
 from temporalio.service import RPCError
 
 from keel.client.keel_client import KeelClient
@@ -93,7 +93,7 @@ async def _goes_on_after_finish(keel: KeelClient, storage: Storage, run_id: str,
                 if await storage.read_events(run_id, offset=offset, limit=1):
                     return True
                 if closed.done():
-                    if (await keel.describe(run_id)).status not in ("running", "suspended"):
+                    if closed.result() or (await keel.describe(run_id)).status not in ("running", "suspended"):
                         return bool(await storage.read_events(run_id, offset=offset, limit=1))
                     closed = asyncio.ensure_future(_closed(keel, run_id))  # the long poll failed: again
                 woken = asyncio.ensure_future(watch.wait(wait))
@@ -103,10 +103,15 @@ async def _goes_on_after_finish(keel: KeelClient, storage: Storage, run_id: str,
         closed.cancel()
 
 
-async def _closed(keel: KeelClient, run_id: str) -> None:
-    """Returns once the run has closed, however it ended (or the long poll failed: the caller checks)."""
-    with contextlib.suppress(Exception):
+async def _closed(keel: KeelClient, run_id: str) -> bool:
+    """Once the run has closed, however it ended: True; False if the long poll itself failed (ask again)."""
+    try:
         await keel.temporal.get_workflow_handle(run_id).result()
+    except WorkflowFailureError:  # failed, cancelled, terminated or timed out: closed all the same
+        return True
+    except Exception:
+        return False
+    return True
 
 
 async def thread_chunks(

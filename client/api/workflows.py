@@ -82,7 +82,8 @@ async def _known(ctx: Ctx, workflow_id: str) -> None:
 
 
 async def _input(ctx: Ctx, workflow_id: str, body: StartBody) -> dict[str, Any]:
-    """The inputData, checked against a stored definition's input schema here (a 400, no run)."""
+    """The inputData, checked against the workflow's input schema here (a 400, no run); a 404 for a workflow
+    neither the app nor the storage has."""
     data = body.input_data if body.input_data is not None else {}
     if not isinstance(data, dict):
         raise bad_request("Invalid input data: the inputData must be a JSON object")
@@ -90,7 +91,10 @@ async def _input(ctx: Ctx, workflow_id: str, body: StartBody) -> dict[str, Any]:
     if code is not None:
         schema = code_workflow_info(workflow_id, code)["inputSchema"]
     else:
-        schema = (await ctx.workflows.get(workflow_id)).definition.get("inputSchema")
+        stored = await ctx.storage.get_definition(workflow_id)
+        if stored is None:
+            raise not_found(f"Workflow with id {workflow_id} not found")
+        schema = stored.definition.get("inputSchema")
     problems = schema_problems(schema, data)
     if problems:
         raise bad_request("Invalid input data: \n- " + "\n- ".join(problems))
@@ -133,7 +137,6 @@ async def start(
     body: StartBody,
     run_id: RunIdQuery = None,
 ) -> dict[str, Any]:
-    await _known(ctx, workflow_id)
     data = await _input(ctx, workflow_id, body)
     await ctx.workflows.start(
         workflow_id, data, run_id=run_id, resource_id=body.resource_id, request_context=body.request_context
@@ -148,7 +151,6 @@ async def start_async(
     body: StartBody,
     run_id: RunIdQuery = None,
 ) -> dict[str, Any]:
-    await _known(ctx, workflow_id)
     data = await _input(ctx, workflow_id, body)
     status = await ctx.workflows.start_and_settle(
         workflow_id, data, run_id=run_id, resource_id=body.resource_id, request_context=body.request_context
@@ -163,7 +165,6 @@ async def stream(
     body: StartBody,
     run_id: RunIdQuery = None,
 ) -> StreamingResponse:
-    await _known(ctx, workflow_id)
     data = await _input(ctx, workflow_id, body)
     started = await ctx.workflows.start(
         workflow_id, data, run_id=run_id, resource_id=body.resource_id, request_context=body.request_context
