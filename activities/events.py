@@ -95,8 +95,19 @@ class StepWriter:
         except Exception as err:  # raised by the step's next delta or flush
             self._failed = err
             return
-        if self._buffer:
+        finally:
+            self._background = None
+        if self._buffer:  # deltas that came during the write
             self._schedule()
+
+    def stop(self) -> None:
+        """The step is over (however it ended): no write of this writer starts or goes on after it."""
+        if self._due is not None:
+            self._due.cancel()
+            self._due = None
+        if self._background is not None:
+            self._background.cancel()
+            self._background = None
 
     def _raise_failed(self) -> None:
         if self._failed is not None:

@@ -57,9 +57,15 @@ class ModelSteps:
         self._threads = ThreadCache(storage)
 
     async def run(self, input: ModelStepInput) -> ModelStepResult:
+        events = StepWriter(self._storage, input, f"model:{input.step}")
+        try:
+            return await self._run(input, events)
+        finally:
+            events.stop()
+
+    async def _run(self, input: ModelStepInput, events: StepWriter) -> ModelStepResult:
         agent = self._app.agent(input.agent_id)
         run_id = input.run_id
-        events = StepWriter(self._storage, input, f"model:{input.step}")
         execution = input.execution_id
         if input.step == 1 and execution is None:  # a run started before run ids were claimed
             await self._storage.create_thread(input.thread_id, input.resource_id)

@@ -57,8 +57,9 @@ async def agent_chunks(
             last = shown
             offset = shown.event.offset + 1
             if start is not None and shown.event.type == "start":
-                start = None
-                continue
+                announced, start = start, None
+                if chunk_json(shown) == announced:
+                    continue  # the one sent first (a message delivered before the first step numbers it anew)
             if skip > 0:
                 skip -= 1
                 continue

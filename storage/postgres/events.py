@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -16,6 +17,8 @@ from keel.storage.postgres.pool import RUN_LOCK_CLASS, PostgresPool, guarded
 
 CHANNEL = "keel_run_events"
 """Each commit that appends to a run's log notifies this channel with the run id (`LISTEN/NOTIFY`)."""
+LISTENER_CONNECT_SECONDS = 5.0
+LISTENER_RETRY_SECONDS = 5.0
 _MAX_PAYLOAD = 7999  # NOTIFY's payload limit is 8000 bytes; a longer run id notifies '' (wake every reader)
 
 
@@ -89,6 +92,7 @@ class PostgresEvents(PostgresPool, EventStore):
     wakes_readers = True
     _listener: Any = None
     _listener_lock: asyncio.Lock | None = None
+    _listener_retry_at = 0.0
 
     @guarded
     async def append_events(
@@ -122,20 +126,31 @@ class PostgresEvents(PostgresPool, EventStore):
         return [rules.event(r) for r in rows]
 
     async def _watching(self) -> None:
-        if self._listener is not None or self._closed:
+        """Opens the listener if it is not open, unless another reader is opening it or an attempt failed in
+        the last `LISTENER_RETRY_SECONDS` (readers then poll: they never wait on a server that does not answer)."""
+        if self._listener is not None or self._closed or time.monotonic() < self._listener_retry_at:
             return
         if self._listener_lock is None:
             self._listener_lock = asyncio.Lock()
+        if self._listener_lock.locked():
+            return
         async with self._listener_lock:
-            if self._listener is not None or self._closed:
-                return
             import asyncpg
 
+            conn = None
             try:
-                conn = await asyncpg.connect(self.dsn)
+                conn = await asyncpg.connect(self.dsn, timeout=LISTENER_CONNECT_SECONDS)
                 await conn.add_listener(CHANNEL, self._notified)
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
-                return  # the watches' timeouts take over; the next one to time out tries again
+            except BaseException as err:
+                if conn is not None:
+                    conn.terminate()
+                if not isinstance(err, Exception):
+                    raise
+                self._listener_retry_at = time.monotonic() + LISTENER_RETRY_SECONDS
+                return
+            if self._closed:  # closed while connecting
+                conn.terminate()
+                return
             conn.add_termination_listener(self._listener_lost)
             self._listener = conn
         if self._event_watches is not None:
@@ -158,6 +173,7 @@ class PostgresEvents(PostgresPool, EventStore):
             self._event_watches.wake_all()
 
     async def close(self) -> None:
+        self._closed = True  # before the listener goes: no reader opens another
         listener, self._listener = self._listener, None
         if listener is not None:
             with contextlib.suppress(Exception):

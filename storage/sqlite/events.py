@@ -11,7 +11,6 @@ from pydantic_core import to_json
 
 from keel.protocol import EventRecord
 from keel.storage import rules
-from keel.storage.errors import StorageError
 from keel.storage.events import EventStore, RunEvent
 from keel.storage.sqlite.connection import SQLiteConnection, now, sql_limit
 
@@ -20,6 +19,7 @@ EncodedEvent = tuple[str, str]
 CHANGE_POLL_SECONDS = 0.005
 """How often a store with watches asks SQLite whether another connection committed (`PRAGMA data_version`:
 no table read); only then does it read the watched runs' heads."""
+CHANGE_RETRY_SECONDS = 0.5
 _HEADS_BATCH = 500
 
 
@@ -134,8 +134,11 @@ class SQLiteEvents(SQLiteConnection, EventStore):
         while watches:
             try:
                 version, found = await self._run(look)
-            except StorageError:  # closed, or unavailable: the watches' timeouts take over
-                return
+            except Exception:  # unavailable for now (busy, I/O): the watches' timeouts cover the gap
+                if self._closed:
+                    return
+                await asyncio.sleep(CHANGE_RETRY_SECONDS)
+                continue
             if found is not None:
                 for run_id in watches.runs():
                     head = found.get(run_id, -1)
