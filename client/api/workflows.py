@@ -84,9 +84,6 @@ async def _known(ctx: Ctx, workflow_id: str) -> None:
 async def _input(ctx: Ctx, workflow_id: str, body: StartBody) -> dict[str, Any]:
     """The inputData, checked against the workflow's input schema here (a 400, no run); a 404 for a workflow
     neither the app nor the storage has."""
-    data = body.input_data if body.input_data is not None else {}
-    if not isinstance(data, dict):
-        raise bad_request("Invalid input data: the inputData must be a JSON object")
     code = ctx.app.code_workflows().get(workflow_id)
     if code is not None:
         schema = code_workflow_info(workflow_id, code)["inputSchema"]
@@ -95,6 +92,9 @@ async def _input(ctx: Ctx, workflow_id: str, body: StartBody) -> dict[str, Any]:
         if stored is None:
             raise not_found(f"Workflow with id {workflow_id} not found")
         schema = stored.definition.get("inputSchema")
+    data = body.input_data if body.input_data is not None else {}
+    if not isinstance(data, dict):
+        raise bad_request("Invalid input data: the inputData must be a JSON object")
     problems = schema_problems(schema, data)
     if problems:
         raise bad_request("Invalid input data: \n- " + "\n- ".join(problems))
