@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import socket
 import tempfile
 from collections.abc import AsyncIterator
@@ -32,7 +33,7 @@ class Stack:
 @asynccontextmanager
 async def fresh_stack(prefix: str) -> AsyncIterator[Stack]:
     """A dev server of its own (free ports, state in a temp dir), an initialised storage and Keel's client;
-    the server is stopped and the storage closed on leaving."""
+    the server is stopped, the storage closed and the temp dir removed on leaving."""
     tmp = Path(tempfile.mkdtemp(prefix=prefix))
     cfg = DevServerConfig(host="127.0.0.1", port=free_port(), ui_port=free_port(), state_dir=tmp / "temporal")
     server = DevServer(cfg)
@@ -44,3 +45,4 @@ async def fresh_stack(prefix: str) -> AsyncIterator[Stack]:
     finally:
         await storage.close()
         server.stop()
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -27,7 +27,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -208,8 +207,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--ops", default=",".join(OPS))
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "http_results.json")
     args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory():
-        result = asyncio.run(main_async(args))
+    result = asyncio.run(main_async(args))
     args.out.write_text(json.dumps(result, indent=2))
     print(render(result["summary"]))
 

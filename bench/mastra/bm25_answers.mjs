@@ -3,12 +3,8 @@
 //
 //   node bm25_answers.mjs --corpus DIR --queries "q1|q2|..." [--top-k 5]   -> JSON on stdout
 import { LocalFilesystem, Workspace } from "@mastra/core/workspace";
+import { opt } from "./shared.mjs";
 
-const args = process.argv.slice(2);
-const opt = (name, dflt) => {
-  const i = args.indexOf(`--${name}`);
-  return i >= 0 ? args[i + 1] : dflt;
-};
 const corpus = opt("corpus");
 const queries = opt("queries").split("|");
 const topK = Number(opt("top-k", "5"));

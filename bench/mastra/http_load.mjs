@@ -13,12 +13,8 @@
 //   node http_load.mjs --base-url http://127.0.0.1:4111 --op generate --concurrency 20 --count 200 [--warmup 5]
 //     -> one JSON line on stdout: {"op":..,"concurrency":..,"count":..,"per_s":..,"ms":{"p50":..,"p95":..}, ...}
 import { MastraClient } from "@mastra/client-js";
+import { opt } from "./shared.mjs";
 
-const args = process.argv.slice(2);
-const opt = (name, dflt) => {
-  const i = args.indexOf(`--${name}`);
-  return i >= 0 ? args[i + 1] : dflt;
-};
 const BASE_URL = opt("base-url", "http://127.0.0.1:4111");
 const OP = opt("op", "generate");
 const CONCURRENCY = Number(opt("concurrency", "1"));

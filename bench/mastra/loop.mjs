@@ -3,35 +3,20 @@
 // floor of an in-memory agent loop, to compare with Keel's durable per-step cost.
 //
 //   node loop.mjs --steps 1,10,50 --reps 3     -> one JSON line on stdout: {"steps":[{"n":..,"ms_per_step":..}]}
-import { mkdtempSync, writeFileSync, readFileSync, rmSync, readFileSync as readJson } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join, basename } from "node:path";
+import { join } from "node:path";
 import { Agent } from "@mastra/core/agent";
-import { createTool } from "@mastra/core/tools";
 import { MastraLanguageModelV2Mock } from "@mastra/core/test-utils/llm-mock";
-import { z } from "zod";
+import { opt, writeReadTool } from "./shared.mjs";
 
-const args = process.argv.slice(2);
-const opt = (name, dflt) => {
-  const i = args.indexOf(`--${name}`);
-  return i >= 0 ? args[i + 1] : dflt;
-};
 const STEPS = opt("steps", "1,10,50").split(",").map(Number);
 const REPS = Number(opt("reps", "3"));
 const WARMUP = Number(opt("warmup", "5"));
 
 const dir = mkdtempSync(join(tmpdir(), "keel-bench-mastra-"));
 
-const writeRead = createTool({
-  id: "write_read",
-  description: "Write a small file, read it back and return its length.",
-  inputSchema: z.object({ path: z.string(), content: z.string() }),
-  execute: async (input) => {
-    const target = join(dir, basename(input.path));
-    writeFileSync(target, input.content);
-    return { length: readFileSync(target, "utf8").length };
-  },
-});
+const writeRead = writeReadTool(dir);
 
 // The scripted decision: count tool results since the last user message (as Keel's ScriptedModel script does).
 function decide(prompt) {
@@ -136,7 +121,7 @@ try {
     for (let r = 0; r < REPS; r++) ms.push(await run(n));
     out.push({ n, ms_per_step: median(ms) / n, run_ms: ms });
   }
-  const pkg = JSON.parse(readJson(new URL("./node_modules/@mastra/core/package.json", import.meta.url), "utf8"));
+  const pkg = JSON.parse(readFileSync(new URL("./node_modules/@mastra/core/package.json", import.meta.url), "utf8"));
   console.log(JSON.stringify({ mastra_version: pkg.version, node: process.version, reps: REPS, steps: out }));
 } finally {
   rmSync(dir, { recursive: true, force: true });

@@ -8,9 +8,9 @@
 //
 //   node server.mjs --port 4111 --definitions defs.json   -> {"ready": true, "port": 4111} on stdout, then serves
 //                                                            until SIGTERM/SIGINT
-import { mkdtempSync, writeFileSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join, basename } from "node:path";
+import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { Mastra } from "@mastra/core";
 import { Agent } from "@mastra/core/agent";
@@ -21,56 +21,20 @@ import { MastraServer } from "@mastra/hono";
 import { Hono } from "hono";
 import { serve } from "@hono/node-server";
 import { z } from "zod";
+import { asDynamicWorkflows, opt, workflowTools, writeReadTool } from "./shared.mjs";
 
-const args = process.argv.slice(2);
-const opt = (name, dflt) => {
-  const i = args.indexOf(`--${name}`);
-  return i >= 0 ? args[i + 1] : dflt;
-};
 const PORT = Number(opt("port", "4111"));
 const defs = opt("definitions") ? JSON.parse(readFileSync(opt("definitions"), "utf8")) : [];
 const dir = mkdtempSync(join(tmpdir(), "keel-bench-mastra-http-"));
 
 // ---- tools
-const writeRead = createTool({
-  id: "write_read",
-  description: "Write a small file, read it back and return its length.",
-  inputSchema: z.object({ path: z.string(), content: z.string() }),
-  execute: async (input) => {
-    const target = join(dir, basename(input.path));
-    writeFileSync(target, input.content);
-    return { length: readFileSync(target, "utf8").length };
-  },
-});
+const writeRead = writeReadTool(dir);
 const saveNote = createTool({
   id: "save_note",
   description: "Save a note (needs a person's approval).",
   inputSchema: z.object({ text: z.string() }),
   requireApproval: true,
   execute: async (input) => ({ saved: input.text.length }),
-});
-const double = createTool({
-  id: "double",
-  description: "Twice n.",
-  inputSchema: z.object({ n: z.number().int() }),
-  outputSchema: z.object({ n: z.number().int() }),
-  execute: async (input) => ({ n: input.n * 2 }),
-});
-const askHuman = createTool({
-  id: "ask-human",
-  description: "Ask a person: suspends with {question} until resumed with {answer}, which it returns.",
-  inputSchema: z.object({ question: z.string().min(1) }),
-  outputSchema: z.object({ answer: z.string() }),
-  suspendSchema: z.object({ question: z.string() }),
-  resumeSchema: z.object({ answer: z.string() }),
-  execute: async (input, context) => {
-    const flow = context?.workflow ?? context;
-    if (flow?.resumeData === undefined) {
-      await flow.suspend({ question: input.question });
-      return undefined;
-    }
-    return { answer: String(flow.resumeData.answer) };
-  },
 });
 
 // ---- mock models
@@ -169,16 +133,11 @@ const mastra = new Mastra({
     ticker: agent("ticker", tickerModel),
     approver: agent("approver", approverModel, { save_note: saveNote }),
   },
-  tools: { double, "ask-human": askHuman },
+  tools: workflowTools,
   storage: new LibSQLStore({ id: "bench", url: `file:${join(dir, "mastra.db")}` }),
   logger: false,
 });
-await mastra.addDynamicWorkflows(
-  defs.map((d) => ({
-    ...d,
-    graph: d.graph.map((e) => (e.type === "mapping" && typeof e.mapConfig !== "string" ? { ...e, mapConfig: JSON.stringify(e.mapConfig) } : e)),
-  })),
-);
+await mastra.addDynamicWorkflows(asDynamicWorkflows(defs));
 
 const app = new Hono();
 await new MastraServer({ app, mastra }).init();

@@ -8,57 +8,21 @@ import { mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Mastra } from "@mastra/core";
-import { createTool } from "@mastra/core/tools";
 import { LibSQLStore } from "@mastra/libsql";
-import { z } from "zod";
+import { asDynamicWorkflows, opt, workflowTools } from "./shared.mjs";
 
-const args = process.argv.slice(2);
-const opt = (name, dflt) => {
-  const i = args.indexOf(`--${name}`);
-  return i >= 0 ? args[i + 1] : dflt;
-};
 const RUNS = Number(opt("runs", "100"));
 const CYCLES = Number(opt("cycles", "30"));
 const REPS = Number(opt("reps", "3"));
 const defs = JSON.parse(readFileSync(opt("definitions"), "utf8"));
 
-const double = createTool({
-  id: "double",
-  description: "Twice n.",
-  inputSchema: z.object({ n: z.number().int() }),
-  outputSchema: z.object({ n: z.number().int() }),
-  execute: async (input) => ({ n: input.n * 2 }),
-});
-
-const askHuman = createTool({
-  id: "ask-human",
-  description: "Ask a person: suspends with {question} until resumed with {answer}, which it returns.",
-  inputSchema: z.object({ question: z.string().min(1) }),
-  outputSchema: z.object({ answer: z.string() }),
-  suspendSchema: z.object({ question: z.string() }),
-  resumeSchema: z.object({ answer: z.string() }),
-  execute: async (input, context) => {
-    const flow = context?.workflow ?? context;
-    if (flow?.resumeData === undefined) {
-      await flow.suspend({ question: input.question });
-      return undefined;
-    }
-    return { answer: String(flow.resumeData.answer) };
-  },
-});
-
 const dir = mkdtempSync(join(tmpdir(), "keel-bench-mastra-wf-"));
 const mastra = new Mastra({
-  tools: { double, "ask-human": askHuman },
+  tools: workflowTools,
   storage: new LibSQLStore({ id: "bench", url: `file:${join(dir, "mastra.db")}` }),
   logger: false,
 });
-await mastra.addDynamicWorkflows(
-  defs.map((d) => ({
-    ...d,
-    graph: d.graph.map((e) => (e.type === "mapping" && typeof e.mapConfig !== "string" ? { ...e, mapConfig: JSON.stringify(e.mapConfig) } : e)),
-  })),
-);
+await mastra.addDynamicWorkflows(asDynamicWorkflows(defs));
 
 async function bounded(count, inFlight, one) {
   let next = 0;

@@ -95,13 +95,19 @@ class IfIdleOption(Lenient):
     stream_options: dict[str, Any] | None = Field(None, alias="streamOptions")
 
 
-class MessageBody(Lenient):
-    message: str | list[dict[str, Any]] | dict[str, Any]
+class DeliveryTarget(Lenient):
+    """Where a message or signal goes: into one run (`runId`), or to a thread, with what to do if it is active
+    or idle."""
+
     run_id: str | None = Field(None, alias="runId", min_length=1)
     resource_id: str | None = Field(None, alias="resourceId", min_length=1)
     thread_id: str | None = Field(None, alias="threadId", min_length=1)
     if_active: IfActiveOption | None = Field(None, alias="ifActive")
     if_idle: IfIdleOption | None = Field(None, alias="ifIdle")
+
+
+class MessageBody(DeliveryTarget):
+    message: str | list[dict[str, Any]] | dict[str, Any]
 
 
 class Signal(Lenient):
@@ -112,13 +118,8 @@ class Signal(Lenient):
     attributes: dict[str, str | int | float | bool | None] | None = None
 
 
-class SignalBody(Lenient):
+class SignalBody(DeliveryTarget):
     signal: Signal
-    run_id: str | None = Field(None, alias="runId", min_length=1)
-    resource_id: str | None = Field(None, alias="resourceId", min_length=1)
-    thread_id: str | None = Field(None, alias="threadId", min_length=1)
-    if_active: IfActiveOption | None = Field(None, alias="ifActive")
-    if_idle: IfIdleOption | None = Field(None, alias="ifIdle")
 
 
 class SubscribeBody(Lenient):
@@ -384,7 +385,7 @@ def _signal_content(signal: Signal, tag: str) -> Content:
 async def _send(
     ctx: Ctx,
     agent_id: str,
-    body: MessageBody | SignalBody,
+    body: DeliveryTarget,
     content: Content,
     *,
     queue: bool,
