@@ -11,6 +11,7 @@ install: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
+	$(PY) -m pip install --quiet --disable-pip-version-check torch==2.13.0  # the CPU build, before sentence-transformers
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]'
 	touch $@
 

@@ -153,3 +153,18 @@ class WriteLockTimeout(WorkspaceError):
 
     def __init__(self, path: str, timeout_ms: int) -> None:
         super().__init__(f'write-lock timeout on "{path}" after {timeout_ms}ms', path)
+
+
+class SearchNotAvailable(WorkspaceError):
+    error_name = "SearchNotAvailableError"
+    code = "NO_SEARCH"
+
+    def __init__(self) -> None:
+        super().__init__("Workspace does not have search configured (enable bm25 or provide vectorStore + embedder)")
+
+
+class SearchError(WorkspaceError):
+    """A search that cannot run as asked: a mode that is not configured, a bad filter, a vector store failure."""
+
+    error_name = "SearchError"
+    code = "SEARCH_ERROR"

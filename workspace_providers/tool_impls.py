@@ -97,6 +97,19 @@ class GrepInput(_Input):
     include_hidden: bool = Field(default=False, alias="includeHidden")
 
 
+class SearchInput(_Input):
+    query: str
+    top_k: float = Field(default=5, alias="topK")
+    mode: Literal["bm25", "vector", "hybrid"] | None = None
+    min_score: float | None = Field(default=None, alias="minScore")
+
+
+class IndexInput(_Input):
+    path: str
+    content: str
+    metadata: dict[str, Any] | None = None
+
+
 class ExecuteCommandInput(_Input):
     command: str
     timeout: float | None = None
@@ -319,3 +332,28 @@ def killed_output(pid: str, handle: Any, config: ResolvedToolConfig) -> str:
         if stderr:
             parts += ["", "--- stderr (last output) ---", stderr]
     return "\n".join(parts)
+
+
+async def search(workspace: Any, args: SearchInput) -> str:
+    """Mastra's `mastra_workspace_search`: `<id>[:<start>-<end>]: <content>` per result, then the count and mode.
+    A mode the workspace cannot do falls back (hybrid to vector or bm25, vector to bm25), as in Mastra."""
+    mode = args.mode
+    if mode == "hybrid" and not workspace.can_hybrid:
+        mode = "vector" if workspace.can_vector else "bm25"
+    elif mode == "vector" and not workspace.can_vector:
+        mode = "bm25"
+    elif mode is None:
+        mode = "hybrid" if workspace.can_hybrid else "vector" if workspace.can_vector else "bm25"
+    top_k = int(args.top_k)
+    results = await workspace.search(args.query, top_k=top_k, mode=mode, min_score=args.min_score)
+    lines = []
+    for r in results:
+        where = f":{r.line_range[0]}-{r.line_range[1]}" if r.line_range else ""
+        lines.append(f"{r.id}{where}: {r.content}")
+    lines += ["---", f"{len(results)} result{'' if len(results) == 1 else 's'} ({mode} search)"]
+    return "\n".join(lines)
+
+
+async def index(workspace: Any, args: IndexInput) -> str:
+    await workspace.index(args.path, args.content, metadata=args.metadata)
+    return f"Indexed {args.path}"

@@ -459,4 +459,43 @@ TOOL_SPECS: dict[str, dict[str, Any]] = {
             "additionalProperties": False,
         },
     },
+    "mastra_workspace_index": {
+        "description": "Index content for search. The path becomes the document ID in search results.",
+        "inputSchema": {
+            "$schema": "http://json-schema.org/draft-07/schema#",
+            "type": "object",
+            "properties": {
+                "path": {"description": "The document ID/path for search results", "type": "string"},
+                "content": {"description": "The text content to index", "type": "string"},
+                "metadata": {
+                    "description": "Optional metadata to store with the document",
+                    "type": "object",
+                    "propertyNames": {"type": "string"},
+                    "additionalProperties": {},
+                },
+            },
+            "required": ["path", "content"],
+            "additionalProperties": False,
+        },
+    },
 }
+
+
+def search_spec(modes: list[str]) -> dict[str, Any]:
+    """`mastra_workspace_search` as Mastra advertises it: its `mode` enum lists the modes the workspace has."""
+    return {
+        "description": "Search indexed content in the workspace. Supports keyword (BM25), semantic (vector), and "
+        "hybrid search modes.",
+        "inputSchema": {
+            "$schema": "http://json-schema.org/draft-07/schema#",
+            "type": "object",
+            "properties": {
+                "query": {"description": "The search query string", "type": "string"},
+                "topK": {"description": "Maximum number of results to return", "default": 5, "type": "number"},
+                "mode": {"description": f"Search mode: {', '.join(modes)}", "type": "string", "enum": list(modes)},
+                "minScore": {"description": "Minimum score threshold (0-1 for normalized scores)", "type": "number"},
+            },
+            "required": ["query"],
+            "additionalProperties": False,
+        },
+    }

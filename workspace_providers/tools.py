@@ -34,11 +34,12 @@ from keel.workspace_providers.tool_config import (
     decide_per_call,
     resolve_tool_config,
 )
-from keel.workspace_providers.tool_specs import TOOL_SPECS
+from keel.workspace_providers.tool_specs import TOOL_SPECS, search_spec
 from keel.workspace_providers.workspace import Workspace
 
 FS = WORKSPACE_TOOLS.FILESYSTEM
 SB = WORKSPACE_TOOLS.SANDBOX
+SE = WORKSPACE_TOOLS.SEARCH
 TrackerMode = Literal["read", "write"] | None
 
 
@@ -76,7 +77,7 @@ class WorkspaceCall:
 @dataclass(frozen=True)
 class _Kind:
     input_model: type[BaseModel]
-    needs: Literal["filesystem", "sandbox"]
+    needs: Literal["filesystem", "sandbox", "search"]
     tracker: TrackerMode = None
     writes: bool = False
     write_lock: bool = False
@@ -99,6 +100,8 @@ _KINDS: dict[str, _Kind] = {
     FS.FILE_STAT: _Kind(impl.FileStatInput, "filesystem"),
     FS.MKDIR: _Kind(impl.MkdirInput, "filesystem", writes=True),
     FS.GREP: _Kind(impl.GrepInput, "filesystem"),
+    SE.SEARCH: _Kind(impl.SearchInput, "search"),
+    SE.INDEX: _Kind(impl.IndexInput, "search", writes=True),
     SB.EXECUTE_COMMAND: _Kind(impl.ExecuteCommandInput, "sandbox", idempotent=False),
     SB.GET_PROCESS_OUTPUT: _Kind(impl.GetProcessOutputInput, "sandbox", idempotent=False, pinned_to_host=True),
     SB.KILL_PROCESS: _Kind(impl.KillProcessInput, "sandbox", idempotent=False, pinned_to_host=True),
@@ -126,12 +129,19 @@ class WorkspaceTool:
     kind: _Kind
 
     @property
+    def spec(self) -> dict[str, Any]:
+        if self.workspace_tool_name == SE.SEARCH:
+            ws = self.workspace
+            return search_spec([m for m, ok in zip(("bm25", "vector", "hybrid"), ws.can_modes(), strict=True) if ok])
+        return TOOL_SPECS[self.workspace_tool_name]
+
+    @property
     def description(self) -> str:
-        return str(TOOL_SPECS[self.workspace_tool_name]["description"])
+        return str(self.spec["description"])
 
     @property
     def parameters(self) -> dict[str, Any]:
-        return dict(TOOL_SPECS[self.workspace_tool_name]["inputSchema"])
+        return dict(self.spec["inputSchema"])
 
     @property
     def input_model(self) -> type[BaseModel]:
@@ -193,6 +203,8 @@ class WorkspaceTool:
 
     async def _run(self, raw: Mapping[str, Any], call: WorkspaceCall) -> Any:
         args = self.kind.input_model.model_validate(dict(raw))
+        if self.kind.needs == "search":
+            return await self._search_call(args)
         if self.kind.needs == "filesystem":
             fs = await self.workspace.resolve_filesystem(call.request_context)
             if fs is None:
@@ -210,6 +222,13 @@ class WorkspaceTool:
         if sandbox is None:
             raise SandboxError("No sandbox is configured for this workspace")
         return await self._sandbox_call(sandbox, args, call)
+
+    async def _search_call(self, args: Any) -> str:
+        if self.workspace_tool_name == SE.SEARCH:
+            return await impl.search(self.workspace, args)
+        if getattr(self.workspace.filesystem, "read_only", False):
+            raise WorkspaceReadOnly("index")
+        return await impl.index(self.workspace, args)
 
     async def _filesystem_call(self, fs: Any, args: Any, call: WorkspaceCall) -> Any:
         name = self.workspace_tool_name
@@ -329,6 +348,8 @@ async def workspace_tools(
     wanted: list[str] = []
     if workspace.has_filesystem_config():
         wanted += [FS.READ_FILE, FS.WRITE_FILE, FS.EDIT_FILE, FS.LIST_FILES, FS.DELETE, FS.FILE_STAT, FS.MKDIR, FS.GREP]
+    if workspace.can_bm25 or workspace.can_vector:
+        wanted += [SE.SEARCH, SE.INDEX]
     if workspace.has_sandbox_config():
         wanted += [SB.EXECUTE_COMMAND, SB.GET_PROCESS_OUTPUT, SB.KILL_PROCESS]
     tools: list[WorkspaceTool] = []

@@ -3,7 +3,8 @@ workspace tools they get (Mastra's `Workspace` class, for its filesystem and san
 
 Lifecycle: ``pending → initializing → ready`` (`init()`), ``ready → paused`` (`stop()`: processes killed, files
 kept, the next `init()` makes it ready again), ``→ destroying → destroyed`` (`destroy()`), ``error`` when
-`init()` or `destroy()` fails. Search, skills and LSP attach later through `extensions` (anything with optional
+`init()` or `destroy()` fails. Search (`bm25`, `vector_store` + `embedder`) is a `SearchEngine` the workspace
+owns; `init()` indexes `auto_index_paths`. Skills and LSP attach through `extensions` (anything with optional
 `init()`, `stop()`, `destroy()` and `get_instructions()`), so this class does not grow with each of them.
 """
 
@@ -19,8 +20,10 @@ from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
 
 from keel.workspace_providers import output
-from keel.workspace_providers.errors import WorkspaceError, WriteLockTimeout, iso_ms
+from keel.workspace_providers.errors import SearchError, SearchNotAvailable, WorkspaceError, WriteLockTimeout, iso_ms
+from keel.workspace_providers.search import BM25Config, SearchDocument, SearchEngine, SearchResult, VectorConfig
 from keel.workspace_providers.tool_config import normalize_tools_config
+from keel.workspace_providers.vector_stores import check_index_name
 
 WorkspaceStatus = Literal["pending", "initializing", "ready", "paused", "error", "destroying", "destroyed"]
 RequestContext = Mapping[str, Any]
@@ -86,7 +89,12 @@ class Workspace:
         tools: the `WorkspaceToolsConfig` (see `tool_config`); `write_lock_timeout_ms` may be given there too.
         operation_timeout: ms; bounds each filesystem tool call.
         write_lock_timeout_ms: how long a write waits for another write to the same file (default 30 s).
-        extensions: search, skills, LSP providers (later issues).
+        bm25: BM25 keyword search: True, or `{k1, b}` (defaults 1.5 and 0.75).
+        vector_store: a `VectorStore` for semantic search (`InMemoryVectorStore`, `PgVectorStore`); needs
+            `embedder` (a single-text async function, or a batch one: see `embedders`).
+        search_index_name: the vector store's index; default `{id}_search` with other characters as `_`.
+        auto_index_paths: paths, directories or globs indexed by `init()`.
+        extensions: skills, LSP providers.
     """
 
     def __init__(
@@ -102,6 +110,11 @@ class Workspace:
         tools: Mapping[str, Any] | None = None,
         operation_timeout: int | None = None,
         write_lock_timeout_ms: int | None = None,
+        bm25: bool | Mapping[str, Any] | None = None,
+        vector_store: Any = None,
+        embedder: Any = None,
+        search_index_name: str | None = None,
+        auto_index_paths: Sequence[str] | None = None,
         extensions: Sequence[Extension] = (),
     ) -> None:
         self.id = id or f"ws-{int(time.time() * 1000):x}-{secrets.token_hex(3)}"
@@ -147,6 +160,9 @@ class Workspace:
         lock_ms = write_lock_timeout_ms or self._tools_config.get("write_lock_timeout_ms")
         self.write_lock = FileWriteLock(lock_ms or DEFAULT_WRITE_LOCK_TIMEOUT_MS)
         self.extensions = tuple(extensions)
+        self.auto_index_paths = list(auto_index_paths or [])
+        self._search = self._search_engine(bm25, vector_store, embedder, search_index_name)
+        self._teardown_started = False
         if not (self.has_filesystem_config() or self.has_sandbox_config() or self.extensions):
             raise WorkspaceError("Workspace requires at least a filesystem, sandbox, or skills")
 
@@ -173,15 +189,23 @@ class Workspace:
 
     @property
     def can_bm25(self) -> bool:
-        return any(getattr(e, "can_bm25", False) for e in self.extensions)
+        return self._search is not None and self._search.can_bm25
 
     @property
     def can_vector(self) -> bool:
-        return any(getattr(e, "can_vector", False) for e in self.extensions)
+        return self._search is not None and self._search.can_vector
 
     @property
     def can_hybrid(self) -> bool:
-        return any(getattr(e, "can_hybrid", False) for e in self.extensions)
+        return self._search is not None and self._search.can_hybrid
+
+    def can_modes(self) -> tuple[bool, bool, bool]:
+        """(bm25, vector, hybrid): which search modes this workspace has."""
+        return self.can_bm25, self.can_vector, self.can_hybrid
+
+    @property
+    def search_engine(self) -> SearchEngine | None:
+        return self._search
 
     def has_filesystem_config(self) -> bool:
         return self._fs is not None or self._filesystem_resolver is not None
@@ -229,6 +253,72 @@ class Workspace:
         """Replace (not merge) the tools config; None resets to the defaults. Takes effect at the next step."""
         self._tools_config = normalize_tools_config(config)
 
+    # --- search -------------------------------------------------------------------------------------------
+
+    def _search_engine(
+        self, bm25: Any, vector_store: Any, embedder: Any, index_name: str | None
+    ) -> SearchEngine | None:
+        if vector_store is not None and embedder is None:
+            raise SearchError("vectorStore requires an embedder")
+        if not bm25 and vector_store is None:
+            return None
+        vector = None
+        if vector_store is not None:
+            default_name = "".join(c if c.isascii() and (c.isalnum() or c == "_") else "_" for c in f"{self.id}_search")
+            vector = VectorConfig(vector_store, embedder, check_index_name(index_name or default_name))
+        return SearchEngine(bm25=BM25Config.parse(bm25) if bm25 else None, vector=vector)
+
+    def _searchable(self, *, writing: bool = False) -> SearchEngine:
+        if writing and self._teardown_started:
+            raise WorkspaceError(f"Workspace is not ready (status: {self._status})")
+        if self._search is None:
+            raise SearchNotAvailable()
+        self.touch()
+        return self._search
+
+    async def index(
+        self,
+        path: str,
+        content: str,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        type: str | None = None,
+        mime_type: str | None = None,
+        start_line_offset: int | None = None,
+    ) -> None:
+        """Index `content` for search under the id `path` (replacing what that id had)."""
+        engine = self._searchable(writing=True)
+        meta = {"type": type, "mimeType": mime_type, **(metadata or {})}
+        await engine.index(SearchDocument(path, content, meta, start_line_offset))
+
+    async def search(
+        self,
+        query: str,
+        *,
+        top_k: int = 10,
+        mode: str | None = None,
+        min_score: float | None = None,
+        vector_weight: float = 0.5,
+        filter: Mapping[str, Any] | None = None,
+    ) -> list[SearchResult]:
+        """The best `top_k` indexed documents for `query`. `mode` is `bm25`, `vector` or `hybrid` (default: the
+        most the workspace can do); a mode it is not configured for raises `SearchError`."""
+        return await self._searchable().search(
+            query, top_k=top_k, mode=mode, min_score=min_score, vector_weight=vector_weight, filter=filter
+        )
+
+    async def rebuild_search_index(self, paths: Sequence[str] | None = None) -> list[str]:
+        """Forget the BM25 documents and index `paths` (default `auto_index_paths`) anew; returns the files
+        indexed. Nothing to do without search, a static filesystem or paths."""
+        from keel.workspace_providers.search_indexing import files_to_index, index_files
+
+        patterns = list(self.auto_index_paths if paths is None else paths)
+        if self._search is None or self._fs is None or not patterns:
+            return []
+        engine = self._searchable(writing=True)
+        engine.clear()
+        return await index_files(engine, self._fs, await files_to_index(self._fs, patterns))
+
     # --- lifecycle ----------------------------------------------------------------------------------------
 
     async def init(self) -> None:
@@ -241,6 +331,8 @@ class Workspace:
                 await _call(self._fs, "init")
             if self._sandbox is not None:
                 await _call(self._sandbox, "init")
+            if self._search is not None and self.auto_index_paths:
+                await self.rebuild_search_index()
             for extension in self.extensions:
                 await _call(extension, "init")
         except BaseException:
@@ -273,6 +365,7 @@ class Workspace:
         if self._status == "destroyed":
             return
         self._status = "destroying"
+        self._teardown_started = True
         try:
             for extension in self.extensions:
                 await _call(extension, "destroy")

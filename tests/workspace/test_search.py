@@ -1,0 +1,227 @@
+"""Workspace search on real engines: BM25, all-MiniLM-L6-v2 vectors (sentence-transformers, in memory) and
+hybrid, over the project's own `tests/` and README.md indexed by `auto_index_paths`; the search and index tools;
+the errors a misconfigured search gives.
+
+The queries are written in rot13 here: this file is indexed too, and must not contain the words it looks for."""
+
+from __future__ import annotations
+
+import codecs
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from keel.workspace_providers import LocalFilesystem, Workspace
+from keel.workspace_providers.bm25 import split_into_chunks, tokenize
+from keel.workspace_providers.embedders import SentenceTransformerEmbedder, embed_all
+from keel.workspace_providers.errors import SearchError, SearchNotAvailable, WorkspaceError
+from keel.workspace_providers.tools import WorkspaceCall, workspace_tools
+from keel.workspace_providers.vector_stores import InMemoryVectorStore
+
+ROOT = Path(__file__).resolve().parents[2]
+PROJECT_PATHS = ["tests/**/*.py", "tests/fixtures/search_corpus", "README.md"]
+
+
+def rot13(text: str) -> str:
+    return codecs.decode(text, "rot13")
+
+
+@pytest.fixture(scope="module")
+async def project() -> AsyncIterator[Workspace]:
+    """The project indexed once for every mode (embedding ~200 chunks takes a while on 2 cores)."""
+    ws = Workspace(
+        filesystem=LocalFilesystem(base_path=str(ROOT), read_only=True),
+        bm25=True,
+        vector_store=InMemoryVectorStore(),
+        embedder=SentenceTransformerEmbedder(),
+        auto_index_paths=PROJECT_PATHS,
+    )
+    await ws.init()
+    yield ws
+    await ws.destroy()
+
+
+async def test_auto_index_paths_index_every_file_and_chunk_of_the_project(project: Workspace) -> None:
+    engine = project.search_engine
+    assert engine is not None
+    for path in ("README.md", "tests/workspace/test_search.py"):
+        expected = len(split_into_chunks((ROOT / path).read_text()))
+        assert expected > 1 and engine.count_by_prefix(f"{path}#chunk-") == expected
+    assert engine.count_by_prefix("tests/fixtures/search_corpus/notes.txt") == 1  # a short file: one document
+    assert len(engine) == sum(
+        len(split_into_chunks((ROOT / p).read_text()))
+        for pattern in ("tests/**/*.py", "tests/fixtures/search_corpus/*", "README.md")
+        for p in {str(f.relative_to(ROOT)) for f in ROOT.glob(pattern) if f.is_file()}
+    )
+
+
+async def test_bm25_finds_the_file_with_a_rare_phrase_first(project: Workspace) -> None:
+    # README's words for the crash test of tests/workspace/test_read_before_write.py
+    query = rot13("xvyy gur jbexre orgjrra n ernq naq n jevgr")
+    results = await project.search(query, mode="bm25", top_k=3)
+    assert results[0].id.startswith("tests/workspace/test_read_before_write.py")
+    first = results[0].to_dict()
+    assert set(first) == {"id", "content", "score", "lineRange", "metadata", "scoreDetails"}
+    assert first["scoreDetails"] == {"bm25": first["score"]}
+    assert first["metadata"] == {"sourceFile": "tests/workspace/test_read_before_write.py"}
+    # The line range names lines of the file, not of the chunk.
+    lines = (ROOT / "tests/workspace/test_read_before_write.py").read_text().split("\n")
+    start, end = results[0].line_range or (0, 0)
+    terms = set(tokenize(query))
+    assert terms & set(tokenize(lines[start - 1])) and terms & set(tokenize(lines[end - 1]))
+    assert 1 <= start < end <= len(lines)
+
+
+async def test_vector_and_hybrid_find_a_paraphrase_bm25_misses(project: Workspace) -> None:
+    # A synonym of a word only notes.txt has; no file has the query's word itself.
+    query = rot13("nvefuvc")
+    assert await project.search(query, mode="bm25") == []
+    target = "tests/fixtures/search_corpus/notes.txt"
+    vector = await project.search(query, mode="vector", top_k=3)
+    hybrid = await project.search(query, mode="hybrid", top_k=3)
+    assert vector[0].id == target and hybrid[0].id == target
+    assert hybrid[0].score == pytest.approx(0.5 * vector[0].score)  # no BM25 score: half the vector's
+    assert hybrid[0].score_details == {"vector": vector[0].score, "bm25": None}
+    # A sentence about losing access: vector search ranks the password-reset page first; BM25 does not.
+    forgot = rot13("V sbetbg zl ybtva perqragvnyf naq pnaabg trg vagb zl nppbhag")
+    assert (await project.search(forgot, mode="vector"))[0].id == "tests/fixtures/search_corpus/password-reset.md"
+    assert (await project.search(forgot, mode="bm25"))[0].id != "tests/fixtures/search_corpus/password-reset.md"
+
+
+async def test_hybrid_combines_normalised_bm25_with_the_vector_score_and_applies_min_score_after(
+    project: Workspace,
+) -> None:
+    query = rot13("erfrg cnffjbeq")
+    bm25 = await project.search(query, mode="bm25", top_k=20)
+    vector = {r.id: r.score for r in await project.search(query, mode="vector", top_k=20)}
+    hybrid = await project.search(query, mode="hybrid", top_k=10, vector_weight=0.3)
+    low, high = min(r.score for r in bm25), max(r.score for r in bm25)
+    for r in hybrid:
+        b = next((x.score for x in bm25 if x.id == r.id), None)
+        normalised = (b - low) / (high - low) if b is not None else 0.0
+        assert r.score == pytest.approx(0.3 * vector.get(r.id, 0.0) + 0.7 * normalised)
+    assert [r.score for r in hybrid] == sorted((r.score for r in hybrid), reverse=True)
+    cut = hybrid[2].score
+    above = await project.search(query, mode="hybrid", top_k=10, vector_weight=0.3, min_score=cut)
+    assert [r.id for r in above] == [r.id for r in hybrid if r.score >= cut]
+
+
+async def test_the_default_mode_is_the_most_the_workspace_can_do(project: Workspace) -> None:
+    query = rot13("erfrg cnffjbeq")
+    assert await project.search(query) == await project.search(query, mode="hybrid")
+    assert project.can_bm25 and project.can_vector and project.can_hybrid
+
+
+async def test_search_and_index_tools_answer_as_mastra(tmp_path: Path) -> None:
+    ws = Workspace(filesystem=LocalFilesystem(base_path=str(tmp_path)), bm25=True)
+    await ws.init()
+    tools = {t.name: t for t in await workspace_tools(ws)}
+    search, index = tools["mastra_workspace_search"], tools["mastra_workspace_index"]
+    assert search.parameters["properties"]["mode"] == {
+        "description": "Search mode: bm25",
+        "type": "string",
+        "enum": ["bm25"],
+    }
+    call = WorkspaceCall()
+    assert await index.execute({"path": "docs/a.md", "content": "alpha beta\ngamma"}, call) == "Indexed docs/a.md"
+    await index.execute({"path": "docs/b.md", "content": "beta only", "metadata": {"team": "x"}}, call)
+    answer = await search.execute({"query": "gamma beta"}, call)
+    assert answer == "docs/a.md:1-2: alpha beta\ngamma\ndocs/b.md:1-1: beta only\n---\n2 results (bm25 search)"
+    # A mode the workspace cannot do falls back to BM25, as Mastra's tool does.
+    one = await search.execute({"query": "gamma", "mode": "hybrid", "topK": 1}, call)
+    assert one == "docs/a.md:2-2: alpha beta\ngamma\n---\n1 result (bm25 search)"
+    assert await search.execute({"query": "nothing-here"}, call) == "---\n0 results (bm25 search)"
+
+
+async def test_the_index_tool_is_absent_on_a_read_only_filesystem(tmp_path: Path) -> None:
+    ws = Workspace(filesystem=LocalFilesystem(base_path=str(tmp_path), read_only=True), bm25=True)
+    names = {t.name for t in await workspace_tools(ws)}
+    assert "mastra_workspace_search" in names and "mastra_workspace_index" not in names
+    plain = Workspace(filesystem=LocalFilesystem(base_path=str(tmp_path)))
+    assert not {"mastra_workspace_search", "mastra_workspace_index"} & {t.name for t in await workspace_tools(plain)}
+
+
+async def test_misconfigured_search_is_a_clear_error(tmp_path: Path) -> None:
+    fs = LocalFilesystem(base_path=str(tmp_path))
+    with pytest.raises(SearchError, match="vectorStore requires an embedder"):
+        Workspace(filesystem=fs, vector_store=InMemoryVectorStore())
+    with pytest.raises(SearchError, match='Invalid searchIndexName: "9lives"'):
+        Workspace(
+            filesystem=fs, bm25=True, vector_store=InMemoryVectorStore(), embedder=_letters, search_index_name="9lives"
+        )
+    with pytest.raises(SearchError, match="exceeds 63 characters"):
+        Workspace(filesystem=fs, vector_store=InMemoryVectorStore(), embedder=_letters, search_index_name="x" * 64)
+    with pytest.raises(SearchError, match="Unknown bm25 option"):
+        Workspace(filesystem=fs, bm25={"k2": 1})
+    bm25_only = Workspace(filesystem=fs, bm25={"k1": 1.2, "b": 0.5})
+    with pytest.raises(SearchError, match="Vector search requires vector configuration"):
+        await bm25_only.search("x", mode="vector")
+    with pytest.raises(SearchError, match="Hybrid search requires both"):
+        await bm25_only.search("x", mode="hybrid")
+    vector_only = Workspace(filesystem=fs, vector_store=InMemoryVectorStore(), embedder=_letters)
+    with pytest.raises(SearchError, match="BM25 search requires BM25 configuration"):
+        await vector_only.search("x", mode="bm25")
+    with pytest.raises(SearchNotAvailable, match="does not have search configured"):
+        await Workspace(filesystem=fs).search("x")
+    await vector_only.index("a", "abc")
+    with pytest.raises(SearchError, match="Unknown filter operator"):
+        await vector_only.search("x", filter={"$near": 1})
+    await vector_only.destroy()
+    with pytest.raises(WorkspaceError, match="not ready"):
+        await vector_only.index("b", "late")
+
+
+async def test_the_default_index_name_is_the_workspace_id_made_a_sql_identifier(tmp_path: Path) -> None:
+    store = InMemoryVectorStore()
+    ws = Workspace(
+        id="ws-1.a", filesystem=LocalFilesystem(base_path=str(tmp_path)), vector_store=store, embedder=_letters
+    )
+    await ws.index("doc", "hello")
+    assert await store.list_indexes() == ["ws_1_a_search"]
+
+
+async def _letters(text: str) -> list[float]:
+    """A tiny deterministic single-text embedder: letter counts."""
+    return [float(text.lower().count(c)) + (0.01 if c == "a" else 0.0) for c in "abcdefghijklmnopqrstuvwxyz"]
+
+
+class _Batch:
+    batch = True
+
+    def __init__(self, max_batch_size: Any) -> None:
+        self.max_batch_size = max_batch_size
+        self.calls: list[int] = []
+
+    async def __call__(self, texts: list[str]) -> list[list[float]]:
+        self.calls.append(len(texts))
+        return [await _letters(t) for t in texts]
+
+
+@pytest.mark.parametrize(("declared", "groups"), [(2, [2, 2, 1]), (0, [5]), (float("nan"), [5]), (None, [5])])
+async def test_a_batch_embedder_is_called_in_groups_of_its_max_batch_size(declared: Any, groups: list[int]) -> None:
+    embedder = _Batch(declared)
+    vectors = await embed_all(embedder, ["a", "b", "c", "d", "e"])
+    assert embedder.calls == groups and len(vectors) == 5
+
+
+async def test_metadata_filters_narrow_vector_results(tmp_path: Path) -> None:
+    ws = Workspace(
+        filesystem=LocalFilesystem(base_path=str(tmp_path)), vector_store=InMemoryVectorStore(), embedder=_Batch(2)
+    )
+    for i, team in enumerate(["red", "blue", "red", "green"]):
+        await ws.index(f"doc{i}", f"text number {i}", metadata={"team": team, "n": i})
+    found = await ws.search("text", top_k=10, filter={"team": "red"})
+    assert sorted(r.id for r in found) == ["doc0", "doc2"]
+    found = await ws.search("text", top_k=10, filter={"$or": [{"team": "green"}, {"n": {"$lt": 1}}]})
+    assert sorted(r.id for r in found) == ["doc0", "doc3"]
+    found = await ws.search("text", top_k=10, filter={"team": {"$nin": ["red", "blue"]}, "missing": {"$exists": False}})
+    assert [r.id for r in found] == ["doc3"]
+    assert found[0].metadata == {"team": "green", "n": 3}
+
+
+async def test_the_sentence_transformer_embedder_gives_384_unit_vectors() -> None:
+    vectors = await SentenceTransformerEmbedder()(["one sentence", "another"])
+    assert len(vectors) == 2 and all(len(v) == 384 for v in vectors)
+    assert sum(x * x for x in vectors[0]) == pytest.approx(1.0, rel=1e-4)

@@ -1,0 +1,117 @@
+"""Indexing files for workspace search, as Mastra's `autoIndexPaths` does it: each pattern is a file, a directory
+(every file under it, 10 levels deep, symlinked directories not entered) or a glob (files and directories it
+matches, walked from its static base); a file is one document with its path as id, or, past 4,000 characters,
+chunks ``<path>#chunk-<i>`` with `sourceFile` metadata and their first line. Files that are not UTF-8 text are
+skipped. Re-indexing a file first removes its old document and chunks.
+
+`index_files` reports progress after each batch, so a long indexing run (an activity) can heartbeat it and
+resume after the last file done.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from keel.workspace_providers.bm25 import split_into_chunks
+from keel.workspace_providers.globs import glob_base, glob_matcher, is_glob
+from keel.workspace_providers.search import SearchDocument, SearchEngine
+
+MAX_DEPTH = 10
+READ_CONCURRENCY = 8
+BATCH_FILES = 64
+
+Progress = Callable[[int, int, str], Awaitable[None] | None]
+
+
+async def _walk(fs: Any, directory: str, depth: int = 0) -> list[tuple[str, str]]:
+    """(path, type) of everything under `directory`, depth first in listing order."""
+    if depth >= MAX_DEPTH:
+        return []
+    try:
+        entries = await fs.readdir(directory)
+    except Exception:
+        return []
+    found: list[tuple[str, str]] = []
+    for entry in entries:
+        if entry.type == "directory" and entry.is_symlink:
+            continue
+        path = entry.name if directory in (".", "") else f"{directory}/{entry.name}"
+        found.append((path, entry.type))
+        if entry.type == "directory":
+            found += await _walk(fs, path, depth + 1)
+    return found
+
+
+async def files_to_index(fs: Any, patterns: Sequence[str]) -> list[str]:
+    """The files `patterns` name, each once, in Mastra's order."""
+    files: dict[str, None] = {}
+    for raw in patterns:
+        pattern = raw[:-1] if len(raw) > 1 and raw.endswith("/") else raw
+        if is_glob(pattern):
+            matcher = glob_matcher(pattern)
+            matched = [(p, t) for p, t in await _walk(fs, glob_base(pattern)) if matcher(p)]
+        else:
+            try:
+                await fs.readdir(pattern)
+                matched = [(pattern, "directory")]
+            except Exception:
+                matched = [(pattern, "file")]
+        roots: list[str] = []
+        for path, kind in matched:
+            if kind == "file":
+                files.setdefault(path, None)
+            elif not any(path == r or path.startswith(f"{r}/") for r in roots):
+                roots.append(path)
+        for root in roots:
+            for path, kind in await _walk(fs, root):
+                if kind == "file":
+                    files.setdefault(path, None)
+    return list(files)
+
+
+async def documents_of(fs: Any, path: str) -> list[SearchDocument] | None:
+    """The file's documents, or None when it cannot be read as text."""
+    try:
+        content = await fs.read_file(path, encoding="utf-8")
+    except Exception:
+        return None
+    if not isinstance(content, str):
+        return None
+    chunks = split_into_chunks(content)
+    if len(chunks) == 1:
+        return [SearchDocument(path, content)]
+    return [
+        SearchDocument(f"{path}#chunk-{i}", c.content, {"sourceFile": path}, c.start_line) for i, c in enumerate(chunks)
+    ]
+
+
+async def index_files(
+    engine: SearchEngine, fs: Any, files: Sequence[str], *, progress: Progress | None = None
+) -> list[str]:
+    """Index `files` in batches; returns those indexed (readable as text). `progress(done, total, last)` runs
+    after each batch."""
+    indexed: list[str] = []
+    limit = asyncio.Semaphore(READ_CONCURRENCY)
+
+    async def read(path: str) -> list[SearchDocument] | None:
+        async with limit:
+            return await documents_of(fs, path)
+
+    for start in range(0, len(files), BATCH_FILES):
+        batch = list(files[start : start + BATCH_FILES])
+        read_docs = await asyncio.gather(*(read(p) for p in batch))
+        docs: list[SearchDocument] = []
+        for path, found in zip(batch, read_docs, strict=True):
+            if found is None:
+                continue
+            await engine.remove_source(path)
+            docs += found
+            indexed.append(path)
+        await engine.index_many(docs)
+        if progress is not None:
+            result = progress(start + len(batch), len(files), batch[-1])
+            if result is not None:
+                await result
+    return indexed
