@@ -3,8 +3,10 @@
 - `demo`: its first step calls `save_note`, which requires approval. Approved, the note is written and the final
   text quotes the tool's result; declined, the tool never runs and the final text says so. It also has the demo
   workspace's tools.
-- `coder`: writes, reads, edits, lists, greps, stats a file in the demo workspace, runs a command on it and
-  deletes it, one tool per step, so every workspace tool shows in the Temporal UI.
+- `coder`: writes, reads, edits, lists, greps, stats a file in the demo workspace, runs a command on it, indexes
+  and searches it (BM25), loads the bundled `keel-python` skill, asks the language server about it (LSP, with
+  `pip install 'keel[lsp]'`; without pylsp the tool answers what to install) and deletes it, one tool per step,
+  so every workspace tool shows in the Temporal UI.
 
 The demo workspace lives in `.keel/workspace` (`$KEEL_DATA_DIR/workspace`). Commands run under bubblewrap
 (no network, no writes outside the workspace) when it is installed; without it, `execute_command` asks for
@@ -86,8 +88,13 @@ CODER_STEPS: tuple[tuple[str, dict[str, object]], ...] = (
     (WORKSPACE_TOOLS.FILESYSTEM.GREP, {"pattern": "hello", "path": "coder"}),
     (WORKSPACE_TOOLS.FILESYSTEM.FILE_STAT, {"path": CODER_FILE}),
     (WORKSPACE_TOOLS.SANDBOX.EXECUTE_COMMAND, {"command": f"cat {CODER_FILE} && wc -l < {CODER_FILE}"}),
+    (WORKSPACE_TOOLS.SEARCH.INDEX, {"path": CODER_FILE, "content": "def greet():\n    return 'hello Keel'\n"}),
+    (WORKSPACE_TOOLS.SEARCH.SEARCH, {"query": "greet Keel", "topK": 3}),
+    ("skill", {"name": "keel-python"}),
+    (WORKSPACE_TOOLS.LSP.LSP_INSPECT, {"path": CODER_FILE, "line": 1, "match": "def <<<greet():"}),
     (WORKSPACE_TOOLS.FILESYSTEM.DELETE, {"path": CODER_FILE}),
 )
+DEMO_SKILLS = Path(__file__).resolve().parent / "demo_skills"
 
 
 def coder_script(request: ModelRequest) -> ModelResponse:
@@ -106,7 +113,8 @@ def _first_line(result: object) -> str:
 
 
 def demo_workspace() -> Workspace:
-    """`.keel/workspace` with its files and commands; bubblewrap isolation when installed, else approval."""
+    """`.keel/workspace` with its files and commands (bubblewrap isolation when installed, else approval), BM25
+    search over it, the bundled skills (read-only, from the package) and LSP."""
     root = load_settings().data_dir / "workspace"
     isolated = shutil.which("bwrap") is not None
     return Workspace(
@@ -115,6 +123,11 @@ def demo_workspace() -> Workspace:
         filesystem=LocalFilesystem(root),
         sandbox=LocalSandbox(root, isolation="bwrap" if isolated else "none"),
         tools={WORKSPACE_TOOLS.SANDBOX.EXECUTE_COMMAND: {"require_approval": not isolated}},
+        bm25=True,
+        auto_index_paths=["coder"],
+        skills=["."],
+        skill_source=LocalFilesystem(DEMO_SKILLS, read_only=True),
+        lsp=True,
     )
 
 
@@ -133,7 +146,8 @@ demo = Agent(
 coder = Agent(
     id="coder",
     name="Coder",
-    description="Writes, reads, edits, lists, greps, stats and deletes a file and runs a command, in the workspace.",
+    description="Writes, reads, edits, lists, greps, stats, indexes, searches, inspects (LSP) and deletes a file, "
+    "runs a command and loads a skill, in the workspace.",
     instructions="Work on files in the workspace.",
     model=ScriptedModel(coder_script, name="coder"),
     max_steps=len(CODER_STEPS) + 1,

@@ -1,6 +1,8 @@
-"""Workspace providers and the Workspace: plain async Python with no Temporal import (Mastra's Workspace, its
-filesystem and sandbox parts). Keel turns a workspace's tools into agent tools in `keel.app`."""
+"""Workspace providers and the Workspace: plain async Python with no Temporal import (Mastra's Workspace: its
+filesystem, sandbox, search, skills and LSP). Keel turns a workspace's tools into agent tools in `keel.app`.
+`PgVectorStore` (vectors in PostgreSQL) is in `keel.workspace_providers.pgvector`."""
 
+from keel.workspace_providers.embedders import SentenceTransformerEmbedder
 from keel.workspace_providers.errors import (
     DirectoryNotEmpty,
     DirectoryNotFound,
@@ -14,6 +16,8 @@ from keel.workspace_providers.errors import (
     PermissionDenied,
     ProcessNotFound,
     SandboxError,
+    SearchError,
+    SearchNotAvailable,
     StaleFile,
     WorkspaceError,
     WorkspaceReadOnly,
@@ -21,8 +25,10 @@ from keel.workspace_providers.errors import (
 )
 from keel.workspace_providers.local_filesystem import LocalFilesystem
 from keel.workspace_providers.local_sandbox import LocalSandbox
+from keel.workspace_providers.search import SearchResult
 from keel.workspace_providers.tool_config import WORKSPACE_TOOLS, ToolConfigContext, ToolHookContext
 from keel.workspace_providers.types import CommandResult, FileEntry, FileStat
+from keel.workspace_providers.vector_stores import InMemoryVectorStore, VectorStore
 from keel.workspace_providers.workspace import Workspace
 
 __all__ = [
@@ -36,6 +42,7 @@ __all__ = [
     "FileReadRequired",
     "FileStat",
     "FilesystemError",
+    "InMemoryVectorStore",
     "IsDirectory",
     "IsolationUnavailable",
     "LocalFilesystem",
@@ -44,9 +51,14 @@ __all__ = [
     "PermissionDenied",
     "ProcessNotFound",
     "SandboxError",
+    "SearchError",
+    "SearchNotAvailable",
+    "SearchResult",
+    "SentenceTransformerEmbedder",
     "StaleFile",
     "ToolConfigContext",
     "ToolHookContext",
+    "VectorStore",
     "Workspace",
     "WorkspaceError",
     "WorkspaceReadOnly",

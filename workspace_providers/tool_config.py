@@ -48,10 +48,15 @@ class _Search:
     INDEX = "mastra_workspace_index"
 
 
+class _Lsp:
+    LSP_INSPECT = "mastra_workspace_lsp_inspect"
+
+
 class WORKSPACE_TOOLS:
     FILESYSTEM = _Filesystem
     SANDBOX = _Sandbox
     SEARCH = _Search
+    LSP = _Lsp
 
 
 _TOP_LEVEL = {"enabled", "require_approval", "hooks", "write_lock_timeout_ms"}

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from keel.workspace_providers import skill_tools
 from keel.workspace_providers import tool_impls as impl
 from keel.workspace_providers.errors import (
     FileNotFound,
@@ -26,6 +27,7 @@ from keel.workspace_providers.errors import (
     WorkspaceError,
     WorkspaceReadOnly,
 )
+from keel.workspace_providers.lsp import LSP_INSPECT_SPEC, LspInspectInput
 from keel.workspace_providers.tool_config import (
     WORKSPACE_TOOLS,
     ResolvedToolConfig,
@@ -40,6 +42,7 @@ from keel.workspace_providers.workspace import Workspace
 FS = WORKSPACE_TOOLS.FILESYSTEM
 SB = WORKSPACE_TOOLS.SANDBOX
 SE = WORKSPACE_TOOLS.SEARCH
+LSP = WORKSPACE_TOOLS.LSP
 TrackerMode = Literal["read", "write"] | None
 
 
@@ -77,7 +80,7 @@ class WorkspaceCall:
 @dataclass(frozen=True)
 class _Kind:
     input_model: type[BaseModel]
-    needs: Literal["filesystem", "sandbox", "search"]
+    needs: Literal["filesystem", "sandbox", "search", "lsp", "skills"]
     tracker: TrackerMode = None
     writes: bool = False
     write_lock: bool = False
@@ -102,6 +105,9 @@ _KINDS: dict[str, _Kind] = {
     FS.GREP: _Kind(impl.GrepInput, "filesystem"),
     SE.SEARCH: _Kind(impl.SearchInput, "search"),
     SE.INDEX: _Kind(impl.IndexInput, "search", writes=True),
+    LSP.LSP_INSPECT: _Kind(LspInspectInput, "lsp"),
+    # Mastra adds these at the agent level, outside the workspace tools config (no renaming, no approval).
+    **{name: _Kind(model, "skills") for name, model in skill_tools.SKILL_TOOL_INPUTS.items()},
     SB.EXECUTE_COMMAND: _Kind(impl.ExecuteCommandInput, "sandbox", idempotent=False),
     SB.GET_PROCESS_OUTPUT: _Kind(impl.GetProcessOutputInput, "sandbox", idempotent=False, pinned_to_host=True),
     SB.KILL_PROCESS: _Kind(impl.KillProcessInput, "sandbox", idempotent=False, pinned_to_host=True),
@@ -133,6 +139,10 @@ class WorkspaceTool:
         if self.workspace_tool_name == SE.SEARCH:
             ws = self.workspace
             return search_spec([m for m, ok in zip(("bm25", "vector", "hybrid"), ws.can_modes(), strict=True) if ok])
+        if self.workspace_tool_name == LSP.LSP_INSPECT:
+            return LSP_INSPECT_SPEC
+        if self.kind.needs == "skills":
+            return skill_tools.SKILL_TOOL_SPECS[self.workspace_tool_name]
         return TOOL_SPECS[self.workspace_tool_name]
 
     @property
@@ -205,6 +215,8 @@ class WorkspaceTool:
         args = self.kind.input_model.model_validate(dict(raw))
         if self.kind.needs == "search":
             return await self._search_call(args)
+        if self.kind.needs in ("lsp", "skills"):
+            return await self._extension_call(args, call)
         if self.kind.needs == "filesystem":
             fs = await self.workspace.resolve_filesystem(call.request_context)
             if fs is None:
@@ -222,6 +234,12 @@ class WorkspaceTool:
         if sandbox is None:
             raise SandboxError("No sandbox is configured for this workspace")
         return await self._sandbox_call(sandbox, args, call)
+
+    async def _extension_call(self, args: Any, call: WorkspaceCall) -> Any:
+        if self.kind.needs == "lsp":
+            return await self.workspace.lsp.inspect(args.path, args.line, args.match)
+        run = getattr(skill_tools, self.workspace_tool_name)
+        return await run(self.workspace.skills, args, call.request_context)
 
     async def _search_call(self, args: Any) -> str:
         if self.workspace_tool_name == SE.SEARCH:
@@ -352,6 +370,8 @@ async def workspace_tools(
         wanted += [SE.SEARCH, SE.INDEX]
     if workspace.has_sandbox_config():
         wanted += [SB.EXECUTE_COMMAND, SB.GET_PROCESS_OUTPUT, SB.KILL_PROCESS]
+    if workspace.lsp is not None:
+        wanted.append(LSP.LSP_INSPECT)
     tools: list[WorkspaceTool] = []
     names: set[str] = set()
     for tool_name in wanted:
@@ -367,4 +387,14 @@ async def workspace_tools(
             )
         names.add(exposed)
         tools.append(WorkspaceTool(exposed, tool_name, workspace, resolved, kind))
+    if workspace.skills is not None:
+        for tool_name in skill_tools.SKILL_TOOLS:
+            if tool_name in names or (taken is not bool and taken(tool_name)):
+                raise WorkspaceError(
+                    f'Duplicate tool name "{tool_name}": the workspace\'s skills add a tool of that name.'
+                )
+            names.add(tool_name)
+            tools.append(
+                WorkspaceTool(tool_name, tool_name, workspace, ResolvedToolConfig(enabled=True), _KINDS[tool_name])
+            )
     return tools

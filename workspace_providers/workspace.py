@@ -4,8 +4,9 @@ workspace tools they get (Mastra's `Workspace` class, for its filesystem and san
 Lifecycle: ``pending → initializing → ready`` (`init()`), ``ready → paused`` (`stop()`: processes killed, files
 kept, the next `init()` makes it ready again), ``→ destroying → destroyed`` (`destroy()`), ``error`` when
 `init()` or `destroy()` fails. Search (`bm25`, `vector_store` + `embedder`) is a `SearchEngine` the workspace
-owns; `init()` indexes `auto_index_paths`. Skills and LSP attach through `extensions` (anything with optional
-`init()`, `stop()`, `destroy()` and `get_instructions()`), so this class does not grow with each of them.
+owns; `init()` indexes `auto_index_paths`. Skills (`skills`) and LSP (`lsp`) are extensions: anything with
+optional `init()`, `stop()`, `destroy()` and `get_instructions()` (or `get_instructions_async()`), started and
+released with the workspace, so this class does not grow with each of them.
 """
 
 from __future__ import annotations
@@ -94,7 +95,13 @@ class Workspace:
             `embedder` (a single-text async function, or a batch one: see `embedders`).
         search_index_name: the vector store's index; default `{id}_search` with other characters as `_`.
         auto_index_paths: paths, directories or globs indexed by `init()`.
-        extensions: skills, LSP providers.
+        skills: where SKILL.md directories are (paths, globs), or a function of the request context returning
+            them; read from the workspace filesystem (or `skill_source`). Adds the `skill`, `skill_search` and
+            `skill_read` tools and the `<available_skills>` instructions.
+        skill_source: read skills from this filesystem (or a function of the request context) instead.
+        lsp: True or Mastra's `LSPConfig` mapping: the `mastra_workspace_lsp_inspect` tool, over language servers
+            started on first use in the filesystem's directory (or `lsp["root"]`) and closed by `destroy()`.
+        extensions: further providers with the lifecycle above.
     """
 
     def __init__(
@@ -115,6 +122,9 @@ class Workspace:
         embedder: Any = None,
         search_index_name: str | None = None,
         auto_index_paths: Sequence[str] | None = None,
+        skills: Sequence[str] | Resolver | None = None,
+        skill_source: Any = None,
+        lsp: bool | Mapping[str, Any] | None = None,
         extensions: Sequence[Extension] = (),
     ) -> None:
         self.id = id or f"ws-{int(time.time() * 1000):x}-{secrets.token_hex(3)}"
@@ -159,9 +169,14 @@ class Workspace:
         self.operation_timeout = operation_timeout
         lock_ms = write_lock_timeout_ms or self._tools_config.get("write_lock_timeout_ms")
         self.write_lock = FileWriteLock(lock_ms or DEFAULT_WRITE_LOCK_TIMEOUT_MS)
-        self.extensions = tuple(extensions)
         self.auto_index_paths = list(auto_index_paths or [])
         self._search = self._search_engine(bm25, vector_store, embedder, search_index_name)
+        own: list[Any] = []
+        if skills is not None and (callable(skills) or len(skills) > 0):
+            own.append(self._skills_extension(skills, skill_source, bm25))
+        if lsp:
+            own.append(self._lsp_extension(lsp))
+        self.extensions = (*own, *extensions)
         self._teardown_started = False
         if not (self.has_filesystem_config() or self.has_sandbox_config() or self.extensions):
             raise WorkspaceError("Workspace requires at least a filesystem, sandbox, or skills")
@@ -184,8 +199,39 @@ class Workspace:
 
     @property
     def skills(self) -> Any:
-        """The skills interface: None until skills are configured (a later extension)."""
+        """The `WorkspaceSkills`, or None without skills."""
         return next((e for e in self.extensions if getattr(e, "kind", None) == "skills"), None)
+
+    @property
+    def lsp(self) -> Any:
+        """The `WorkspaceLSP`, or None without `lsp`."""
+        return next((e for e in self.extensions if getattr(e, "kind", None) == "lsp"), None)
+
+    def _skills_extension(self, skills: Any, source: Any, bm25: Any) -> Any:
+        from keel.workspace_providers.skills import WorkspaceSkills
+
+        if source is None:
+            source = self._fs if self._fs is not None else None
+            if source is None and self._filesystem_resolver is not None:
+                source = self.resolve_filesystem
+        return WorkspaceSkills(skills, source=source, bm25=bm25 or False)
+
+    def _lsp_extension(self, config: bool | Mapping[str, Any]) -> Any:
+        from keel.workspace_providers.lsp import WorkspaceLSP
+
+        if self._filesystem_resolver is not None or self._sandbox_resolver is not None:
+            raise WorkspaceError(
+                "lsp cannot be used with a resolver filesystem or sandbox: language servers are started in one "
+                "directory at construction time, but a resolver gives a filesystem per request. Pass a static "
+                "filesystem (and sandbox) to use lsp."
+            )
+        options = dict(config) if isinstance(config, Mapping) else {}
+        root = options.get("root") or getattr(self._fs, "base_path", None)
+        if root is None:
+            raise WorkspaceError(
+                'lsp needs a directory to run language servers in: a LocalFilesystem, or lsp={"root": ...}'
+            )
+        return WorkspaceLSP(root, config)
 
     @property
     def can_bm25(self) -> bool:
@@ -390,19 +436,37 @@ class Workspace:
 
     async def get_instructions_async(self, request_context: RequestContext | None = None) -> str:
         """Instructions with resolver providers resolved: the filesystem always, the sandbox only when
-        `instructions.dynamic_sandbox` is "resolve" (else a placeholder, or the function's text)."""
+        `instructions.dynamic_sandbox` is "resolve" (else a placeholder, or the function's text); extensions
+        answer for this request (skills found by a resolver, say)."""
         context = dict(request_context or {})
         filesystem = await self.resolve_filesystem(context)
         mode = self._dynamic_sandbox_instructions
         if self._sandbox_resolver is not None and mode != "resolve":
             sandbox_text = mode(context) if callable(mode) else DYNAMIC_SANDBOX_INSTRUCTIONS
-            return "\n\n".join(p for p in (sandbox_text, self._instructions(filesystem, None, context)) if p)
-        return self._instructions(filesystem, await self.resolve_sandbox(context), context)
+            parts = [sandbox_text, *self._provider_instructions(filesystem, None, context)]
+        else:
+            parts = self._provider_instructions(filesystem, await self.resolve_sandbox(context), context)
+        parts += await self._extension_instructions(context)
+        return "\n\n".join(p for p in parts if p)
 
     def _instructions(self, filesystem: Any, sandbox: Any, request_context: RequestContext | None) -> str:
-        parts = [p.get_instructions(request_context) for p in (sandbox, filesystem) if p is not None]
+        parts = self._provider_instructions(filesystem, sandbox, request_context)
         parts += [e.get_instructions(request_context) for e in self.extensions if hasattr(e, "get_instructions")]
         return "\n\n".join(p for p in parts if p)
+
+    def _provider_instructions(
+        self, filesystem: Any, sandbox: Any, request_context: RequestContext | None
+    ) -> list[str]:
+        return [p.get_instructions(request_context) for p in (sandbox, filesystem) if p is not None]
+
+    async def _extension_instructions(self, request_context: RequestContext | None) -> list[str]:
+        parts = []
+        for e in self.extensions:
+            if hasattr(e, "get_instructions_async"):
+                parts.append(await e.get_instructions_async(request_context))
+            elif hasattr(e, "get_instructions"):
+                parts.append(e.get_instructions(request_context))
+        return parts
 
     async def get_info(
         self,

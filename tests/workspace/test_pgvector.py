@@ -3,8 +3,8 @@ store, an index that outlives the process that wrote it, and metadata filters th
 
 from __future__ import annotations
 
+import asyncio
 import secrets
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -46,8 +46,11 @@ async def test_pgvector_answers_as_the_in_memory_store_and_its_index_outlives_th
         "asyncio.run(main())\n"
     )
     root = Path(__file__).resolve().parents[2]
-    done = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=300)
-    assert done.stdout.strip() == "indexed" and done.returncode == -9, done.stderr[-2000:]
+    writer = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", script, cwd=root, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await asyncio.wait_for(writer.communicate(), 300)
+    assert out.decode().strip() == "indexed" and writer.returncode == -9, err.decode()[-2000:]
 
     store = PgVectorStore(pg_dsn)
     try:

@@ -46,6 +46,17 @@ async def test_a_coder_run_uses_every_tool_and_answers_with_mastras_strings(
     )
     assert outputs["mastra_workspace_file_stat"].startswith("coder/hello.py Type: file Size: 37 bytes Modified: ")
     assert outputs["mastra_workspace_execute_command"] == "def greet():\n    return 'hello Keel'\n2\n"
+    assert outputs["mastra_workspace_index"] == "Indexed coder/hello.py"
+    assert outputs["mastra_workspace_search"] == (
+        "coder/hello.py:1-2: def greet():\n    return 'hello Keel'\n\n---\n1 result (bm25 search)"
+    )
+    assert (
+        outputs["skill"].startswith("# Writing Python in the demo workspace")
+        and "references/checklist.md" in (outputs["skill"])
+    )
+    assert outputs["mastra_workspace_lsp_inspect"] == {
+        "hover": {"value": "```python\ngreet()\n```\n", "kind": "markdown"}
+    }
     assert outputs["mastra_workspace_delete"] == "Deleted coder/hello.py"
     assert not (data_dir / "workspace" / "coder" / "hello.py").exists()
 
