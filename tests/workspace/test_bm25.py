@@ -1,6 +1,6 @@
 """BM25 as Mastra's Workspace does it: for a fixed corpus and queries, the ids, scores and line ranges the real
-`@mastra/core` 1.71 Workspace answered (recorded by bench/mastra/bm25_answers.mjs into
-tests/fixtures/mastra_bm25_answers.json) are Keel's answers too."""
+`@mastra/core` 1.71 Workspace answered (recorded by bench/mastra/search_answers.mjs into
+tests/fixtures/mastra_search_answers.json) are Keel's answers too."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from keel.workspace_providers.bm25 import BM25Index, find_line_range, split_into
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 CORPUS = FIXTURES / "search_corpus"
-RECORDED = json.loads((FIXTURES / "mastra_bm25_answers.json").read_text())
+RECORDED = json.loads((FIXTURES / "mastra_search_answers.json").read_text())
 
 
 def index_like_mastra() -> tuple[BM25Index, dict[str, int]]:
@@ -44,7 +44,7 @@ def test_ids_scores_and_line_ranges_are_mastras(recorded: dict[str, Any]) -> Non
         shift = first_lines.get(hit.id, 1) - 1
         line_range = {"start": found[0] + shift, "end": found[1] + shift} if found else None
         answered.append({"id": hit.id, "score": hit.score, "lineRange": line_range})
-    expected = recorded["results"]
+    expected = recorded["bm25"]
     assert [a["id"] for a in answered] == [e["id"] for e in expected]
     assert [a["score"] for a in answered] == pytest.approx([e["score"] for e in expected], rel=1e-12)
     assert [a["lineRange"] for a in answered] == [e["lineRange"] for e in expected]

@@ -7,6 +7,7 @@ The queries are written in rot13 here: this file is indexed too, and must not co
 from __future__ import annotations
 
 import codecs
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -225,3 +226,39 @@ async def test_the_sentence_transformer_embedder_gives_384_unit_vectors() -> Non
     vectors = await SentenceTransformerEmbedder()(["one sentence", "another"])
     assert len(vectors) == 2 and all(len(v) == 384 for v in vectors)
     assert sum(x * x for x in vectors[0]) == pytest.approx(1.0, rel=1e-4)
+
+
+MASTRA = json.loads((ROOT / "tests" / "fixtures" / "mastra_search_answers.json").read_text())
+
+
+@pytest.fixture(scope="module")
+async def corpus_like_mastra() -> Workspace:
+    """tests/fixtures/search_corpus indexed as bench/mastra/search_answers.mjs indexed it for Mastra: BM25 and
+    vectors of the letter-count embedder both sides compute exactly."""
+    ws = Workspace(
+        filesystem=LocalFilesystem(base_path=str(ROOT / "tests" / "fixtures" / "search_corpus"), read_only=True),
+        bm25=True,
+        vector_store=InMemoryVectorStore(),
+        embedder=_letters,
+        auto_index_paths=["**/*"],
+    )
+    await ws.init()
+    return ws
+
+
+@pytest.mark.parametrize("recorded", MASTRA["answers"], ids=lambda a: a["query"])
+@pytest.mark.parametrize(
+    ("mode", "key", "weight"), [("vector", "vector", 0.5), ("hybrid", "hybrid", 0.5), ("hybrid", "hybrid_03", 0.3)]
+)
+async def test_vector_and_hybrid_answers_are_mastras(
+    corpus_like_mastra: Workspace, recorded: dict[str, Any], mode: str, key: str, weight: float
+) -> None:
+    found = await corpus_like_mastra.search(recorded["query"], mode=mode, top_k=MASTRA["topK"], vector_weight=weight)
+    expected = recorded[key]
+    assert [r.id for r in found] == [e["id"] for e in expected]
+    assert [r.score for r in found] == pytest.approx([e["score"] for e in expected], abs=1e-6)
+    for r, e in zip(found, expected, strict=True):
+        got = r.to_dict()
+        assert got.get("lineRange") == e["lineRange"]
+        assert set(got["scoreDetails"]) == set(e["scoreDetails"])
+        assert list(got["scoreDetails"].values()) == pytest.approx(list(e["scoreDetails"].values()), abs=1e-6)
