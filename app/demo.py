@@ -125,8 +125,8 @@ def demo_workspace() -> Workspace:
         tools={WORKSPACE_TOOLS.SANDBOX.EXECUTE_COMMAND: {"require_approval": not isolated}},
         bm25=True,
         auto_index_paths=["coder"],
-        skills=["."],
-        skill_source=LocalFilesystem(DEMO_SKILLS, read_only=True),
+        skills=["demo_skills"],
+        skill_source=LocalFilesystem(DEMO_SKILLS.parent, read_only=True),
         lsp=True,
     )
 

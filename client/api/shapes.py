@@ -30,6 +30,18 @@ def tool_details(tool: Tool) -> dict[str, Any]:
     }
 
 
+async def _skills(workspace: Any, request_context: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """The agent's skills as Mastra lists them: `{name, description, license, path}` (none when discovery fails)."""
+    if workspace is None or workspace.skills is None:
+        return []
+    try:
+        found = await (await workspace.skills.scoped(request_context)).list()
+    except Exception:
+        return []  # Mastra shows an agent whose skills cannot be read, without them
+    shown = ({"name": s.name, "description": s.description, "license": s.license, "path": s.path} for s in found)
+    return [{k: v for k, v in s.items() if v is not None} for s in shown]
+
+
 async def agent_details(
     app: App, agent: Agent, request_context: Mapping[str, Any] | None = None, *, partial: bool = False
 ) -> dict[str, Any]:
@@ -50,8 +62,10 @@ async def agent_details(
         "agents": {},
         "tools": shown,
         "workflows": {},
-        "skills": [],
-        "workspaceTools": [t.id for t in tools if t.workspace_tool is not None],
+        "skills": await _skills(workspace, request_context),
+        "workspaceTools": [
+            t.id for t in tools if t.workspace_tool is not None and t.workspace_tool.kind.needs != "skills"
+        ],
         "browserTools": [],
         "hasBrowser": False,
         "inputProcessors": [],

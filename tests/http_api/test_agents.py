@@ -13,15 +13,27 @@ async def test_agents_are_listed_and_described_as_mastra_does(api: Api) -> None:
     out = await api.js("""
         const agents = await client.listAgents();
         const payer = await client.getAgent("payer").details();
+        const demo = await client.getAgent("demo").details();
         let missing;
         try { await client.getAgent("nope").details(); } catch (e) { missing = {status: e.status, body: e.body}; }
-        return {ids: Object.keys(agents), payer, missing};
+        return {ids: Object.keys(agents), payer, demo, missing};
     """)
     assert {"payer", "writer", "demo"} <= set(out["ids"])
     payer = out["payer"]
     assert payer["id"] == "payer" and payer["modelId"] == "payer" and payer["source"] == "code"
     assert payer["tools"]["pay"]["requireApproval"] is True
     assert '"amount"' in payer["tools"]["pay"]["inputSchema"]  # superjson: {"json": <JSON Schema>}
+    # The demo workspace's skill, and its workspace tools without the skill tools (Mastra lists those apart).
+    assert out["demo"]["skills"] == [
+        {
+            "name": "keel-python",
+            "description": "How the demo coder writes Python in the Keel workspace. Use it before writing or "
+            "editing a .py file.",
+            "license": "Apache-2.0",
+            "path": "demo_skills/keel-python",
+        }
+    ]
+    assert "mastra_workspace_search" in out["demo"]["workspaceTools"] and "skill" not in out["demo"]["workspaceTools"]
     assert out["missing"] == {"status": 404, "body": {"error": "Agent with id nope not found"}}
 
 
