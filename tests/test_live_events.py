@@ -97,6 +97,39 @@ async def test_a_reader_gets_its_listener_back_after_postgres_drops_it(
         await writer.close()
 
 
+@pytest.mark.parametrize("store_url", ["postgres"], indirect=True)
+async def test_a_listener_that_silently_stops_hearing_is_replaced(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A listener connection can die without a word (no FIN: a dropped route, a frozen peer), or stop
+    listening. The store pings itself through it while readers wait, and replaces it when no answer comes."""
+    from keel.storage.postgres import events as pg_events
+
+    monkeypatch.setattr(pg_events, "LISTENER_CHECK_SECONDS", 0.5)
+    reader, writer = PostgresStorage(store_url), PostgresStorage(store_url)
+    await writer.init()
+    try:
+        monkeypatch.setattr(run_events, "WATCHED_WAIT_SECONDS", 0.2)
+        followed = follow(reader, "r")
+        first = asyncio.ensure_future(next_event(followed))
+        await asyncio.sleep(0.3)
+        listener = reader._listener
+        assert listener is not None
+        await listener.execute("UNLISTEN *")  # alive, answering, and deaf
+        async with asyncio.timeout(10):
+            while reader._listener is None or reader._listener is listener:
+                await asyncio.sleep(0.05)
+        assert listener.is_closed()
+        monkeypatch.setattr(run_events, "WATCHED_WAIT_SECONDS", 60.0)
+        monkeypatch.setattr(run_events, "IDLE_CHECK_SECONDS", 60.0)
+        await asyncio.sleep(0.5)  # past the backstop the reader was waiting on; now only a wake-up will do
+        await writer.append_events("r", [EventRecord(type="start")])
+        assert (await asyncio.wait_for(first, 5)).type == "start"
+    finally:
+        await reader.close()
+        await writer.close()
+
+
 class HeldModel(ChatModel):
     """Streams `Hel`, then holds until released, then `lo`; or, with `tokens`, that many `x` deltas (letting
     the loop run between them, as a network stream does), then holds, then ends."""

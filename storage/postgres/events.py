@@ -19,6 +19,12 @@ CHANNEL = "keel_run_events"
 """Each commit that appends to a run's log notifies this channel with the run id (`LISTEN/NOTIFY`)."""
 LISTENER_CONNECT_SECONDS = 5.0
 LISTENER_RETRY_SECONDS = 5.0
+LISTENER_CHECK_SECONDS = 10.0
+"""While readers wait past their backstop, the listener is checked at most this often: it notifies itself a
+ping, and is replaced if the ping does not come back within `PING_SECONDS` (a connection dead without a FIN
+would otherwise stay "open", and readers would poll at the backstop's pace until TCP gave up, hours later)."""
+PING_SECONDS = 2.0
+_PING = "keel-ping:"
 _MAX_PAYLOAD = 7999  # NOTIFY's payload limit is 8000 bytes; a longer run id notifies '' (wake every reader)
 
 
@@ -93,6 +99,9 @@ class PostgresEvents(PostgresPool, EventStore):
     _listener: Any = None
     _listener_lock: asyncio.Lock | None = None
     _listener_retry_at = 0.0
+    _listener_checked_at = 0.0
+    _listener_check: asyncio.Task[None] | None = None
+    _pings: dict[str, asyncio.Future[None]] | None = None
 
     @guarded
     async def append_events(
@@ -158,8 +167,34 @@ class PostgresEvents(PostgresPool, EventStore):
 
     async def _watch_timed_out(self) -> None:
         await self._watching()
+        now = time.monotonic()
+        checking = self._listener_check is not None and not self._listener_check.done()
+        if self._listener is not None and not checking and now - self._listener_checked_at >= LISTENER_CHECK_SECONDS:
+            self._listener_checked_at = now
+            self._listener_check = asyncio.ensure_future(self._check_listener(self._listener))
+
+    async def _check_listener(self, conn: Any) -> None:
+        """Ping through `conn`; if the ping is not heard back, the listener is replaced."""
+        token = f"{_PING}{id(self)}:{time.monotonic_ns()}"
+        heard = asyncio.get_running_loop().create_future()
+        self._pings = self._pings or {}
+        self._pings[token] = heard
+        try:
+            await conn.execute("SELECT pg_notify($1, $2)", CHANNEL, token, timeout=PING_SECONDS)
+            await asyncio.wait_for(heard, PING_SECONDS)
+        except Exception:  # no answer, or an error: either way this connection no longer wakes anyone
+            if self._listener is conn:
+                conn.terminate()  # its termination listener clears it and wakes the readers to reopen
+                self._listener_lost(conn)
+        finally:
+            self._pings.pop(token, None)
 
     def _notified(self, conn: Any, pid: int, channel: str, payload: str) -> None:
+        if payload.startswith(_PING):
+            heard = (self._pings or {}).get(payload)
+            if heard is not None and not heard.done():
+                heard.set_result(None)
+            return  # another store's ping, or a late one
         if self._event_watches is None:
             return
         if payload:
@@ -174,6 +209,10 @@ class PostgresEvents(PostgresPool, EventStore):
 
     async def close(self) -> None:
         self._closed = True  # before the listener goes: no reader opens another
+        if self._listener_check is not None:
+            self._listener_check.cancel()
+            with contextlib.suppress(BaseException):
+                await self._listener_check
         listener, self._listener = self._listener, None
         if listener is not None:
             with contextlib.suppress(Exception):
