@@ -16,6 +16,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from keel.activities.events import StepWriter
 from keel.activities.failures import translated
 from keel.activities.heartbeat import heartbeating
+from keel.activities.indexing import WorkspaceIndexing
 from keel.activities.model_step import ModelSteps
 from keel.activities.run_lists import run_lists
 from keel.activities.tools import ToolCalls
@@ -49,6 +50,7 @@ class AgentActivities:
         self._model = ModelSteps(app, storage)
         self._tools = ToolCalls(app, storage, host_queue)
         self._workflow_steps = WorkflowSteps(app, storage)
+        self._indexing = WorkspaceIndexing(app)
 
     @activity.defn(name=names.MODEL_STEP)
     async def model_step(self, input: ModelStepInput) -> ModelStepResult:
@@ -171,6 +173,7 @@ class AgentActivities:
             self.execute_tool,
             self.kill_processes,
             *self._workflow_steps.all(),
+            *self._indexing.all(),
         ]
 
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import timedelta
+from typing import Any
 
 from temporalio import activity
 
@@ -18,14 +19,17 @@ def heartbeat_interval(heartbeat_timeout: timedelta | None) -> timedelta | None:
 
 
 @contextlib.asynccontextmanager
-async def heartbeating() -> AsyncIterator[None]:
+async def heartbeating(details: Callable[[], Sequence[Any]] | None = None) -> AsyncIterator[None]:
     """Heartbeat every half heartbeat timeout while the block runs, starting one interval in: an activity that
-    ends sooner sends none (each heartbeat is a server call). Nothing at all without a heartbeat timeout."""
+    ends sooner sends none (each heartbeat is a server call). Nothing at all without a heartbeat timeout.
+
+    `details` gives the details of each beat: the server keeps only the latest heartbeat's, so an activity that
+    records its progress there must repeat it in every beat, or a retry would find an empty one."""
     interval = heartbeat_interval(activity.info().heartbeat_timeout)
     if interval is None:
         yield
         return
-    beat = asyncio.create_task(_beat_every(interval.total_seconds()))
+    beat = asyncio.create_task(_beat_every(interval.total_seconds(), details or tuple))
     try:
         yield
     finally:
@@ -34,7 +38,7 @@ async def heartbeating() -> AsyncIterator[None]:
             await beat
 
 
-async def _beat_every(seconds: float) -> None:
+async def _beat_every(seconds: float, details: Callable[[], Sequence[Any]]) -> None:
     while True:
         await asyncio.sleep(seconds)
-        activity.heartbeat()
+        activity.heartbeat(*details())

@@ -12,6 +12,7 @@ from keel.client.errors import (
     ToolCallRejected,
     ToolFailed,
 )
+from keel.client.indexing import indexing_progress, indexing_result, start_indexing
 from keel.client.keel_client import KeelClient, Poller, RunInfo, RunStatus
 
 __all__ = [
@@ -29,4 +30,7 @@ __all__ = [
     "RunStatus",
     "ToolCallRejected",
     "ToolFailed",
+    "indexing_progress",
+    "indexing_result",
+    "start_indexing",
 ]

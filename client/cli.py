@@ -26,6 +26,7 @@ from keel.app.agent_tools import agent_tool, agent_tools
 from keel.client import workflow_commands
 from keel.client.devserver import DevServer, DevServerConfig, is_listening, stop_detached, wait_for_ui
 from keel.client.errors import KeelClientError, RunFailed, RunNotFound, ToolFailed
+from keel.client.indexing import indexing_progress, indexing_result, start_indexing
 from keel.client.keel_client import KeelClient
 from keel.client.run_events import Shown, follow, read
 from keel.protocol import (
@@ -369,6 +370,39 @@ async def cmd_tool(args: argparse.Namespace) -> int:
     return 0
 
 
+async def cmd_index(args: argparse.Namespace) -> int:
+    app = load_app(args.app)
+    workspace = app.get_workspace(args.workspace_id)  # AppError (the known ids) before anything is sent
+    if workspace.search_engine is None:
+        raise CliError(f"Workspace {workspace.id!r} has no search configured (bm25, or a vector_store and embedder)")
+    keel = await connect_client(args, app)
+    if not args.no_follow:
+        await keel.require_worker()
+    handle = await start_indexing(keel, workspace.id, args.path or None, workflow_id=args.run_id)
+    print(f"indexing workspace {workspace.id}: workflow {handle.id}", flush=True)
+    if args.no_follow:
+        return 0
+    shown: tuple[int, int] | None = None
+    while True:
+        running, progress = await indexing_progress(keel, handle.id)
+        if progress is not None and (progress.done, progress.attempt) != shown and not args.json:
+            shown = (progress.done, progress.attempt)
+            retry = f", attempt {progress.attempt}" if progress.attempt > 1 else ""
+            print(f"  {progress.done}/{progress.total} files (last: {progress.last}{retry})", flush=True)
+        if not running:
+            break
+        await asyncio.sleep(1)
+    result = await indexing_result(keel, handle.id)
+    if args.json:
+        print(_json(result.model_dump(by_alias=True)))
+        return 0
+    resumed = f", resumed after {result.resumed_from} files (attempt {result.attempts})" if result.resumed_from else ""
+    print(
+        f"indexed {result.indexed} of {result.files} files: {result.chunks} chunks, {result.skipped} skipped{resumed}"
+    )
+    return 0
+
+
 async def cmd_events(args: argparse.Namespace) -> int:
     storage = await open_store()
     try:
@@ -560,6 +594,16 @@ def _tool_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the output as JSON")
 
 
+def _index_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("workspace_id", help="the workspace (see `keel workspaces`)")
+    p.add_argument(
+        "--path", action="append", help="a file, directory or glob to index (repeatable; default auto_index_paths)"
+    )
+    p.add_argument("--run-id", help="the workflow id (default keel-index-<workspace>: a running one is followed)")
+    p.add_argument("--no-follow", action="store_true", help="print the workflow id and return at once")
+    _json_arg(p)
+
+
 def _events_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_id", help="the run")
     p.add_argument("--offset", type=int, default=0, help="the first event to print (default 0)")
@@ -589,6 +633,12 @@ COMMANDS: dict[str, Command] = {
         "run one tool of an agent on a worker, as a run would, and print its output",
         cmd_tool,
         _tool_args,
+        ("temporal", "queue", "app"),
+    ),
+    "index": Command(
+        "index a workspace's files for search on a worker, printing progress (resumes after a worker crash)",
+        cmd_index,
+        _index_args,
         ("temporal", "queue", "app"),
     ),
     "config": Command(

@@ -32,6 +32,11 @@ SETTLED_UPDATE: Final = "settled"
 STATE_QUERY: Final = "state"
 EVENTS_QUERY: Final = "events"
 
+# Workspace search indexing
+INDEX_WORKSPACE: Final = "IndexWorkspace"
+"""Index a workspace's files for search (`keel index`): one long activity that heartbeats its progress."""
+INDEX_WORKSPACE_ACTIVITY: Final = "keel.index_workspace"
+
 # Handlers of `AgentRun`
 TOOL_APPROVAL_SIGNAL: Final = "tool_approval"
 AGENT_THREAD: Final = "AgentThread"

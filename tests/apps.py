@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import re
 import tempfile
@@ -257,7 +258,14 @@ listener = Agent(id="listener", model=ScriptedModel(listener_script, name="liste
 messages into an active run."""
 
 
-app = App.of(
+search_workspace = Workspace(
+    id="tests-search",
+    filesystem=LocalFilesystem(Path(tempfile.gettempdir()) / f"keel-tests-search-{os.getpid()}"),
+    bm25=True,
+)
+"""BM25 search over a few files, indexed by `IndexWorkspace` (no agent uses it)."""
+
+app = dataclasses.replace(App.of(
     demo, multi, listener, ledger, once, mistakes, payer, reuser, bulky, flaky, workspace_agent, definition_apps.writer,
     tools=definition_apps.app.tools.values(), classifiers=definition_apps.app.classifiers.values(),
-)  # fmt: skip
+), workspaces={search_workspace.id: search_workspace})  # fmt: skip

@@ -20,13 +20,14 @@ from typing import Any
 from keel.client import KeelClient, RunFailed
 from keel.client.connection import connect
 from keel.client.devserver import DevServer, DevServerConfig
+from keel.client.indexing import start_indexing
 from keel.client.workflows import Workflows
 from keel.storage import SQLiteStorage
 from keel.worker import build_worker
 from keel.workflows import thread_workflow_id
 from keel.workflows.contracts import ALL_SHAPES, ResumeStep, RunShape, WorkflowRunState
 from keel.workflows.options import DEFAULT_OPTIONS, AgentActivityOptions
-from tests.apps import app
+from tests.apps import app, search_workspace
 from tests.conftest import free_port
 from tests.workflows_json import apps as definition_apps
 
@@ -207,6 +208,17 @@ async def _bad_input(keel: KeelClient, name: str) -> str:
     return name
 
 
+async def _index_workspace(keel: KeelClient, name: str) -> str:
+    """Three files of the BM25 workspace indexed by `IndexWorkspace` (one heartbeat per batch)."""
+    root = Path(search_workspace.filesystem.base_path)
+    root.mkdir(parents=True, exist_ok=True)  # the worker may still be initialising the workspace
+    for i in range(3):
+        (root / f"doc{i}.md").write_text(f"document {i}\n")
+    handle = await start_indexing(keel, search_workspace.id, ["."], workflow_id=name)
+    await handle.result()
+    return name
+
+
 @dataclass(frozen=True)
 class Scenario:
     run: Callable[[KeelClient, str], Awaitable[str]]
@@ -241,6 +253,7 @@ SCENARIOS: dict[str, Scenario] = {
     "definition_started_by_keel": Scenario(_definition_by_keel, DEFAULT_SHAPE),
     "delivered_message": Scenario(_delivered_message, DEFAULT_SHAPE),
     "thread_entity": Scenario(_thread_entity, DEFAULT_SHAPE, ends=False),
+    "index_workspace": Scenario(_index_workspace, DEFAULT_SHAPE),
     "continued_as_new": Scenario(
         lambda keel, name: keel.start_run("bulky", "steps=4 size=1000", run_id=name),
         DEFAULT_SHAPE,
@@ -285,7 +298,7 @@ async def record_on_server(dynamic_config: dict[str, str], names: list[str]) -> 
                         runs[name] = await SCENARIOS[name].run(keel, name)
                         if not SCENARIOS[name].ends:
                             continue
-                        if name.startswith("definition_"):  # a workflow definition's run: no agent result
+                        if name.startswith(("definition_", "index_")):  # not an agent run: no agent result
                             await client.get_workflow_handle(runs[name]).result()
                             continue
                         with contextlib.suppress(RunFailed):

@@ -10,15 +10,19 @@ from keel.workflows.contracts import (
     AgentRunInput,
     AgentRunResult,
     ApprovalAccepted,
+    IndexProgress,
+    IndexWorkspaceInput,
+    IndexWorkspaceResult,
     PendingToolCall,
     ToolApproval,
 )
 from keel.workflows.definition_run import DefinitionRun
+from keel.workflows.index_workspace import IndexWorkspace, index_workflow_id
 from keel.workflows.options import DEFAULT_OPTIONS, AgentActivityOptions
 from keel.workflows.resumable import Resumable
 from keel.workflows.search_attributes import ALL_KEYS as SEARCH_ATTRIBUTES
 
-WORKFLOWS: list[type] = [AgentRun, AgentThread, DefinitionRun]
+WORKFLOWS: list[type] = [AgentRun, AgentThread, DefinitionRun, IndexWorkspace]
 
 __all__ = [
     "DEFAULT_OPTIONS",
@@ -31,8 +35,13 @@ __all__ = [
     "AgentThread",
     "ApprovalAccepted",
     "DefinitionRun",
+    "IndexProgress",
+    "IndexWorkspace",
+    "IndexWorkspaceInput",
+    "IndexWorkspaceResult",
     "PendingToolCall",
     "Resumable",
     "ToolApproval",
+    "index_workflow_id",
     "thread_workflow_id",
 ]

@@ -460,3 +460,58 @@ class ClassifierStepInput(Contract):
     classifier_id: str
     state: Any = None
     request_context: dict[str, Any] | None = None
+
+
+# --- IndexWorkspace ------------------------------------------------------------------------------------
+
+
+class IndexWorkspaceInput(Contract):
+    """Input of the `IndexWorkspace` workflow (`keel index`)."""
+
+    workspace_id: str = Field(min_length=1)
+    paths: list[str] | None = None
+    """Files, directories or globs; default the workspace's `auto_index_paths`."""
+    heartbeat_timeout_seconds: float = Field(default=30.0, gt=0)
+    """A worker that stops heartbeating this long is taken for lost and the activity is retried (on any
+    worker) from its last heartbeat. Heartbeats are sent at most every 0.8 of it."""
+
+
+class IndexFilesInput(Contract):
+    """Input of the `keel.index_workspace` activity."""
+
+    workspace_id: str = Field(min_length=1)
+    paths: list[str] | None = None
+
+
+class IndexProgress(Contract):
+    """The heartbeat details of `keel.index_workspace` (what the Temporal UI shows of a pending activity):
+    `done` of `total` files (sorted by path) are indexed, the last of them `last`; a retried attempt goes on
+    after `last`. The counts cover every attempt so far."""
+
+    done: int = 0
+    total: int = 0
+    last: str | None = None
+    indexed: int = 0
+    """Files indexed (readable as text)."""
+    skipped: int = 0
+    """Files that are not UTF-8 text."""
+    chunks: int = 0
+    """Documents indexed: one per file, or its chunks past 4,000 characters."""
+    attempt: int = 1
+    worker: str | None = None
+    """The worker process of the attempt (host, pid, a random part): a retry in another process re-adds the BM25
+    documents of the files done, which lived in that process's memory."""
+
+
+class IndexWorkspaceResult(Contract):
+    """The result of `IndexWorkspace` and of its activity."""
+
+    workspace_id: str
+    files: int
+    """Files the paths named."""
+    indexed: int
+    skipped: int
+    chunks: int
+    resumed_from: int = 0
+    """Files an earlier attempt had indexed (0 when the first attempt did it all)."""
+    attempts: int = 1

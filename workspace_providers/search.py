@@ -130,24 +130,27 @@ class SearchEngine:
     async def index(self, doc: SearchDocument) -> None:
         await self.index_many([doc])
 
-    async def index_many(self, docs: Sequence[SearchDocument]) -> None:
+    async def index_many(self, docs: Sequence[SearchDocument], *, vectors: bool = True) -> None:
         """BM25 per document, vectors embedded in batches and upserted at most 100 at a time. A repeated id
-        keeps its last document."""
+        keeps its last document.
+
+        `vectors=False` adds the BM25 documents alone: for documents a persistent vector store already holds
+        (an indexing resumed in another process), nothing is embedded again."""
         unique = list({d.id: d for d in docs}.values())
         merged = [(d, self._metadata(d)) for d in unique]
         for doc, metadata in merged:
             self._ids[doc.id] = None
             if self._bm25 is not None:
                 self._bm25.add(doc.id, doc.content, metadata)
-        if self._vector is None or not merged:
+        if self._vector is None or not merged or not vectors:
             return
-        vectors = await embedders.embed_all(self._vector.embedder, [d.content for d, _ in merged])
-        await self._ensure_vector_index(len(vectors[0]))
+        embedded = await embedders.embed_all(self._vector.embedder, [d.content for d, _ in merged])
+        await self._ensure_vector_index(len(embedded[0]))
         for start in range(0, len(merged), MAX_VECTORS_PER_UPSERT):
             part = merged[start : start + MAX_VECTORS_PER_UPSERT]
             await self._vector.store.upsert(
                 self._vector.index_name,
-                vectors[start : start + MAX_VECTORS_PER_UPSERT],
+                embedded[start : start + MAX_VECTORS_PER_UPSERT],
                 [{"id": d.id, "text": d.content, **m} for d, m in part],
                 [d.id for d, _ in part],
             )
@@ -178,6 +181,22 @@ class SearchEngine:
             await self.remove(doc_id)
         if self._vector is not None and self._vector_index_ready:
             await self._vector.store.delete_vectors(self._vector.index_name, {"sourceFile": source_id})
+
+    async def remove_sources(self, source_ids: Sequence[str], *, vectors: bool = True) -> None:
+        """`remove_source` for many files at once: one pass over the ids here and one vector store delete (by
+        document id or `sourceFile`), not one of each per file. `vectors=False` leaves the vector store alone."""
+        sources = set(source_ids)
+        if not sources:
+            return
+        for doc_id in [i for i in self._ids if i in sources or i.split("#chunk-", 1)[0] in sources]:
+            self._ids.pop(doc_id, None)
+            if self._bm25 is not None:
+                self._bm25.remove(doc_id)
+        if vectors and self._vector is not None and self._vector_index_ready:
+            listed = sorted(sources)
+            await self._vector.store.delete_vectors(
+                self._vector.index_name, {"$or": [{"id": {"$in": listed}}, {"sourceFile": {"$in": listed}}]}
+            )
 
     def clear(self) -> None:
         """Forget the BM25 documents and ids (a persistent vector store keeps its vectors, as in Mastra)."""

@@ -4,14 +4,15 @@ matches, walked from its static base); a file is one document with its path as i
 chunks ``<path>#chunk-<i>`` with `sourceFile` metadata and their first line. Files that are not UTF-8 text are
 skipped. Re-indexing a file first removes its old document and chunks.
 
-`index_files` reports progress after each batch, so a long indexing run (an activity) can heartbeat it and
-resume after the last file done.
+`index_files` reports progress after each batch and `index_batches` yields each batch once indexed, so a long
+indexing run (the `keel.index_workspace` activity) can heartbeat it and resume after the last file done.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from keel.workspace_providers.bm25 import split_into_chunks
@@ -87,31 +88,53 @@ async def documents_of(fs: Any, path: str) -> list[SearchDocument] | None:
     ]
 
 
-async def index_files(
-    engine: SearchEngine, fs: Any, files: Sequence[str], *, progress: Progress | None = None
-) -> list[str]:
-    """Index `files` in batches; returns those indexed (readable as text). `progress(done, total, last)` runs
-    after each batch."""
-    indexed: list[str] = []
+@dataclass(frozen=True)
+class IndexedBatch:
+    """One batch `index_batches` finished: its files, those indexed (readable as text), their documents."""
+
+    files: list[str]
+    indexed: list[str]
+    documents: int
+
+    @property
+    def last(self) -> str:
+        return self.files[-1]
+
+
+async def index_batches(
+    engine: SearchEngine, fs: Any, files: Sequence[str], *, vectors: bool = True, batch_files: int = BATCH_FILES
+) -> AsyncIterator[IndexedBatch]:
+    """Index `files` `batch_files` at a time, yielding each batch once it is indexed (its vectors upserted):
+    what a caller records as done after a batch stays done. `vectors=False` re-adds the BM25 documents alone
+    (their vectors are in a persistent store already) and leaves the vector store untouched."""
     limit = asyncio.Semaphore(READ_CONCURRENCY)
 
     async def read(path: str) -> list[SearchDocument] | None:
         async with limit:
             return await documents_of(fs, path)
 
-    for start in range(0, len(files), BATCH_FILES):
-        batch = list(files[start : start + BATCH_FILES])
+    for start in range(0, len(files), batch_files):
+        batch = list(files[start : start + batch_files])
         read_docs = await asyncio.gather(*(read(p) for p in batch))
-        docs: list[SearchDocument] = []
-        for path, found in zip(batch, read_docs, strict=True):
-            if found is None:
-                continue
-            await engine.remove_source(path)
-            docs += found
-            indexed.append(path)
-        await engine.index_many(docs)
+        found = [(path, d) for path, d in zip(batch, read_docs, strict=True) if d is not None]
+        await engine.remove_sources([path for path, _ in found], vectors=vectors)
+        docs = [doc for _, d in found for doc in d]
+        await engine.index_many(docs, vectors=vectors)
+        yield IndexedBatch(batch, [path for path, _ in found], len(docs))
+
+
+async def index_files(
+    engine: SearchEngine, fs: Any, files: Sequence[str], *, progress: Progress | None = None
+) -> list[str]:
+    """Index `files` in batches; returns those indexed (readable as text). `progress(done, total, last)` runs
+    after each batch."""
+    indexed: list[str] = []
+    done = 0
+    async for batch in index_batches(engine, fs, files):
+        indexed += batch.indexed
+        done += len(batch.files)
         if progress is not None:
-            result = progress(start + len(batch), len(files), batch[-1])
+            result = progress(done, len(files), batch.last)
             if result is not None:
                 await result
     return indexed
