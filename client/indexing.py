@@ -49,7 +49,9 @@ async def indexing_progress(keel: KeelClient, workflow_id: str) -> tuple[bool, I
 async def indexing_result(keel: KeelClient, workflow_id: str) -> IndexWorkspaceResult:
     """Wait for the indexing's result; `RunFailed` with its error when it failed (a bad workspace, say)."""
     try:
-        return await keel.temporal.get_workflow_handle_for(IndexWorkspace.run, workflow_id).result()
+        handle = keel.temporal.get_workflow_handle(workflow_id, result_type=IndexWorkspaceResult)
+        result: IndexWorkspaceResult = await handle.result()
+        return result
     except WorkflowFailureError as err:
         cause: BaseException = err
         while isinstance(cause, FailureError | WorkflowFailureError) and cause.cause is not None:
