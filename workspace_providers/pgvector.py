@@ -12,8 +12,9 @@ queries use pgvector's iterative index scan, so a selective filter still fills `
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 from keel.workspace_providers import vector_filter
@@ -39,7 +40,10 @@ class PgVectorStore:
                     import asyncpg
                 except ImportError:
                     raise SearchError("PgVectorStore needs asyncpg: pip install 'keel[postgres]'") from None
-                self._pool = await asyncpg.create_pool(self._url, min_size=1, max_size=4)
+                try:
+                    self._pool = await asyncpg.create_pool(self._url, min_size=1, max_size=4)
+                except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as err:
+                    raise SearchError(f"Cannot reach PostgreSQL for vectors ({type(err).__name__}: {err})") from err
             if not self._extension:
                 async with self._pool.acquire() as conn:
                     await conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
@@ -123,18 +127,18 @@ class PgVectorStore:
         metadata = list(metadata) if metadata is not None else [{} for _ in vectors]
         if not (len(ids) == len(vectors) == len(metadata)):
             raise SearchError("upsert needs as many ids and metadata entries as vectors")
-        pool = await self._get_pool()
-        rows = [(i, _vector_text(v), json.dumps(dict(m))) for i, v, m in zip(ids, vectors, metadata, strict=True)]
         try:
+            rows = [(i, _vector_text(v), json.dumps(dict(m))) for i, v, m in zip(ids, vectors, metadata, strict=True)]
+        except (TypeError, ValueError) as err:
+            raise SearchError(f"Vector metadata must be JSON: {err}") from None
+        async with _translated(f'Cannot upsert into vector index "{index_name}"'):
+            pool = await self._get_pool()
             await pool.executemany(
-                f"INSERT INTO {self._table(index_name)} (id, embedding, metadata) VALUES ($1, $2::vector, $3::jsonb) "
+                f"INSERT INTO {self._table(index_name)} (id, embedding, metadata) "
+                "VALUES ($1, $2::vector, $3::text::jsonb) "
                 "ON CONFLICT (id) DO UPDATE SET embedding = EXCLUDED.embedding, metadata = EXCLUDED.metadata",
                 rows,
             )
-        except Exception as err:
-            if type(err).__name__ in ("UndefinedTableError", "DataException", "InvalidTextRepresentationError"):
-                raise SearchError(f'Cannot upsert into vector index "{index_name}": {err}') from err
-            raise
         return ids
 
     async def query(
@@ -150,26 +154,20 @@ class PgVectorStore:
             return []
         params: list[Any] = [_vector_text(query_vector), int(top_k)]
         where = to_sql(filter, params) if filter else "TRUE"
-        columns = "id, 1 - (embedding <=> $1::vector) AS score, metadata" + (
+        columns = "id, 1 - (embedding <=> $1::vector) AS score, metadata::text AS metadata" + (
             ", embedding::text AS vector" if include_vector else ""
         )
-        pool = await self._get_pool()
-        async with pool.acquire() as conn, conn.transaction():
-            await conn.execute(f"SET LOCAL hnsw.ef_search = {max(40, min(int(top_k), 1000))}")
-            if filter:
-                await conn.execute("SET LOCAL hnsw.iterative_scan = strict_order")
-            try:
+        async with _translated(f'Cannot query vector index "{index_name}"'):
+            pool = await self._get_pool()
+            async with pool.acquire() as conn, conn.transaction():
+                await conn.execute(f"SET LOCAL hnsw.ef_search = {max(40, min(int(top_k), 1000))}")
+                if filter:
+                    await conn.execute("SET LOCAL hnsw.iterative_scan = strict_order")
                 rows = await conn.fetch(
                     f"SELECT {columns} FROM {self._table(index_name)} WHERE {where} "
                     "ORDER BY embedding <=> $1::vector LIMIT $2",
                     *params,
                 )
-            except Exception as err:
-                if type(err).__name__ == "UndefinedTableError":
-                    raise SearchError(f'Vector index "{index_name}" does not exist') from None
-                if type(err).__name__ == "DataException" or "dimensions" in str(err):
-                    raise SearchError(f'Cannot query vector index "{index_name}": {err}') from err
-                raise
         return [
             VectorHit(
                 r["id"],
@@ -181,24 +179,18 @@ class PgVectorStore:
         ]
 
     async def delete_vector(self, index_name: str, id: str) -> None:
-        pool = await self._get_pool()
-        try:
+        async with _translated(f'Cannot delete from vector index "{index_name}"', missing_ok=True):
+            pool = await self._get_pool()
             await pool.execute(f"DELETE FROM {self._table(index_name)} WHERE id = $1", id)
-        except Exception as err:
-            if type(err).__name__ != "UndefinedTableError":
-                raise
 
     async def delete_vectors(self, index_name: str, filter: Mapping[str, Any]) -> int:
         vector_filter.validate(filter)
         params: list[Any] = []
         where = to_sql(filter, params)
-        pool = await self._get_pool()
-        try:
+        status = "DELETE 0"
+        async with _translated(f'Cannot delete from vector index "{index_name}"', missing_ok=True):
+            pool = await self._get_pool()
             status = await pool.execute(f"DELETE FROM {self._table(index_name)} WHERE {where}", *params)
-        except Exception as err:
-            if type(err).__name__ == "UndefinedTableError":
-                return 0
-            raise
         return int(status.rsplit(" ", 1)[-1])
 
 
@@ -206,8 +198,26 @@ def _vector_text(vector: Sequence[float]) -> str:
     return "[" + ",".join(repr(float(x)) for x in vector) + "]"
 
 
+@contextlib.asynccontextmanager
+async def _translated(what: str, *, missing_ok: bool = False) -> AsyncIterator[None]:
+    """PostgreSQL's refusals as `SearchError`s that say what was being done (a missing index is nothing to do
+    for a delete, `missing_ok`)."""
+    import asyncpg
+
+    try:
+        yield
+    except asyncpg.UndefinedTableError:
+        if not missing_ok:
+            raise SearchError(f"{what}: the vector index does not exist") from None
+    except (asyncpg.DataError, asyncpg.SyntaxOrAccessError) as err:
+        raise SearchError(f"{what}: {err}") from None
+    except (OSError, asyncpg.InterfaceError, asyncpg.CannotConnectNowError) as err:
+        raise SearchError(f"{what}: Cannot reach PostgreSQL ({type(err).__name__}: {err})") from err
+
+
 def to_sql(filter: Mapping[str, Any], params: list[Any]) -> str:
-    """A `vector_filter` filter as a SQL condition on `metadata`, its values appended to `params`."""
+    """A `vector_filter` filter as a SQL condition on `metadata`, its values appended to `params` (as text cast
+    to jsonb, so a pool with its own jsonb codec changes nothing)."""
 
     def param(value: Any, cast: str) -> str:
         params.append(value)
@@ -222,28 +232,38 @@ def to_sql(filter: Mapping[str, Any], params: list[Any]) -> str:
         if key == "$not":
             parts.append(f"NOT ({to_sql(condition, params)})")
             continue
-        value = f"(metadata #> {param(key.split('.'), 'text[]')})"
-        if not (isinstance(condition, Mapping) and any(k.startswith("$") for k in condition)):
-            condition = {"$eq": condition}
-        for op, operand in condition.items():
-            if op == "$exists":
-                parts.append(f"{value} IS {'NOT ' if operand else ''}NULL")
-            elif op == "$eq":
-                parts.append(f"COALESCE({value} = {param(json.dumps(operand), 'jsonb')}, false)")
-            elif op == "$ne":
-                parts.append(f"{value} IS DISTINCT FROM {param(json.dumps(operand), 'jsonb')}")
-            elif op == "$in":
-                parts.append(f"COALESCE({value} = ANY({param([json.dumps(o) for o in operand], 'jsonb[]')}), false)")
-            elif op == "$nin":
-                parts.append(
-                    f"NOT COALESCE({value} = ANY({param([json.dumps(o) for o in operand], 'jsonb[]')}), false)"
-                )
-            else:
-                sql_op = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}[op]
-                if isinstance(operand, bool) or not isinstance(operand, int | float | str):
-                    parts.append("false")  # as in memory: only numbers and strings compare
-                    continue
-                kind = "number" if isinstance(operand, int | float) else "string"
-                operand_sql = param(json.dumps(operand), "jsonb")
-                parts.append(f"COALESCE(jsonb_typeof({value}) = '{kind}' AND {value} {sql_op} {operand_sql}, false)")
+        parts += _field_sql(key, condition, param)
     return " AND ".join(parts) or "TRUE"
+
+
+def _field_sql(key: str, condition: Any, param: Callable[[Any, str], str]) -> list[str]:
+    path: str | None = None
+
+    def value() -> str:
+        nonlocal path
+        if path is None:  # added on first use: a parameter the query does not use is an error
+            path = f"(metadata #> {param(key.split('.'), 'text[]')})"
+        return path
+
+    if not (isinstance(condition, Mapping) and any(k.startswith("$") for k in condition)):
+        condition = {"$eq": condition}
+    parts = []
+    for op, operand in condition.items():
+        if op == "$exists":
+            parts.append(f"{value()} IS {'NOT ' if operand else ''}NULL")
+        elif op == "$eq":
+            parts.append(f"COALESCE({value()} = {param(json.dumps(operand), 'text::jsonb')}, false)")
+        elif op == "$ne":
+            parts.append(f"{value()} IS DISTINCT FROM {param(json.dumps(operand), 'text::jsonb')}")
+        elif op in ("$in", "$nin"):
+            listed = param([json.dumps(o) for o in operand], "text[]::jsonb[]")
+            found = f"COALESCE({value()} = ANY({listed}), false)"
+            parts.append(found if op == "$in" else f"NOT {found}")
+        elif isinstance(operand, bool) or not isinstance(operand, int | float | str):
+            parts.append("false")  # as in memory: only numbers and strings compare
+        else:
+            sql_op = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}[op]
+            kind = "number" if isinstance(operand, int | float) else "string"
+            compared = f"{value()} {sql_op} {param(json.dumps(operand), 'text::jsonb')}"
+            parts.append(f"COALESCE(jsonb_typeof({value()}) = '{kind}' AND {compared}, false)")
+    return parts

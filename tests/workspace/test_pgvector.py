@@ -4,6 +4,8 @@ store, an index that outlives the process that wrote it, and metadata filters th
 from __future__ import annotations
 
 import asyncio
+import json
+import random
 import secrets
 import sys
 from pathlib import Path
@@ -146,6 +148,113 @@ async def test_every_filter_means_the_same_in_sql_as_in_memory(pg_dsn: str) -> N
             in_memory = {h.id for h in await memory.query(name, [1, 1, 1], top_k=10, filter=f)}
             assert in_sql == in_memory, f
         assert {h.id for h in await memory.query(name, [1, 1, 1], top_k=10, filter={"team": "red"})} == {"v0", "v2"}
+    finally:
+        await pg.delete_index(name)
+        await pg.close()
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [{"n": {"$gt": None}}, {"n": {"$gte": True}, "team": "a"}, {"n": {"$lt": [1]}}, {"n": {"$lte": {"a": 1}}}],
+)
+async def test_a_comparison_with_a_value_that_never_compares_matches_nothing_in_sql_too(
+    pg_dsn: str, bad: dict[str, Any]
+) -> None:
+    pg, memory = PgVectorStore(pg_dsn), InMemoryVectorStore()
+    name = f"odd_{secrets.token_hex(4)}"
+    try:
+        for store in (pg, memory):
+            await store.create_index(name, 2)
+            await store.upsert(name, [[1, 0], [0, 1]], [{"n": 1, "team": "a"}, {"n": True}], ["x", "y"])
+        assert await pg.query(name, [1, 1], filter=bad) == await memory.query(name, [1, 1], filter=bad) == []
+    finally:
+        await pg.delete_index(name)
+        await pg.close()
+
+
+async def test_a_pool_with_its_own_jsonb_codec_still_stores_metadata_as_objects(pg_dsn: str) -> None:
+    import asyncpg
+
+    async def codec(conn: Any) -> None:
+        await conn.set_type_codec("jsonb", encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
+
+    pool = await asyncpg.create_pool(pg_dsn, min_size=1, max_size=2, init=codec)
+    store = PgVectorStore(pool=pool)
+    name = f"codec_{secrets.token_hex(4)}"
+    try:
+        await store.create_index(name, 2)
+        await store.upsert(name, [[1, 0]], [{"sourceFile": "a.md"}], ["a#chunk-0"])
+        assert await pool.fetchval(f'SELECT jsonb_typeof(metadata) FROM "{name}"') == "object"
+        hits = await store.query(name, [1, 0], filter={"sourceFile": "a.md"})
+        assert [(h.id, h.metadata) for h in hits] == [("a#chunk-0", {"sourceFile": "a.md"})]
+        assert await store.delete_vectors(name, {"sourceFile": "a.md"}) == 1
+    finally:
+        await store.delete_index(name)
+        await pool.close()
+
+
+async def test_store_failures_are_search_errors(pg_dsn: str) -> None:
+    store = PgVectorStore(pg_dsn)
+    name = f"errors_{secrets.token_hex(4)}"
+    try:
+        await store.create_index(name, 3)
+        with pytest.raises(SearchError, match="dimensions"):
+            await store.upsert(name, [[1, 0]], ids=["short"])
+        with pytest.raises(SearchError, match="NaN"):
+            await store.upsert(name, [[float("nan"), 0, 0]], ids=["nan"])
+        with pytest.raises(SearchError, match="JSON"):
+            await store.upsert(name, [[1, 0, 0]], [{"when": object()}], ["obj"])
+        with pytest.raises(SearchError, match="does not exist"):
+            await store.query("missing_index_here", [1, 0, 0])
+    finally:
+        await store.delete_index(name)
+        await store.close()
+    unreachable = PgVectorStore("postgresql://127.0.0.1:1/nothing")
+    with pytest.raises(SearchError, match="Cannot reach PostgreSQL"):
+        await unreachable.list_indexes()
+
+
+VALUES: list[Any] = [0, 1, 1.0, 2.5, -3, "a", "b", "", "1", True, False, None, [1, 2], ["a"], {"x": 1}, [], {}]
+
+
+def random_filter(rng: random.Random, depth: int = 0) -> dict[str, Any]:
+    roll = rng.random()
+    if depth < 2 and roll < 0.3:
+        return {rng.choice(["$and", "$or"]): [random_filter(rng, depth + 1), random_filter(rng, depth + 1)]}
+    if depth < 2 and roll < 0.4:
+        return {"$not": random_filter(rng, depth + 1)}
+    op = rng.choice(["$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin", "$exists", None])
+    value = rng.choice(VALUES)
+    if op is None:
+        condition: Any = value if not isinstance(value, dict) or not value else {"x": 1}
+    elif op in ("$in", "$nin"):
+        condition = {op: rng.sample(VALUES, 3)}
+    elif op == "$exists":
+        condition = {op: rng.choice([True, False])}
+    else:
+        condition = {op: value}
+    return {rng.choice(["a", "b", "n", "o.p", "zz"]): condition}
+
+
+async def test_random_filters_select_the_same_vectors_in_sql_as_in_memory(pg_dsn: str) -> None:
+    rng = random.Random(7)
+    rows = []
+    for _ in range(40):
+        meta = {k: rng.choice(VALUES) for k in ("a", "b", "n") if rng.random() < 0.7}
+        if rng.random() < 0.5:
+            meta["o"] = {"p": rng.choice(VALUES)}
+        rows.append(meta)
+    name = f"fuzz_{secrets.token_hex(4)}"
+    pg, memory = PgVectorStore(pg_dsn), InMemoryVectorStore()
+    try:
+        for store in (pg, memory):
+            await store.create_index(name, 2)
+            await store.upsert(name, [[1.0, i / 40] for i in range(40)], rows, [f"r{i}" for i in range(40)])
+        for _ in range(300):
+            f = random_filter(rng)
+            in_sql = {h.id for h in await pg.query(name, [1, 1], top_k=40, filter=f)}
+            in_memory = {h.id for h in await memory.query(name, [1, 1], top_k=40, filter=f)}
+            assert in_sql == in_memory, f
     finally:
         await pg.delete_index(name)
         await pg.close()
