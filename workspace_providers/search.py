@@ -14,6 +14,7 @@ A document may carry a `start_line_offset` (the file line a chunk starts at), wh
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -102,6 +103,7 @@ class SearchEngine:
         self._vector = vector
         self._vector_index_ready = False
         self._ids: dict[str, None] = {}
+        self._chunks: dict[str, set[str]] = {}  # a file's path -> the ids of its chunks (`<path>#chunk-<i>`)
 
     @property
     def can_bm25(self) -> bool:
@@ -139,7 +141,7 @@ class SearchEngine:
         unique = list({d.id: d for d in docs}.values())
         merged = [(d, self._metadata(d)) for d in unique]
         for doc, metadata in merged:
-            self._ids[doc.id] = None
+            self._track(doc.id)
             if self._bm25 is not None:
                 self._bm25.add(doc.id, doc.content, metadata)
         if self._vector is None or not merged or not vectors:
@@ -166,41 +168,65 @@ class SearchEngine:
             metadata[_OFFSET] = doc.start_line_offset
         return metadata
 
-    async def remove(self, doc_id: str) -> None:
+    def _track(self, doc_id: str) -> None:
+        self._ids[doc_id] = None
+        source = _chunk_source(doc_id)
+        if source is not None:
+            self._chunks.setdefault(source, set()).add(doc_id)
+
+    def _untrack(self, doc_id: str) -> None:
         self._ids.pop(doc_id, None)
+        source = _chunk_source(doc_id)
+        chunks = self._chunks.get(source) if source is not None else None
+        if chunks is not None:
+            chunks.discard(doc_id)
+            if not chunks:
+                del self._chunks[source]  # type: ignore[arg-type]
+
+    async def remove(self, doc_id: str) -> None:
+        """Forget a document, here and in the vector store (which may hold it from an earlier process)."""
+        self._untrack(doc_id)
         if self._bm25 is not None:
             self._bm25.remove(doc_id)
-        if self._vector is not None and self._vector_index_ready:
+        if self._vector is not None:
             await self._vector.store.delete_vector(self._vector.index_name, doc_id)
 
     async def remove_source(self, source_id: str) -> None:
         """A file's document and all its chunks (`<path>#chunk-<i>`), here and in the vector store (also chunks
         a previous process wrote, by their `sourceFile`)."""
-        await self.remove(source_id)
-        for doc_id in [i for i in self._ids if i.startswith(f"{source_id}#chunk-")]:
-            await self.remove(doc_id)
-        if self._vector is not None and self._vector_index_ready:
-            await self._vector.store.delete_vectors(self._vector.index_name, {"sourceFile": source_id})
+        await self.remove_sources([source_id])
 
     async def remove_sources(self, source_ids: Sequence[str], *, vectors: bool = True) -> None:
-        """`remove_source` for many files at once: one pass over the ids here and one vector store delete (by
-        document id or `sourceFile`), not one of each per file. `vectors=False` leaves the vector store alone."""
+        """`remove_source` for many files at once: one vector store delete (by document id or `sourceFile`)
+        for them all. `vectors=False` leaves the vector store alone."""
         sources = set(source_ids)
         if not sources:
             return
-        for doc_id in [i for i in self._ids if i in sources or i.split("#chunk-", 1)[0] in sources]:
-            self._ids.pop(doc_id, None)
-            if self._bm25 is not None:
-                self._bm25.remove(doc_id)
-        if vectors and self._vector is not None and self._vector_index_ready:
+        for source in sources:
+            for doc_id in [source, *self._chunks.get(source, ())]:
+                self._untrack(doc_id)
+                if self._bm25 is not None:
+                    self._bm25.remove(doc_id)
+        if vectors and self._vector is not None:  # a store that outlived an earlier process may hold them
             listed = sorted(sources)
             await self._vector.store.delete_vectors(
                 self._vector.index_name, {"$or": [{"id": {"$in": listed}}, {"sourceFile": {"$in": listed}}]}
             )
 
+    async def forget_vectors(self, doc_ids: Sequence[str]) -> None:
+        """Delete these documents' vectors (documents a rebuild no longer found)."""
+        if self._vector is not None and doc_ids:
+            await self._vector.store.delete_vectors(self._vector.index_name, {"id": {"$in": sorted(doc_ids)}})
+
+    @property
+    def ids(self) -> list[str]:
+        """The ids of the documents indexed here, in indexing order."""
+        return list(self._ids)
+
     def clear(self) -> None:
         """Forget the BM25 documents and ids (a persistent vector store keeps its vectors, as in Mastra)."""
         self._ids.clear()
+        self._chunks.clear()
         if self._bm25 is not None:
             self._bm25 = BM25Index(self._bm25.k1, self._bm25.b, self._bm25.tokenize_options)
 
@@ -236,6 +262,11 @@ class SearchEngine:
         filter: Mapping[str, Any] | None = None,
     ) -> list[SearchResult]:
         effective = self.mode_for(mode)
+        if not math.isfinite(top_k):
+            raise SearchError(f"top_k must be a finite number, not {top_k!r}")
+        top_k = int(top_k)
+        if top_k < 1:
+            return []
         if effective == "bm25":
             return self._search_bm25(query, top_k, min_score)
         if effective == "vector":
@@ -328,6 +359,12 @@ class SearchEngine:
         if min_score is not None:
             combined = [r for r in combined if r.score >= min_score]
         return combined[:top_k]
+
+
+def _chunk_source(doc_id: str) -> str | None:
+    """`a.md` for `a.md#chunk-3`; None for a document that is not a chunk."""
+    source, sep, index = doc_id.rpartition("#chunk-")
+    return source if sep and index.isdigit() else None
 
 
 def _shifted(found: tuple[int, int] | None, offset: Any) -> tuple[int, int] | None:

@@ -11,6 +11,7 @@ indexing run (the `keel.index_workspace` activity) can heartbeat it and resume a
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,7 @@ from keel.workspace_providers.bm25 import split_into_chunks
 from keel.workspace_providers.globs import glob_base, glob_matcher, is_glob
 from keel.workspace_providers.search import SearchDocument, SearchEngine
 
+logger = logging.getLogger(__name__)
 MAX_DEPTH = 10
 READ_CONCURRENCY = 8
 BATCH_FILES = 64
@@ -78,8 +80,8 @@ async def documents_of(fs: Any, path: str) -> list[SearchDocument] | None:
         content = await fs.read_file(path, encoding="utf-8")
     except Exception:
         return None
-    if not isinstance(content, str):
-        return None
+    if not isinstance(content, str) or "\x00" in content:
+        return None  # not text (a NUL byte: a binary file, whose decoded bytes would only be noise)
     chunks = split_into_chunks(content)
     if len(chunks) == 1:
         return [SearchDocument(path, content)]
@@ -102,11 +104,18 @@ class IndexedBatch:
 
 
 async def index_batches(
-    engine: SearchEngine, fs: Any, files: Sequence[str], *, vectors: bool = True, batch_files: int = BATCH_FILES
+    engine: SearchEngine,
+    fs: Any,
+    files: Sequence[str],
+    *,
+    vectors: bool = True,
+    batch_files: int = BATCH_FILES,
+    keep_going: bool = False,
 ) -> AsyncIterator[IndexedBatch]:
     """Index `files` `batch_files` at a time, yielding each batch once it is indexed (its vectors upserted):
     what a caller records as done after a batch stays done. `vectors=False` re-adds the BM25 documents alone
-    (their vectors are in a persistent store already) and leaves the vector store untouched."""
+    (their vectors are in a persistent store already) and leaves the vector store untouched. `keep_going`: a
+    batch whose vectors fail (the embedder or the store down) is logged and keeps its BM25 documents."""
     limit = asyncio.Semaphore(READ_CONCURRENCY)
 
     async def read(path: str) -> list[SearchDocument] | None:
@@ -117,9 +126,17 @@ async def index_batches(
         batch = list(files[start : start + batch_files])
         read_docs = await asyncio.gather(*(read(p) for p in batch))
         found = [(path, d) for path, d in zip(batch, read_docs, strict=True) if d is not None]
-        await engine.remove_sources([path for path, _ in found], vectors=vectors)
         docs = [doc for _, d in found for doc in d]
-        await engine.index_many(docs, vectors=vectors)
+        try:
+            await engine.remove_sources([path for path, _ in found], vectors=vectors)
+            await engine.index_many(docs, vectors=vectors)
+        except Exception as err:
+            if not keep_going:
+                raise
+            await engine.index_many(docs, vectors=False)  # keyword search still finds them
+            logger.warning(
+                "search index: vectors of %d files not indexed (%s: %s)", len(found), type(err).__name__, err
+            )
         yield IndexedBatch(batch, [path for path, _ in found], len(docs))
 
 

@@ -99,9 +99,9 @@ class GrepInput(_Input):
 
 class SearchInput(_Input):
     query: str
-    top_k: float = Field(default=5, alias="topK")
+    top_k: float = Field(default=5, alias="topK", allow_inf_nan=False)
     mode: Literal["bm25", "vector", "hybrid"] | None = None
-    min_score: float | None = Field(default=None, alias="minScore")
+    min_score: float | None = Field(default=None, alias="minScore", allow_inf_nan=False)
 
 
 class IndexInput(_Input):

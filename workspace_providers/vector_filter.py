@@ -29,6 +29,8 @@ def validate(filter: Mapping[str, Any] | None) -> None:
     if not isinstance(filter, Mapping):
         raise SearchError(f"A filter must be an object, not {type(filter).__name__}")
     for key, value in filter.items():
+        if not isinstance(key, str):
+            raise SearchError(f"A filter's keys are field names or operators, not {key!r}")
         if key in ("$and", "$or"):
             if not isinstance(value, list) or not value:
                 raise SearchError(f"{key} takes a non-empty list of filters")
@@ -38,7 +40,7 @@ def validate(filter: Mapping[str, Any] | None) -> None:
             validate(value)
         elif key.startswith("$"):
             raise SearchError(f"Unknown filter operator {key!r} (known: {', '.join(sorted(OPERATORS | COMBINATORS))})")
-        elif isinstance(value, Mapping) and any(k.startswith("$") for k in value):
+        elif isinstance(value, Mapping) and any(not isinstance(k, str) or k.startswith("$") for k in value):
             for op, operand in value.items():
                 if op not in OPERATORS:
                     raise SearchError(f"Unknown operator {op!r} for field {key!r}")

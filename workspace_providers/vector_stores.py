@@ -23,7 +23,7 @@ MAX_INDEX_NAME = 63
 
 def check_index_name(name: str) -> str:
     """A name a SQL store can use as a table name: Mastra's rule for `searchIndexName`."""
-    if not INDEX_NAME.match(name):
+    if not INDEX_NAME.fullmatch(name):
         raise SearchError(
             f'Invalid searchIndexName: "{name}". Must start with a letter or underscore, and contain only letters, '
             "numbers, or underscores."
@@ -83,6 +83,11 @@ class VectorStore(Protocol):
         """Delete the vectors whose metadata matches `filter`; returns how many."""
 
 
+INDEXED_FIELDS = ("id", "sourceFile")
+"""Metadata fields the in-memory store keeps an inverted map of: search removes a file's vectors by them, and a
+scan of every vector per file would make re-indexing a tree quadratic."""
+
+
 @dataclass
 class _Index:
     dimension: int
@@ -90,12 +95,81 @@ class _Index:
     rows: dict[str, int] = field(default_factory=dict)
     vectors: list[np.ndarray] = field(default_factory=list)
     metadata: list[dict[str, Any]] = field(default_factory=list)
+    by_field: dict[str, dict[str, set[str]]] = field(default_factory=lambda: {f: {} for f in INDEXED_FIELDS})
     _matrix: np.ndarray | None = None
 
     def matrix(self) -> np.ndarray:
         if self._matrix is None:
             self._matrix = np.vstack(self.vectors) if self.vectors else np.zeros((0, self.dimension))
         return self._matrix
+
+    def put(self, vector_id: str, vector: np.ndarray, meta: dict[str, Any]) -> None:
+        at = self.rows.get(vector_id)
+        if at is None:
+            self.rows[vector_id] = len(self.ids)
+            self.ids.append(vector_id)
+            self.vectors.append(vector)
+            self.metadata.append(meta)
+        else:
+            self._unmap(vector_id, self.metadata[at])
+            self.vectors[at], self.metadata[at] = vector, meta
+        for name in INDEXED_FIELDS:
+            value = meta.get(name)
+            if isinstance(value, str):
+                self.by_field[name].setdefault(value, set()).add(vector_id)
+        self._matrix = None
+
+    def remove(self, vector_id: str) -> None:
+        """Swap the last row into its place: O(1)."""
+        at = self.rows.pop(vector_id)
+        self._unmap(vector_id, self.metadata[at])
+        last = len(self.ids) - 1
+        if at != last:
+            moved = self.ids[last]
+            self.ids[at], self.vectors[at], self.metadata[at] = moved, self.vectors[last], self.metadata[last]
+            self.rows[moved] = at
+        self.ids.pop()
+        self.vectors.pop()
+        self.metadata.pop()
+        self._matrix = None
+
+    def _unmap(self, vector_id: str, meta: dict[str, Any]) -> None:
+        for name in INDEXED_FIELDS:
+            value = meta.get(name)
+            if isinstance(value, str):
+                holders = self.by_field[name].get(value)
+                if holders is not None:
+                    holders.discard(vector_id)
+                    if not holders:
+                        del self.by_field[name][value]
+
+    def matching(self, filter: Mapping[str, Any]) -> set[str] | None:
+        """The ids `filter` selects, from the inverted maps, when it only asks for indexed fields by value
+        (`{"sourceFile": x}`, `{"id": {"$in": [...]}}`, an `$or` of those); None when it needs a scan."""
+        if set(filter) == {"$or"} and isinstance(filter["$or"], list):
+            found: set[str] = set()
+            for part in filter["$or"]:
+                ids = self.matching(part) if isinstance(part, Mapping) else None
+                if ids is None:
+                    return None
+                found |= ids
+            return found
+        if len(filter) != 1:
+            return None
+        ((name, condition),) = filter.items()
+        if name not in INDEXED_FIELDS:
+            return None
+        if isinstance(condition, str):
+            values = [condition]
+        elif (
+            isinstance(condition, Mapping)
+            and set(condition) == {"$in"}
+            and all(isinstance(v, str) for v in condition["$in"])
+        ):
+            values = list(condition["$in"])
+        else:
+            return None
+        return set().union(*(self.by_field[name].get(v, set()) for v in values))
 
 
 class InMemoryVectorStore:
@@ -136,17 +210,9 @@ class InMemoryVectorStore:
         metadata = list(metadata) if metadata is not None else [{} for _ in vectors]
         if not (len(ids) == len(vectors) == len(metadata)):
             raise SearchError("upsert needs as many ids and metadata entries as vectors")
-        for vector_id, vector, meta in zip(ids, vectors, metadata, strict=True):
-            row = _unit(vector, index.dimension)
-            at = index.rows.get(vector_id)
-            if at is None:
-                index.rows[vector_id] = len(index.ids)
-                index.ids.append(vector_id)
-                index.vectors.append(row)
-                index.metadata.append(dict(meta))
-            else:
-                index.vectors[at], index.metadata[at] = row, dict(meta)
-        index._matrix = None
+        rows = [_unit(vector, index.dimension) for vector in vectors]  # all checked before any is stored
+        for vector_id, row, meta in zip(ids, rows, metadata, strict=True):
+            index.put(vector_id, row, dict(meta))
         return ids
 
     async def query(
@@ -177,26 +243,21 @@ class InMemoryVectorStore:
     async def delete_vector(self, index_name: str, id: str) -> None:
         index = self._indexes.get(index_name)
         if index is not None and id in index.rows:
-            self._remove_rows(index, {index.rows[id]})
+            index.remove(id)
 
     async def delete_vectors(self, index_name: str, filter: Mapping[str, Any]) -> int:
         vector_filter.validate(filter)
         index = self._indexes.get(index_name)
         if index is None:
             return 0
-        doomed = {row for row, meta in enumerate(index.metadata) if vector_filter.matches(meta, filter)}
-        self._remove_rows(index, doomed)
+        doomed = index.matching(filter)
+        if doomed is None:
+            doomed = {
+                i for i, meta in zip(index.ids, index.metadata, strict=True) if vector_filter.matches(meta, filter)
+            }
+        for vector_id in doomed:
+            index.remove(vector_id)
         return len(doomed)
-
-    def _remove_rows(self, index: _Index, rows: set[int]) -> None:
-        if not rows:
-            return
-        keep = [i for i in range(len(index.ids)) if i not in rows]
-        index.ids = [index.ids[i] for i in keep]
-        index.vectors = [index.vectors[i] for i in keep]
-        index.metadata = [index.metadata[i] for i in keep]
-        index.rows = {vector_id: i for i, vector_id in enumerate(index.ids)}
-        index._matrix = None
 
     def _index(self, index_name: str) -> _Index:
         try:

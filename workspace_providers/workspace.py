@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -26,6 +27,7 @@ from keel.workspace_providers.search import BM25Config, SearchDocument, SearchEn
 from keel.workspace_providers.tool_config import normalize_tools_config
 from keel.workspace_providers.vector_stores import check_index_name
 
+logger = logging.getLogger(__name__)
 WorkspaceStatus = Literal["pending", "initializing", "ready", "paused", "error", "destroying", "destroyed"]
 RequestContext = Mapping[str, Any]
 Resolver = Callable[[RequestContext], Any]
@@ -100,7 +102,8 @@ class Workspace:
             `skill_read` tools and the `<available_skills>` instructions.
         skill_source: read skills from this filesystem (or a function of the request context) instead.
         lsp: True or Mastra's `LSPConfig` mapping: the `mastra_workspace_lsp_inspect` tool, over language servers
-            started on first use in the filesystem's directory (or `lsp["root"]`) and closed by `destroy()`.
+            started on first use for files of the filesystem's directory (their project root found from the
+            file, else `lsp["root"]`, which must be inside it) and closed by `stop()` and `destroy()`.
         extensions: further providers with the lifecycle above.
     """
 
@@ -214,7 +217,8 @@ class Workspace:
             source = self._fs if self._fs is not None else None
             if source is None and self._filesystem_resolver is not None:
                 source = self.resolve_filesystem
-        return WorkspaceSkills(skills, source=source, bm25=bm25 or False)
+        on = bm25 is not None and bm25 is not False
+        return WorkspaceSkills(skills, source=source, bm25=bm25 if on else False)
 
     def _lsp_extension(self, config: bool | Mapping[str, Any]) -> Any:
         from keel.workspace_providers.lsp import WorkspaceLSP
@@ -225,12 +229,9 @@ class Workspace:
                 "directory at construction time, but a resolver gives a filesystem per request. Pass a static "
                 "filesystem (and sandbox) to use lsp."
             )
-        options = dict(config) if isinstance(config, Mapping) else {}
-        root = options.get("root") or getattr(self._fs, "base_path", None)
+        root = getattr(self._fs, "base_path", None)
         if root is None:
-            raise WorkspaceError(
-                'lsp needs a directory to run language servers in: a LocalFilesystem, or lsp={"root": ...}'
-            )
+            raise WorkspaceError("lsp needs a LocalFilesystem: language servers run in its directory")
         return WorkspaceLSP(root, config)
 
     @property
@@ -306,13 +307,14 @@ class Workspace:
     ) -> SearchEngine | None:
         if vector_store is not None and embedder is None:
             raise SearchError("vectorStore requires an embedder")
-        if not bm25 and vector_store is None:
+        bm25_on = bm25 is not None and bm25 is not False
+        if not bm25_on and vector_store is None:
             return None
         vector = None
         if vector_store is not None:
             default_name = "".join(c if c.isascii() and (c.isalnum() or c == "_") else "_" for c in f"{self.id}_search")
             vector = VectorConfig(vector_store, embedder, check_index_name(index_name or default_name))
-        return SearchEngine(bm25=BM25Config.parse(bm25) if bm25 else None, vector=vector)
+        return SearchEngine(bm25=BM25Config.parse(bm25) if bm25_on else None, vector=vector)
 
     def _searchable(self, *, writing: bool = False) -> SearchEngine:
         if writing and self._teardown_started:
@@ -355,15 +357,31 @@ class Workspace:
 
     async def rebuild_search_index(self, paths: Sequence[str] | None = None) -> list[str]:
         """Forget the BM25 documents and index `paths` (default `auto_index_paths`) anew; returns the files
-        indexed. Nothing to do without search, a static filesystem or paths."""
-        from keel.workspace_providers.search_indexing import files_to_index, index_files
+        indexed. Documents indexed before that are not found again lose their vectors too. Nothing to do
+        without search, a static filesystem or paths.
+
+        As in Mastra, a failing embedder or vector store does not fail the rebuild: it is logged, and keyword
+        search covers every file."""
+        from keel.workspace_providers.search_indexing import files_to_index, index_batches
 
         patterns = list(self.auto_index_paths if paths is None else paths)
         if self._search is None or self._fs is None or not patterns:
             return []
         engine = self._searchable(writing=True)
+        before = set(engine.ids)
         engine.clear()
-        return await index_files(engine, self._fs, await files_to_index(self._fs, patterns))
+        indexed: list[str] = []
+        async for batch in index_batches(engine, self._fs, await files_to_index(self._fs, patterns), keep_going=True):
+            indexed += batch.indexed
+        gone = before - set(engine.ids)
+        if gone:
+            try:
+                await engine.forget_vectors(sorted(gone))
+            except Exception as err:
+                logger.warning(
+                    "workspace %s: could not delete the vectors of %d documents: %s", self.id, len(gone), err
+                )
+        return indexed
 
     # --- lifecycle ----------------------------------------------------------------------------------------
 

@@ -262,3 +262,120 @@ async def test_vector_and_hybrid_answers_are_mastras(
         assert got.get("lineRange") == e["lineRange"]
         assert set(got["scoreDetails"]) == set(e["scoreDetails"])
         assert list(got["scoreDetails"].values()) == pytest.approx(list(e["scoreDetails"].values()), abs=1e-6)
+
+
+async def test_a_new_process_replaces_a_files_old_chunks_in_a_store_that_kept_them(tmp_path: Path) -> None:
+    """The vector store outlives the workspace (PgVectorStore does, a shared in-memory one here): a file that
+    shrank from chunks to one document leaves none of its old chunks behind after the next process indexes it."""
+    store = InMemoryVectorStore()
+    (tmp_path / "doc.md").write_text("\n".join(f"line {i} " + "x" * 90 for i in range(200)))
+    first = Workspace(
+        filesystem=LocalFilesystem(tmp_path), vector_store=store, embedder=_letters, auto_index_paths=["."]
+    )
+    await first.init()
+    assert (await store.describe_index(f"{first.id}_search".replace("-", "_"))).count > 1
+    (tmp_path / "doc.md").write_text("short now")
+    again = Workspace(
+        id=first.id, filesystem=LocalFilesystem(tmp_path), vector_store=store, embedder=_letters, auto_index_paths=["."]
+    )
+    await again.init()
+    assert [r.id for r in await again.search("short", mode="vector", top_k=10)] == ["doc.md"]
+
+
+async def test_a_file_deleted_before_a_restart_is_not_found_after_it(tmp_path: Path) -> None:
+    (tmp_path / "kept.md").write_text("kept words")
+    (tmp_path / "gone.md").write_text("gone words")
+    ws = Workspace(
+        filesystem=LocalFilesystem(tmp_path),
+        bm25=True,
+        vector_store=InMemoryVectorStore(),
+        embedder=_letters,
+        auto_index_paths=["."],
+    )
+    await ws.init()
+    await ws.stop()
+    (tmp_path / "gone.md").unlink()
+    await ws.init()
+    for mode in ("bm25", "vector", "hybrid"):
+        assert [r.id for r in await ws.search("words", mode=mode, top_k=10)] == ["kept.md"], mode
+
+
+async def test_an_empty_bm25_mapping_means_bm25_with_its_defaults(tmp_path: Path) -> None:
+    ws = Workspace(filesystem=LocalFilesystem(tmp_path), bm25={})
+    assert ws.can_bm25 and not ws.can_vector
+
+
+async def test_top_k_below_one_finds_nothing_and_a_non_finite_one_is_an_error(tmp_path: Path) -> None:
+    ws = Workspace(
+        filesystem=LocalFilesystem(tmp_path), bm25=True, vector_store=InMemoryVectorStore(), embedder=_letters
+    )
+    for i in range(4):
+        await ws.index(f"d{i}", "same words here")
+    for mode in ("bm25", "vector", "hybrid"):
+        assert await ws.search("words", mode=mode, top_k=0) == []
+        assert await ws.search("words", mode=mode, top_k=-1) == []
+    tools = {t.name: t for t in await workspace_tools(ws)}
+    for bad in (float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="finite"):
+            await tools["mastra_workspace_search"].execute({"query": "words", "topK": bad}, WorkspaceCall())
+
+
+async def test_filters_with_keys_that_are_not_strings_are_search_errors(tmp_path: Path) -> None:
+    ws = Workspace(filesystem=LocalFilesystem(tmp_path), vector_store=InMemoryVectorStore(), embedder=_letters)
+    await ws.index("d", "text")
+    for bad in ({1: "x"}, {"a": {1: 2}}):
+        with pytest.raises(SearchError):
+            await ws.search("text", filter=bad)  # type: ignore[arg-type]
+    with pytest.raises(SearchError, match="Invalid searchIndexName"):
+        Workspace(
+            filesystem=LocalFilesystem(tmp_path),
+            vector_store=InMemoryVectorStore(),
+            embedder=_letters,
+            search_index_name="docs\n",
+        )
+
+
+async def test_a_vector_store_outage_at_init_leaves_keyword_search_working(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / "a.md").write_text("alpha words")
+
+    async def broken(text: str) -> list[float]:
+        raise ConnectionError("embedding service down")
+
+    ws = Workspace(
+        filesystem=LocalFilesystem(tmp_path),
+        bm25=True,
+        vector_store=InMemoryVectorStore(),
+        embedder=broken,
+        auto_index_paths=["."],
+    )
+    await ws.init()
+    assert ws.status == "ready"
+    assert [r.id for r in await ws.search("alpha", mode="bm25")] == ["a.md"]
+    assert "embedding service down" in caplog.text
+
+
+async def test_a_binary_file_is_not_indexed(tmp_path: Path) -> None:
+    (tmp_path / "blob.bin").write_bytes(b"\x00\x01\x02binary words\xff\xfe")
+    (tmp_path / "text.md").write_text("text words")
+    ws = Workspace(filesystem=LocalFilesystem(tmp_path), bm25=True, auto_index_paths=["."])
+    await ws.init()
+    assert [r.id for r in await ws.search("words", top_k=10)] == ["text.md"]
+
+
+async def test_reindexing_many_files_with_the_in_memory_store_stays_linear(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Removing a file's old vectors finds them by id and by source file, not by scanning every vector."""
+    from keel.workspace_providers import vector_filter
+
+    store = InMemoryVectorStore()
+    await store.create_index("linear", 2)
+    metadata = [{"id": "a#chunk-0", "sourceFile": "a"}, {"id": "a#chunk-1", "sourceFile": "a"}, {"id": "b"}]
+    await store.upsert("linear", [[1, 0]] * 3, metadata, ["a#chunk-0", "a#chunk-1", "b"])
+    scanned = []
+    real = vector_filter.matches
+    monkeypatch.setattr(vector_filter, "matches", lambda meta, f: scanned.append(meta) or real(meta, f))
+    both = {"$or": [{"id": {"$in": ["b"]}}, {"sourceFile": {"$in": ["a"]}}]}
+    assert await store.delete_vectors("linear", both) == 3
+    assert await store.delete_vectors("linear", {"sourceFile": "nothing"}) == 0
+    assert scanned == [] and (await store.describe_index("linear")).count == 0
