@@ -32,7 +32,7 @@ from urllib.parse import unquote, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from keel.workspace_providers.errors import FileNotFound, IsDirectory, PermissionDenied
+from keel.workspace_providers.errors import FileNotFound, IsDirectory, PermissionDenied, WorkspaceError
 from keel.workspace_providers.leftovers import Leftovers
 from keel.workspace_providers.lsp_client import LSPClient, LSPError, LSPServerExited, LSPTimeout, file_uri
 from keel.workspace_providers.lsp_servers import (
@@ -46,6 +46,7 @@ from keel.workspace_providers.lsp_servers import (
     normalize_lsp_config,
 )
 from keel.workspace_providers.paths import Resolver
+from keel.workspace_providers.paths import _within as within
 
 __all__ = [
     "LANGUAGE_EXTENSIONS",
@@ -201,13 +202,21 @@ def _line_diagnostics(diagnostics: list[dict[str, Any]], line: int) -> list[dict
 class WorkspaceLSP:
     """The language servers of one workspace (Mastra's `LSPManager`), attached as a workspace extension.
 
+    The contract with `Workspace`: `root` is always the workspace filesystem's directory (its base path), the
+    containment root of every tool path; the config's own ``root`` (Mastra's `LSPConfig.root`) is only the default
+    project root of servers (used when no marker is found up from a file), and must lie inside `root`.
+
     Args:
         root: the workspace directory (a `LocalFilesystem`'s base path): tool paths resolve against it and may not
             leave it.
-        config: ``True`` (defaults), a mapping with Mastra's `LSPConfig` keys, or an `LSPConfig`.
+        config: ``True`` (defaults), a mapping with Mastra's `LSPConfig` keys, or an `LSPConfig`. Its ``root``
+            (absolute, or relative to `root`) defaults to `root`.
         cwd: the directory that locations under it are shown relative to, as ``$cwd/...`` (Mastra uses the
             process's working directory, the default).
         leftovers: where server process groups are recorded until reaped (default: the host's usual directory).
+
+    Raises:
+        WorkspaceError: an unknown config key, or a config root outside the workspace directory.
     """
 
     kind = "lsp"
@@ -222,10 +231,18 @@ class WorkspaceLSP:
     ) -> None:
         self.config = normalize_lsp_config(config)
         self.workspace_root = os.path.abspath(os.fspath(root))
-        self.root = os.path.abspath(self.config.root) if self.config.root else self.workspace_root
+        self._real_root = os.path.realpath(self.workspace_root)
+        self.root = self.workspace_root
+        """The default project root: the config's root, else the workspace directory."""
+        if self.config.root:
+            self.root = os.path.abspath(os.path.join(self.workspace_root, self.config.root))
+            if not within(os.path.realpath(self.root), self._real_root):
+                raise WorkspaceError(
+                    f"lsp root {self.config.root} must be inside the workspace directory {self.workspace_root}: "
+                    "it is only the default project root of the language servers"
+                )
         self._cwd = cwd
         self._leftovers = leftovers or Leftovers()
-        self._real_root = os.path.realpath(self.workspace_root)
         self._resolver = Resolver(self.workspace_root)
         self._servers = build_server_defs(self.config)
         self._extensions = custom_extensions(self.config)
@@ -280,7 +297,7 @@ class WorkspaceLSP:
         """The nearest directory up from the file, not above the workspace, holding a marker; else the LSP root.
         (Mastra walks up to the filesystem root; a server rooted outside the workspace would read outside it.)"""
         current = os.path.dirname(absolute_path)
-        while _within(current, self._real_root):
+        while within(current, self._real_root):
             if any(os.path.exists(os.path.join(current, m)) for m in markers):
                 return current
             if current == self._real_root:
@@ -322,11 +339,18 @@ class WorkspaceLSP:
 
     async def _start(self, server: ServerDef, argv: list[str], root: str) -> LSPClient:
         init = server.initialization(root)
-        client = LSPClient(argv, root, name=server.name, initialization_options=init, leftovers=self._leftovers)
+        client = LSPClient(
+            argv,
+            root,
+            name=server.name,
+            initialization_options=init,
+            leftovers=self._leftovers,
+            write_timeout=self.config.request_timeout / 1000,
+        )
         try:
             await client.start(self.config.init_timeout / 1000)
         except BaseException:
-            await asyncio.shield(client.close())
+            await asyncio.shield(client.close(graceful=False))  # a server that failed its handshake is just ended
             raise
         return client
 
@@ -383,7 +407,7 @@ class WorkspaceLSP:
         """
         target = self._resolver.target(path)
         absolute = os.path.realpath(os.path.join(target.root, *target.parts))
-        if not _within(absolute, self._real_root):
+        if not within(absolute, self._real_root):
             raise PermissionDenied(path, "access (the path leads outside the workspace through a symlink)")
         if os.path.isdir(absolute):
             raise IsDirectory(path)
@@ -476,11 +500,11 @@ class WorkspaceLSP:
                 raise LSPServerExited(client.exit_reason())
         except LSPError as exc:
             result["error"] = f"LSP query failed: {exc}"
-        finally:
+        except Exception:
             with contextlib.suppress(LSPError):
                 await client.close_document(absolute)
+            raise
+        # Not in a `finally`: after a cancellation nothing more is written, so a stuck pipe cannot hold it up.
+        with contextlib.suppress(LSPError):
+            await client.close_document(absolute)
         return result
-
-
-def _within(path: str, root: str) -> bool:
-    return root == "/" or path == root or path.startswith(root.rstrip("/") + "/")

@@ -5,6 +5,10 @@ The server runs in its own session (so in its own process group: `typescript-lan
 children, and closing signals them all). Requests are multiplexed by id; the server's own requests
 (`workspace/configuration`, `window/workDoneProgress/create`, `client/registerCapability`, ...) are answered at
 once so it never waits on us; `textDocument/publishDiagnostics` is kept per document.
+
+Every write is bounded: a server that stops reading its stdin (wedged, or busy for longer than a request may
+take) fills the pipe, and a write that cannot finish in time kills the server's process group and fails with
+`LSPTimeout`, so no call (and no `close()`) waits on such a server for ever.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from typing import Any
 from keel.workspace_providers.errors import WorkspaceError
 from keel.workspace_providers.leftovers import Leftovers
 
+WRITE_TIMEOUT = 5.0
+"""Seconds a notification may take to be written before the server is taken as stuck and killed."""
 SHUTDOWN_TIMEOUT = 1.0
 """Seconds the `shutdown` request may take before the process is signalled (Mastra: 1 s)."""
 KILL_GRACE = 0.5
@@ -112,6 +118,8 @@ class LSPClient:
         initialization_options: sent with `initialize` and as the `workspace/didChangeConfiguration` settings.
         leftovers: where the process group is recorded until it is reaped, so a worker killed with `kill -9`
             leaves no orphaned server behind (the next sandbox on the host kills it).
+        write_timeout: seconds a notification (or a reply to the server) may take to be written; a request's
+            write counts against its own timeout. A write that runs out of time kills the server.
     """
 
     def __init__(
@@ -122,8 +130,10 @@ class LSPClient:
         name: str,
         initialization_options: Mapping[str, Any] | None = None,
         leftovers: Leftovers | None = None,
+        write_timeout: float = WRITE_TIMEOUT,
     ) -> None:
         self.argv = list(argv)
+        self.write_timeout = write_timeout
         self.root = root
         self.name = name
         self.initialization_options = dict(initialization_options) if initialization_options else None
@@ -138,6 +148,7 @@ class LSPClient:
         self._stderr = bytearray()
         self._eof = False
         self._closed = False
+        self._killed: str | None = None  # why the server was killed while running (a write timed out)
         self._diagnostics: dict[str, list[dict[str, Any]]] = {}
         self._diagnostic_versions: dict[str, int] = {}
         self._published = asyncio.Event()
@@ -150,8 +161,8 @@ class LSPClient:
 
     @property
     def alive(self) -> bool:
-        """Whether the server process runs and its output is still open."""
-        return self._proc is not None and self._proc.returncode is None and not self._eof
+        """Whether the server process runs, its output is still open and it was not killed for not reading."""
+        return self._proc is not None and self._proc.returncode is None and not self._eof and self._killed is None
 
     async def start(self, init_timeout: float) -> None:
         """Spawn the server and do the `initialize` / `initialized` handshake.
@@ -189,17 +200,18 @@ class LSPClient:
         await self.notify("initialized", {})
         await self.notify("workspace/didChangeConfiguration", {"settings": self.initialization_options or {}})
 
-    async def close(self) -> None:
-        """`shutdown` and `exit` if the server still runs, then end its whole process group and reap it. Only
-        once: a reaped leader's id may be reused, so its group is never signalled again."""
+    async def close(self, *, graceful: bool = True) -> None:
+        """`shutdown` and `exit` if the server still runs and reads its input (and `graceful`), then end its
+        whole process group and reap it. Only once: a reaped leader's id may be reused, so its group is never
+        signalled again."""
         proc = self._proc
         if proc is None or self._closed:
             return
         self._closed = True
-        if self.alive:
+        if graceful and self.alive and not self._pipe_stuck():
             with contextlib.suppress(LSPError, OSError, TimeoutError):
                 await self.request("shutdown", None, SHUTDOWN_TIMEOUT)
-                await self.notify("exit", None)
+                await self.notify("exit", None, timeout=KILL_GRACE)
                 await asyncio.wait_for(proc.wait(), KILL_GRACE)
         if proc.returncode is None:
             self._killpg(signal.SIGTERM)
@@ -211,11 +223,23 @@ class LSPClient:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        if proc.stdin is not None:
-            proc.stdin.close()
+        if proc.stdin is not None and not proc.stdin.transport.is_closing():
+            proc.stdin.transport.abort()  # what is still buffered has no reader any more
         self._fail_pending()
         if self._leftovers is not None:
             self._leftovers.remove(proc.pid)
+
+    def _pipe_stuck(self) -> bool:
+        """Whether bytes written earlier still wait for the server to read them (a write gave up on it)."""
+        stdin = self._proc.stdin if self._proc else None
+        return stdin is not None and stdin.transport.get_write_buffer_size() > 0
+
+    def _kill(self, reason: str) -> None:
+        """End a server that stopped reading (at once: its pipe would hold every later write too)."""
+        if self._killed is None:
+            self._killed = reason
+        self._killpg(signal.SIGKILL)
+        self._fail_pending()
 
     def _killpg(self, sig: signal.Signals) -> None:
         assert self._proc is not None
@@ -224,6 +248,8 @@ class LSPClient:
 
     def exit_reason(self) -> str:
         """Why the server is gone: its exit code (if reaped yet) and the end of its stderr."""
+        if self._killed is not None:
+            return self._killed
         code = self._proc.returncode if self._proc else None
         tail = self._stderr.decode("utf-8", errors="replace").strip()
         status = f"exit code {code}" if code is not None else "its output closed"
@@ -240,17 +266,21 @@ class LSPClient:
     async def request(self, method: str, params: Any, timeout: float) -> Any:
         """Send a request and wait `timeout` seconds for its result; on timeout the request is cancelled.
 
+        The timeout covers writing the request too: a server that does not read it in time is killed.
+
         Raises:
             LSPTimeout, LSPServerExited, LSPError: the server answered with an error.
         """
         if not self.alive:
             raise LSPServerExited(self.exit_reason())
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
         request_id = next(self._ids)
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[Any] = loop.create_future()
         self._pending[request_id] = future
         try:
-            await self._send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
-            return await asyncio.wait_for(future, timeout)
+            await self._send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}, timeout)
+            return await asyncio.wait_for(future, max(deadline - loop.time(), 0))
         except TimeoutError:
             with contextlib.suppress(LSPError, OSError):
                 await self.notify("$/cancelRequest", {"id": request_id})
@@ -260,20 +290,40 @@ class LSPClient:
             if not future.done():
                 future.cancel()
 
-    async def notify(self, method: str, params: Any) -> None:
-        await self._send({"jsonrpc": "2.0", "method": method, "params": params})
+    async def notify(self, method: str, params: Any, *, timeout: float | None = None) -> None:
+        """Send a notification, written within `timeout` seconds (default: `write_timeout`).
 
-    async def _send(self, message: Mapping[str, Any]) -> None:
-        proc = self._proc
-        if proc is None or proc.stdin is None or not self.alive:
+        Raises:
+            LSPTimeout: the server did not read it in time (and was killed). LSPServerExited.
+        """
+        await self._send({"jsonrpc": "2.0", "method": method, "params": params}, timeout)
+
+    async def _send(self, message: Mapping[str, Any], timeout: float | None = None) -> None:
+        stdin = self._proc.stdin if self._proc else None
+        if stdin is None or not self.alive:
             raise LSPServerExited(self.exit_reason())
         body = json.dumps(message, ensure_ascii=False).encode()
-        async with self._write_lock:  # header and body of one message are never split by another's
-            try:
-                proc.stdin.write(b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
-                await proc.stdin.drain()
-            except (ConnectionError, RuntimeError) as exc:
-                raise LSPServerExited(self.exit_reason()) from exc
+        limit = self.write_timeout if timeout is None else timeout
+
+        async def write() -> None:
+            async with self._write_lock:  # header and body of one message are never split by another's
+                if not self.alive:  # killed while this message waited for the lock
+                    raise LSPServerExited(self.exit_reason())
+                stdin.write(b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+                await stdin.drain()
+
+        try:
+            await asyncio.wait_for(write(), limit)
+        except TimeoutError:
+            # the message may be half read: the conversation cannot go on, and a pipe nobody reads would hold
+            # every later write (and `shutdown`) too
+            self._kill(
+                f"{self.name} stopped reading its input: writing {message.get('method') or 'a reply'} timed out "
+                f"after {round(limit * 1000)}ms, so the server was killed"
+            )
+            raise LSPTimeout(self.exit_reason()) from None
+        except (ConnectionError, RuntimeError) as exc:
+            raise LSPServerExited(self.exit_reason()) from exc
 
     async def _read_stdout(self) -> None:
         assert self._proc is not None and self._proc.stdout is not None

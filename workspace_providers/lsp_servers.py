@@ -168,6 +168,26 @@ def _pylsp() -> str | None:
     return beside if os.access(beside, os.X_OK) else None
 
 
+def _read_manifest(path: str) -> dict[str, Any]:
+    """A package.json as a dict; an unreadable or malformed one as ``{}`` (a package of unknown version)."""
+    try:
+        manifest = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return manifest if isinstance(manifest, dict) else {}
+
+
+def _major_version(manifest: Mapping[str, Any]) -> int:
+    """The major of the manifest's ``version`` ("7.0.1" is 7); 0 when absent or not a release ("next")."""
+    major = str(manifest.get("version", "0")).split(".")[0]
+    return int(major) if major.isascii() and major.isdigit() else 0
+
+
+def _str_or_none(mapping: Any, key: str) -> str | None:
+    value = mapping.get(key) if isinstance(mapping, dict) else None
+    return value if isinstance(value, str) else None
+
+
 def build_server_defs(config: LSPConfig) -> dict[str, ServerDef]:
     """The built-in servers with the config's overrides, then its custom servers (Mastra's `buildServerDefs`)."""
     overrides, search, runner = config.binary_overrides, config.search_paths, config.package_runner
@@ -187,11 +207,10 @@ def build_server_defs(config: LSPConfig) -> dict[str, ServerDef]:
         manifest_path = _resolve_from(root, "typescript/package.json", search)
         if manifest_path is None:
             return None
-        manifest = json.loads(Path(manifest_path).read_text())
-        if int(str(manifest.get("version", "0")).split(".")[0] or 0) < 7:
+        if _major_version(manifest := _read_manifest(manifest_path)) < 7:
             return None
         bin_field = manifest.get("bin")
-        relative = bin_field if isinstance(bin_field, str) else (bin_field or {}).get("tsc")
+        relative = bin_field if isinstance(bin_field, str) else _str_or_none(bin_field, "tsc")
         tsc = os.path.join(os.path.dirname(manifest_path), relative) if relative else None
         return ["node", tsc, "--lsp", "--stdio"] if tsc and os.path.exists(tsc) else None  # TypeScript 7's own LSP
 

@@ -33,6 +33,10 @@ MAX_DESCRIPTION_LENGTH = 1024
 MAX_COMPATIBILITY_LENGTH = 500
 """Declared by Mastra (`SKILL_LIMITS`) but never enforced: compatibility accepts any value."""
 
+MAX_FRONTMATTER_VALUES = 100_000
+"""Beyond Mastra: the most values (strings, numbers, lists, mappings) frontmatter may expand to once its YAML
+aliases are written out; more is refused as invalid frontmatter rather than expanded (a "billion laughs")."""
+
 SKILL_LIMITS = {
     "MAX_INSTRUCTION_TOKENS": MAX_INSTRUCTION_TOKENS,
     "MAX_INSTRUCTION_LINES": MAX_INSTRUCTION_LINES,
@@ -153,9 +157,14 @@ def _yaml_message(err: yaml.YAMLError) -> str:
 
 def _load_yaml(text: str) -> Any:
     try:
-        return yaml.load(text, Loader=_Loader)  # a SafeLoader subclass
+        data = yaml.load(text, Loader=_Loader)  # a SafeLoader subclass
     except yaml.YAMLError as err:
         raise ValueError(_yaml_message(err)) from None
+    try:
+        json_safe(data)  # refuse now an alias fan-out that every later conversion would expand
+    except SkillError as err:
+        raise ValueError(str(err)) from None
+    return data
 
 
 def _parse_block(language: str, block: str) -> Any:
@@ -327,8 +336,43 @@ def parse_skill_md(content: str, *, path: str, directory_name: str | None) -> tu
     return parsed, result.warnings
 
 
-def json_safe(value: Any) -> Any:
-    """A frontmatter value as JSON would carry it (dates as JavaScript's ISO strings), `MISSING` as None."""
+def json_safe(value: Any, *, limit: int = MAX_FRONTMATTER_VALUES) -> Any:
+    """A frontmatter value as JSON would carry it (dates as JavaScript's ISO strings), `MISSING` as None.
+
+    YAML aliases make one list or mapping appear many times: each is converted once and the result shared, and
+    a value whose expansion (what JSON would write out) exceeds `limit` values is refused with `SkillError`, as is
+    one that contains itself, so a "billion laughs" fan-out costs only its distinct nodes.
+    """
+    converted: dict[int, tuple[Any, int]] = {}  # id of a list or dict -> (its conversion, its expanded size)
+    open_ids: set[int] = set()
+
+    def convert(item: Any) -> tuple[Any, int]:
+        if not isinstance(item, dict | list):
+            return _json_scalar(item), 1
+        key = id(item)
+        if key in converted:
+            return converted[key]
+        if key in open_ids:
+            raise SkillError("A frontmatter value refers to itself (a recursive YAML alias)")
+        open_ids.add(key)
+        if isinstance(item, dict):
+            pairs = [(str(k), convert(v)) for k, v in item.items()]
+            out: Any = {k: c for k, (c, _) in pairs}
+            size = 1 + sum(n for _, (_, n) in pairs)
+        else:
+            parts = [convert(v) for v in item]
+            out = [c for c, _ in parts]
+            size = 1 + sum(n for _, n in parts)
+        open_ids.discard(key)
+        if size > limit:
+            raise SkillError(f"YAML aliases expand the frontmatter to more than {limit} values")
+        converted[key] = (out, size)
+        return out, size
+
+    return convert(value)[0]
+
+
+def _json_scalar(value: Any) -> Any:
     if value is MISSING:
         return None
     if isinstance(value, datetime.datetime | datetime.date):
@@ -336,8 +380,4 @@ def json_safe(value: Any) -> Any:
             value if isinstance(value, datetime.datetime) else datetime.datetime(value.year, value.month, value.day)
         )
         return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
-    if isinstance(value, dict):
-        return {str(k): json_safe(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [json_safe(v) for v in value]
     return value

@@ -132,9 +132,10 @@ def parent_path(path: str) -> str:
 
 
 def safe_relative_path(path: str, label: str) -> str:
-    """`path` with ``.`` segments dropped; `InvalidSkillPath` when absolute or with a ``..`` segment."""
+    """`path` with ``.`` segments dropped; `InvalidSkillPath` when absolute, with a ``..`` segment or with a NUL
+    byte (no file has one in its name)."""
     normalized = path.replace("\\", "/")
     segments = [s for s in normalized.split("/") if s and s != "."]
-    if normalized.startswith("/") or ".." in segments:
+    if normalized.startswith("/") or ".." in segments or "\0" in path:
         raise InvalidSkillPath(f"Invalid {label} path: {path}", path)
     return "/".join(segments)

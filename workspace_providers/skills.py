@@ -4,7 +4,8 @@ advertised to the model in an ``<available_skills>`` block and used through the 
 
 `WorkspaceSkills` is the provider a `Workspace` takes among its extensions (``kind = "skills"``). Its paths may
 be a list or a function of the request context, and its source (the workspace filesystem) an instance or a
-function of the request context; each resolved (source, paths) pair gets its own `SkillCatalog`.
+function of the request context; each resolved (source, paths) pair gets its own `SkillCatalog`, and the most
+recently used `max_cached_sources` of them are kept.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal, cast
 
 from keel.workspace_providers.bm25 import BM25Index
+from keel.workspace_providers.search import BM25Config
 from keel.workspace_providers.skill_catalog import SkillCatalog
 from keel.workspace_providers.skill_frontmatter import SkillError
 from keel.workspace_providers.skill_models import Skill, SkillLoadError, SkillMetadata, SkillSearchResult
@@ -106,12 +108,17 @@ class WorkspaceSkills:
         source: where to read: the workspace filesystem (any object with its async ``exists``, ``stat``,
             ``read_file``, ``readdir``), or a function of the request context returning one. Default: the
             current directory, read-only and uncontained (Mastra's `LocalSkillSource`).
-        bm25: search with BM25 (True, or ``{"k1": .., "b": ..}``) as a Mastra workspace with ``bm25`` does;
-            False searches by substring, as Mastra does without a search engine.
+        bm25: search with BM25 as a Mastra workspace with ``bm25`` does: True or ``{}`` (defaults), ``{"k1": ..,
+            "b": ..}``, Mastra's nested ``{"bm25": {"k1": .., "b": ..}, "tokenize": {...}}``, or a `BM25Config`;
+            False or None searches by substring, as Mastra does without a search engine.
         validate_on_load: skip skills whose SKILL.md breaks Mastra's rules (see `load_errors()`).
         check_skill_file_mtime: `maybe_refresh()` also notices an edited SKILL.md.
         format: the catalog's format in the instructions: ``xml`` (Mastra's default), ``json``, ``markdown``.
-        max_cached_sources: for a source resolver, how many resolved sources keep their catalogs (LRU).
+        max_cached_sources: how many catalogs are kept, one per resolved (source, path set), least recently
+            used dropped first: with resolvers, a bound on the memory (and BM25 indexes) all requests hold.
+
+    Raises:
+        SkillError: `skills` is a string, or `max_cached_sources` is not positive. SearchError: bad `bm25` options.
     """
 
     kind = "skills"
@@ -121,7 +128,7 @@ class WorkspaceSkills:
         skills: Sequence[str] | SkillsResolver,
         *,
         source: Any | SourceResolver | None = None,
-        bm25: bool | Mapping[str, float] = False,
+        bm25: bool | Mapping[str, Any] | BM25Config | None = False,
         validate_on_load: bool = True,
         check_skill_file_mtime: bool = False,
         format: SkillFormat = "xml",
@@ -141,12 +148,16 @@ class WorkspaceSkills:
         self._source: Any = source
         if _is_resolver(source):
             self._source_resolver, self._source = cast(SourceResolver, source), None
-        self._bm25 = dict(bm25) if isinstance(bm25, Mapping) else ({} if bm25 else None)
+        self._bm25: BM25Config | None = (
+            bm25 if isinstance(bm25, BM25Config) else None if bm25 is None or bm25 is False else BM25Config.parse(bm25)
+        )
         self._validate = validate_on_load
         self._check_mtime = check_skill_file_mtime
         self.format: SkillFormat = format
         self._max_sources = max_cached_sources
-        self._catalogs: OrderedDict[int, tuple[Any, dict[str, SkillCatalog]]] = OrderedDict()
+        # (id(source), path set) -> (source, catalog), least recently used first; the source is held so that its
+        # id stays its own while the entry lives
+        self._catalogs: OrderedDict[tuple[int, str], tuple[Any, SkillCatalog]] = OrderedDict()
 
     @property
     def is_dynamic(self) -> bool:
@@ -173,26 +184,19 @@ class WorkspaceSkills:
         return tuple(paths)
 
     def _catalog(self, source: Any, paths: Sequence[str]) -> SkillCatalog:
-        key = "\n".join(sorted(paths))
-        slot = self._catalogs.pop(id(source), None)
-        if slot is None or slot[0] is not source:
-            slot = (source, {})
-        self._catalogs[id(source)] = slot  # most recently used last; the source is held so its id stays its own
+        key = (id(source), "\n".join(sorted(paths)))
+        slot = self._catalogs.pop(key, None)
+        if slot is None:
+            config = self._bm25
+            index = BM25Index(config.k1, config.b, config.tokenize) if config is not None else None
+            catalog = SkillCatalog(
+                source, paths, bm25=index, validate_on_load=self._validate, check_skill_file_mtime=self._check_mtime
+            )
+            slot = (source, catalog)
+        self._catalogs[key] = slot  # now the most recently used
         while len(self._catalogs) > self._max_sources:
             self._catalogs.popitem(last=False)
-        catalog = slot[1].get(key)
-        if catalog is None:
-            config = self._bm25
-            index = BM25Index(k1=config.get("k1", 1.5), b=config.get("b", 0.75)) if config is not None else None
-            catalog = SkillCatalog(
-                source,
-                paths,
-                bm25=index,
-                validate_on_load=self._validate,
-                check_skill_file_mtime=self._check_mtime,
-            )
-            slot[1][key] = catalog
-        return catalog
+        return slot[1]
 
     def _static_catalog(self) -> SkillCatalog | None:
         return None if self.is_dynamic or self._paths is None else self._catalog(self._source, self._paths)

@@ -218,7 +218,7 @@ class Workspace:
             if source is None and self._filesystem_resolver is not None:
                 source = self.resolve_filesystem
         on = bm25 is not None and bm25 is not False
-        return WorkspaceSkills(skills, source=source, bm25=bm25 if on else False)
+        return WorkspaceSkills(skills, source=source, bm25=BM25Config.parse(bm25) if on else False)
 
     def _lsp_extension(self, config: bool | Mapping[str, Any]) -> Any:
         from keel.workspace_providers.lsp import WorkspaceLSP

@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -169,6 +170,32 @@ def test_config_takes_mastras_camel_case_keys_and_refuses_unknown_ones() -> None
     assert normalize_lsp_config(True).request_timeout == 5000
     with pytest.raises(WorkspaceError, match="Unknown lsp option: diagnosticsTimeout"):
         normalize_lsp_config({"diagnosticsTimeout": 1})
+
+
+def test_the_config_root_is_only_the_default_project_root_and_must_lie_in_the_workspace(
+    project: Path, tmp_path: Path
+) -> None:
+    outside = os.path.join(sysconfig.get_paths()["stdlib"], "os.py")
+    for root in ("/", str(tmp_path), str(project / "..")):
+        with pytest.raises(WorkspaceError, match=r"lsp root .* must be inside the workspace directory"):
+            WorkspaceLSP(project, {"root": root})
+    manager = WorkspaceLSP(project, {"root": str(project / "web")})
+    assert manager.resolve("main.py") == str(project / "main.py")  # tool paths stay the workspace's
+    with pytest.raises(PermissionDenied):
+        manager.resolve(outside)
+    assert manager.project_root(str(project / "web" / "src" / "main.ts"), ["nothing-here"]) == str(project / "web")
+    relative = WorkspaceLSP(project, {"root": "web"})  # relative to the workspace directory
+    assert relative.project_root(str(project / "main.py"), ["nothing-here"]) == str(project / "web")
+    assert WorkspaceLSP(project).project_root(str(project / "main.py"), ["nothing-here"]) == str(project)
+
+
+def test_a_broken_typescript_package_json_is_no_server_not_a_crash(tmp_path: Path) -> None:
+    manifest = tmp_path / "node_modules" / "typescript" / "package.json"
+    manifest.parent.mkdir(parents=True)
+    manager = WorkspaceLSP(tmp_path)
+    for text in ("{not json", '{"version": "next"}', '["a list"]', '{"version": "7.0.0", "bin": 3}'):
+        manifest.write_text(text)
+        assert manager.server_for("a.ts").command(str(tmp_path)) is None
 
 
 async def test_a_missing_or_repeated_cursor_marker_is_mastras_error(project: Path) -> None:
@@ -339,7 +366,7 @@ async def test_a_killed_server_is_restarted_on_the_next_call(lsp: WorkspaceLSP) 
 # --- the JSON-RPC client, against a scripted server ----------------------------------------------------------
 
 FAKE_SERVER = """
-import json, os, sys
+import json, os, sys, time
 
 inp, out = sys.stdin.buffer, sys.stdout.buffer
 mode = sys.argv[1]
@@ -377,6 +404,8 @@ while True:
         assert answers["c1"]["result"] == [{}] and answers["c2"]["result"] is None, answers
         assert answers["c3"]["error"]["code"] == -32601, answers
         send(dict(id=message["id"], result={"capabilities": {"hoverProvider": True}}))
+        if mode == "stuck":  # a wedged server: it never reads its input again
+            time.sleep(3600)
     elif method == "textDocument/didChange":
         diagnostic = {"range": {"start": {"line": 0, "character": 0}, "end": {"line": 0, "character": 1}},
                       "severity": 2, "message": "fake warning", "source": "fake"}
@@ -414,7 +443,7 @@ def fake_server(script: Path, server_id: str, mode: str = "ok") -> dict[str, Any
 def fake(tmp_path: Path) -> Path:
     """A workspace with the scripted server as fake.py and files x.fake, x.fa, x.fb, other.fake."""
     write(tmp_path, {"fake.py": FAKE_SERVER, "other.fake": "one\ntwo\n    three()\n"})
-    for name in ("x.fake", "x.fa", "x.fb", "x.mute", "x.crash"):
+    for name in ("x.fake", "x.fa", "x.fb", "x.mute", "x.crash", "x.stuck"):
         (tmp_path / name).write_text("call()\n")
     return tmp_path
 
@@ -472,3 +501,38 @@ async def test_a_server_that_never_answers_initialize_times_out_and_is_killed(fa
     }
     assert manager.server_pids() == []
     assert running(f"{fake / 'fake.py'} mute") == []
+
+
+@pytest.mark.timeout(30)
+async def test_a_server_that_stops_reading_its_input_is_killed_within_the_request_timeout(fake: Path) -> None:
+    (fake / "big.stuck").write_text("x = 1\n" * 200_000)  # far more than a pipe holds
+    server = fake_server(fake / "fake.py", "stuck", "stuck")
+    manager = WorkspaceLSP(fake, {"servers": {"s": server}, "requestTimeout": 500, "diagnosticTimeout": 500})
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    try:
+        result = await asyncio.wait_for(manager.inspect("big.stuck", 1, "<<<x = 1"), 10)
+        assert loop.time() - started < 5
+        assert result["error"].startswith("LSP query failed: Fake stuck stopped reading its input")
+        assert manager.server_pids() == []
+    finally:
+        await asyncio.wait_for(manager.destroy(), 5)
+    assert await wait_until_gone(running(f"{fake / 'fake.py'} stuck"), 2) == []
+
+
+@pytest.mark.timeout(30)
+async def test_a_cancelled_inspection_of_a_stuck_server_ends_at_once_and_destroy_kills_it(fake: Path) -> None:
+    (fake / "big.stuck").write_text("x = 1\n" * 200_000)
+    server = fake_server(fake / "fake.py", "stuck", "stuck")
+    manager = WorkspaceLSP(fake, {"servers": {"s": server}, "requestTimeout": 60_000})
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(manager.inspect("big.stuck", 1, "<<<x = 1"), 1)
+    assert loop.time() - started < 3  # the cancellation is not held up by a write in a `finally`
+    (pid,) = manager.server_pids()
+    started = loop.time()
+    await asyncio.wait_for(manager.destroy(), 5)
+    assert loop.time() - started < 3  # no `shutdown` through a pipe nobody reads
+    assert manager.server_pids() == []
+    assert await wait_until_gone([pid], 2) == []

@@ -372,9 +372,14 @@ async def test_reindexing_many_files_with_the_in_memory_store_stays_linear(monke
     await store.create_index("linear", 2)
     metadata = [{"id": "a#chunk-0", "sourceFile": "a"}, {"id": "a#chunk-1", "sourceFile": "a"}, {"id": "b"}]
     await store.upsert("linear", [[1, 0]] * 3, metadata, ["a#chunk-0", "a#chunk-1", "b"])
-    scanned = []
+    scanned: list[Any] = []
     real = vector_filter.matches
-    monkeypatch.setattr(vector_filter, "matches", lambda meta, f: scanned.append(meta) or real(meta, f))
+
+    def counting(meta: Any, f: Any) -> bool:
+        scanned.append(meta)
+        return real(meta, f)
+
+    monkeypatch.setattr(vector_filter, "matches", counting)
     both = {"$or": [{"id": {"$in": ["b"]}}, {"sourceFile": {"$in": ["a"]}}]}
     assert await store.delete_vectors("linear", both) == 3
     assert await store.delete_vectors("linear", {"sourceFile": "nothing"}) == 0

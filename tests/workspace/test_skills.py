@@ -6,9 +6,13 @@ SKILL.md of invalid_cases.json. The other tests read real files through a real `
 from __future__ import annotations
 
 import base64
+import datetime
+import gc
 import json
 import logging
 import os
+import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +21,14 @@ import pytest
 from keel.workspace_providers import Workspace
 from keel.workspace_providers.errors import WorkspaceError
 from keel.workspace_providers.local_filesystem import LocalFilesystem
+from keel.workspace_providers.search import BM25Config
 from keel.workspace_providers.skill_catalog import SkillCatalog
 from keel.workspace_providers.skill_frontmatter import (
     InvalidSkillPath,
     SkillConflict,
+    SkillError,
     SkillValidationError,
+    json_safe,
     parse_skill_md,
     validate_skill_content,
 )
@@ -324,6 +331,18 @@ async def test_a_source_resolver_reads_each_tenants_filesystem(tmp_path: Path) -
     assert (await skills.scoped({"tenant": "b"})) is (await skills.scoped({"tenant": "b"}))
 
 
+async def test_catalogs_of_every_resolved_path_set_are_bounded_by_max_cached_sources(tmp_path: Path) -> None:
+    write(tmp_path, {f"skills/u{i}/s/SKILL.md": skill_md("s") for i in range(3)})
+    skills = WorkspaceSkills(
+        lambda c: [f"skills/u{c['user']}"], source=LocalFilesystem(tmp_path, read_only=True), max_cached_sources=4
+    )
+    catalogs = [weakref.ref(await skills.scoped({"user": u})) for u in range(200)]
+    gc.collect()
+    assert sum(ref() is not None for ref in catalogs) == 4  # not one per user, each with its own index
+    assert catalogs[-1]() is await skills.scoped({"user": 199})  # the most recent are reused
+    assert catalogs[0]() is None
+
+
 async def test_maybe_refresh_finds_a_skill_added_after_discovery(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -365,6 +384,40 @@ async def test_bm25_search_ranks_the_most_relevant_file_first(tmp_path: Path) ->
     assert text.startswith("[cooking] (lines 1-1) (score: ") and text.endswith("\nBoil pasta for ten minutes.")
 
 
+@pytest.mark.parametrize(
+    "bm25",
+    [True, {}, {"k1": 1.5}, {"bm25": {}}, BM25Config()],
+    ids=["true", "empty-mapping", "flat", "nested", "parsed"],
+)
+async def test_every_form_of_bm25_on_is_a_bm25_search(tmp_path: Path, bm25: Any) -> None:
+    write(tmp_path, {"skills/deploy/SKILL.md": skill_md("deploy", body="Intro.\nDeploy with kubectl apply.")})
+    [result] = await skills_in(tmp_path, ["skills"], bm25=bm25).search("kubectl")
+    assert result.score != 1 and result.line_range == (2, 2) and result.score_details is not None
+
+
+async def test_bm25_parameters_and_tokenize_options_reach_the_index_in_every_form(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        {
+            "skills/deploy/SKILL.md": skill_md("deploy", body="kubectl apply and kubectl rollout " * 3),
+            "skills/other/SKILL.md": skill_md("other", body="kubectl once, among many other words here"),
+        },
+    )
+
+    async def scores(bm25: Any, query: str = "kubectl") -> list[float]:
+        return [r.score for r in await skills_in(tmp_path, ["skills"], bm25=bm25).search(query)]
+
+    tuned = await scores({"k1": 0.5, "b": 0.1})
+    assert tuned != await scores(True)
+    assert await scores({"bm25": {"k1": 0.5, "b": 0.1}}) == tuned
+    assert await scores(BM25Config(k1=0.5, b=0.1)) == tuned
+    assert await scores({"bm25": {}, "tokenize": {"stopwords": ["kubectl"]}}) == []
+    for off in (False, None):
+        assert await scores(off) == [1, 1]  # substring search
+    with pytest.raises(WorkspaceError, match="Unknown bm25 option"):
+        skills_in(tmp_path, ["skills"], bm25={"k": 1})
+
+
 async def test_substring_search_is_mastras_fallback_without_an_index(tmp_path: Path) -> None:
     long_body = "Intro. " + "word " * 60 + "needle at the end."
     write(tmp_path, {"skills/long/SKILL.md": skill_md("long", body=long_body)})
@@ -402,6 +455,50 @@ async def test_skill_read_refuses_paths_that_leave_the_skill(tmp_path: Path) -> 
         await skills.get_reference("a", "../b/SKILL.md")
     assert await skills.get_script("a", "scripts/none.sh") is None
     assert await skills.list_references("a") == ["ok.md", "out.md", "sibling.md"]
+
+
+async def test_skill_read_refuses_a_nul_byte_as_an_invalid_path(tmp_path: Path) -> None:
+    write(tmp_path, {"skills/a/SKILL.md": skill_md("a"), "skills/a/references/ok.md": "fine\n"})
+    skills = skills_in(tmp_path, ["skills"])
+    for path in ("references/a\0b", "\0"):
+        with pytest.raises(InvalidSkillPath) as raised:
+            await skill_read(skills, SkillReadInput(skillName="a", path=path))
+        assert str(raised.value) == f"Invalid asset path: {path}"
+
+
+def _alias_fan_out(levels: int) -> str:
+    """YAML whose last anchor stands for 9**levels strings ("billion laughs")."""
+    lines = ["  l0: &l0 [x, x, x, x, x, x, x, x, x]"]
+    lines += [f"  l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 9) + "]" for i in range(1, levels)]
+    return "metadata:\n" + "\n".join(lines) + "\n"
+
+
+async def test_a_yaml_alias_fan_out_is_refused_at_discovery_not_expanded(tmp_path: Path) -> None:
+    write(tmp_path, {"skills/bomb/SKILL.md": skill_md("bomb", extra=_alias_fan_out(9))})
+    for validate in (True, False):
+        skills = skills_in(tmp_path, ["skills"], validate_on_load=validate)
+        assert await skills.list() == []
+        [error] = await skills.load_errors()
+        assert error.path == "skills/bomb/SKILL.md"
+        assert "Invalid frontmatter: YAML aliases expand the frontmatter to more than 100000 values" in error.message
+
+
+def test_json_safe_converts_shared_values_once_and_refuses_huge_or_recursive_ones() -> None:
+    small: Any = ["x", datetime.date(2026, 1, 2)]
+    for _ in range(2):
+        small = [small] * 3
+    assert json_safe({"v": small}) == {"v": [[["x", "2026-01-02T00:00:00.000Z"]] * 3] * 3}
+    huge: Any = ["x"] * 9
+    for _ in range(6):
+        huge = [huge] * 9  # 9**7 strings, from 7 distinct lists
+    started = time.monotonic()
+    with pytest.raises(SkillError, match="more than 100000 values"):
+        json_safe(huge)
+    assert time.monotonic() - started < 1
+    loop: list[Any] = []
+    loop.append(loop)
+    with pytest.raises(SkillError, match="refers to itself"):
+        json_safe({"loop": loop})
 
 
 async def test_adding_and_removing_one_skill_updates_the_catalog_and_the_index(tmp_path: Path) -> None:
