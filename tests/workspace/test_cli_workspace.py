@@ -50,7 +50,11 @@ async def test_keel_agents_lists_workspace_tools_and_keel_workspaces_their_info(
     assert code == 0, err
     agents = {a["id"]: a for a in json.loads(out)}
     coder_tools = {t["id"]: t for t in agents["coder"]["tools"]}
-    assert len(coder_tools) == 11 and agents["coder"]["workspaceId"] == "demo-workspace"
+    # Mastra's eleven file and command tools, search and index, LSP, and the three skill tools
+    assert len(coder_tools) == 17 and agents["coder"]["workspaceId"] == "demo-workspace"
+    assert {"mastra_workspace_search", "mastra_workspace_index", "mastra_workspace_lsp_inspect", "skill"} <= set(
+        coder_tools
+    )
     assert coder_tools["mastra_workspace_execute_command"]["idempotent"] is False
     assert coder_tools["mastra_workspace_read_file"]["workspaceTool"] == "mastra_workspace_read_file"
     code, out, _ = await keel("agents")
