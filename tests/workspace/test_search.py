@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import codecs
 import json
+import random
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -384,3 +385,21 @@ async def test_reindexing_many_files_with_the_in_memory_store_stays_linear(monke
     assert await store.delete_vectors("linear", both) == 3
     assert await store.delete_vectors("linear", {"sourceFile": "nothing"}) == 0
     assert scanned == [] and (await store.describe_index("linear")).count == 0
+
+
+@pytest.mark.parametrize("top_k", [1, 3, 10, 50, 200])
+async def test_the_in_memory_store_ranks_as_a_full_sort_would(top_k: int) -> None:
+    rng = random.Random(top_k)
+    store = InMemoryVectorStore()
+    await store.create_index("ranked", 4)
+    vectors = [[rng.choice([0.0, 0.5, 1.0]) + 0.01 for _ in range(4)] for _ in range(120)]  # many equal scores
+    metadata = [{"even": i % 2 == 0, "n": i} for i in range(120)]
+    await store.upsert("ranked", vectors, metadata, [f"v{i}" for i in range(120)])
+    query = [1.0, 0.2, 0.7, 0.1]
+    everything = await store.query("ranked", query, top_k=120)
+    assert [h.score for h in everything] == sorted((h.score for h in everything), reverse=True)
+    assert [h.id for h in await store.query("ranked", query, top_k=top_k)] == [h.id for h in everything][:top_k]
+    rare = {"n": {"$in": [3, 77, 119]}}  # fewer matches than the first candidates hold
+    assert [h.id for h in await store.query("ranked", query, top_k=top_k, filter=rare)] == [
+        h.id for h in everything if h.metadata["n"] in (3, 77, 119)
+    ][:top_k]
