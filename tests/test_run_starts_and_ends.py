@@ -177,11 +177,13 @@ async def test_a_worker_started_before_temporal_waits_for_it_and_says_so(tmp_pat
     )  # fmt: skip
     server = None
     try:
-        await asyncio.sleep(2)
+        assert worker.stderr is not None and worker.stdout is not None
+        # Temporal starts only once the worker said it waits (a fixed sleep raced a slow start under load).
+        said = await asyncio.wait_for(asyncio.to_thread(worker.stderr.readline), 60)
+        assert f"keel worker: waiting for Temporal at 127.0.0.1:{port}" in said, said
         assert worker.poll() is None, worker.communicate()
         cfg = DevServerConfig(port=port, ui_port=free_port(), state_dir=tmp_path / "temporal")
         server = await DevServer(cfg).start(reuse=False)
-        assert worker.stdout is not None
         line = await asyncio.wait_for(asyncio.to_thread(worker.stdout.readline), 60)
         assert "keel worker: task queue 'late'" in line
     finally:
@@ -189,7 +191,6 @@ async def test_a_worker_started_before_temporal_waits_for_it_and_says_so(tmp_pat
         _, err = worker.communicate(timeout=20)
         if server is not None:
             server.stop()
-    assert f"keel worker: waiting for Temporal at 127.0.0.1:{port}" in err
     assert "Traceback" not in err
 
 
