@@ -4,6 +4,7 @@ task queue per test, and an in-process Keel worker."""
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -89,6 +90,15 @@ async def running_worker(
     """A worker for `app` on `task_queue` for the duration of the block; yields a KeelClient bound to it."""
     async with build_worker(client, app, storage, task_queue=task_queue, **kwargs):
         yield KeelClient(client, task_queue=task_queue, app=app)
+
+
+def npm_installed(folder: Path, installed: str, why: str) -> Path:
+    """`folder` with its node_modules (`npm ci` the first time, when `folder/node_modules/<installed>` is missing)."""
+    if shutil.which("node") is None or shutil.which("npm") is None:
+        pytest.fail(f"node and npm are needed: {why}")
+    if not (folder / "node_modules" / installed).exists():
+        subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=folder, check=True, timeout=600)
+    return folder
 
 
 def env_for_subprocess(dev_server: DevServer, **extra: str) -> dict[str, str]:

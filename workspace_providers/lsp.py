@@ -47,6 +47,7 @@ from keel.workspace_providers.lsp_servers import (
 )
 from keel.workspace_providers.paths import Resolver
 from keel.workspace_providers.paths import _within as within
+from keel.workspace_providers.tool_config import WORKSPACE_TOOLS
 
 __all__ = [
     "LANGUAGE_EXTENSIONS",
@@ -64,7 +65,7 @@ __all__ = [
     "normalize_lsp_config",
 ]
 
-LSP_INSPECT = "mastra_workspace_lsp_inspect"
+LSP_INSPECT = WORKSPACE_TOOLS.LSP.LSP_INSPECT
 CURSOR_MARKER = "<<<"
 LEASE_WAIT = 5.0
 """Seconds a start waits for a busy server to become idle when `max_open_clients` are running (Mastra: 5 s)."""

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
-import subprocess
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +17,7 @@ from keel.client import KeelClient
 from keel.client.api import create_api
 from keel.client.api.server import serving
 from keel.storage import Storage
-from tests.conftest import free_port, running_worker
+from tests.conftest import free_port, npm_installed, running_worker
 from tests.http_api.apps import app
 
 JS = Path(__file__).parent / "js"
@@ -28,11 +26,7 @@ JS = Path(__file__).parent / "js"
 @pytest.fixture(scope="session")
 def client_js() -> Path:
     """tests/http_api/js with its node_modules (`npm ci` the first time)."""
-    if shutil.which("node") is None or shutil.which("npm") is None:
-        pytest.fail("node and npm are needed: the HTTP API is tested with the real @mastra/client-js")
-    if not (JS / "node_modules" / "@mastra" / "client-js").exists():
-        subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=JS, check=True, timeout=600)
-    return JS
+    return npm_installed(JS, "@mastra/client-js", "the HTTP API is tested with the real @mastra/client-js")
 
 
 @dataclass

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import signal
-import subprocess
 import sys
 import sysconfig
 from collections.abc import AsyncIterator
@@ -27,6 +25,7 @@ from keel.workspace_providers.lsp import (
     WorkspaceLSP,
     normalize_lsp_config,
 )
+from tests.conftest import npm_installed
 
 LSP_JS = Path(__file__).parent / "lsp_js"
 
@@ -118,11 +117,8 @@ async def wait_until_gone(pids: list[int], timeout: float = 5) -> list[int]:
 @pytest.fixture(scope="session")
 def lsp_js() -> Path:
     """tests/workspace/lsp_js with its node_modules (`npm ci` the first time)."""
-    if shutil.which("node") is None or shutil.which("npm") is None:
-        pytest.fail("node and npm are needed: LSP inspection is tested with the real typescript-language-server")
-    if not (LSP_JS / "node_modules" / ".bin" / "typescript-language-server").exists():
-        subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=LSP_JS, check=True, timeout=600)
-    return LSP_JS
+    why = "LSP inspection is tested with the real typescript-language-server"
+    return npm_installed(LSP_JS, ".bin/typescript-language-server", why)
 
 
 @pytest.fixture(scope="module")
