@@ -232,6 +232,7 @@ class KeelClient:
                 id=run_id,
                 task_queue=self.task_queue,
                 search_attributes=_initial_attributes(run_input, run_id),
+                memo={names.ATTRIBUTES_AT_START_MEMO: True},
                 static_summary=_summary(run_input),
                 # A run id names one run everywhere (its event log, its messages, its page in the UI).
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,

@@ -10,6 +10,8 @@ DEFAULT_TASK_QUEUE: Final = "keel"
 
 # Workflows
 AGENT_RUN: Final = "AgentRun"
+ATTRIBUTES_AT_START_MEMO: Final = "keelSearchAttributesAtStart"
+"""Memo of a run started with its search attributes (Keel's client does): the run does not upsert them again."""
 
 # Activities of the agent loop
 MODEL_STEP: Final = "keel.model_step"

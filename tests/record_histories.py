@@ -8,9 +8,12 @@ never overwritten. The recording worker runs with the sandbox, as every test doe
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import os
+import re
+import shutil
 import tempfile
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -32,6 +35,8 @@ from tests.conftest import free_port
 from tests.workflows_json import apps as definition_apps
 
 HISTORIES = Path(__file__).parent / "histories"
+PAYLOADS = HISTORIES / "payloads"
+"""The blobs of the payloads the histories hold by reference (a `DirectoryBlobStore`'s layout)."""
 
 
 async def _approval(keel: KeelClient, run_id: str, approved: bool) -> None:
@@ -54,10 +59,12 @@ async def _declined(keel: KeelClient, name: str) -> str:
 
 async def _reused_ids(keel: KeelClient, name: str) -> str:
     run_id = await keel.start_run("reuser", "pay twice", run_id=name)
+    approved: set[int | None] = set()  # the steps: both ask with the same tool call id
     for _ in range(2):
-        await _approval(keel, run_id, True)
-        while await keel.pending_tool_calls(run_id) or (await keel.describe(run_id)).status == "suspended":
+        while not (pending := [p for p in await keel.pending_tool_calls(run_id) if p.step not in approved]):
             await asyncio.sleep(0.05)
+        approved.add(pending[0].step)
+        await keel.approve(run_id, pending[0].tool_call_id, approved=True)
     return run_id
 
 
@@ -79,18 +86,31 @@ _SCENARIOS: dict[str, Callable[[KeelClient, str], Awaitable[str]]] = {
 
 TASK_QUEUE = "record"
 
-GENERATIONS = ["", "_tools_then_model", "_pinned"]
+GENERATIONS = ["", "_tools_then_model", "_pinned", "_fused_local"]
 """One set of files per guarded workflow change, named with its suffix: the files of every generation must keep
 replaying. "": each tool call and model step its own activity; "_tools_then_model": a step's tools and the next
-model call fused (`workflow.patched`); "_pinned": the run shape recorded as a marker at the start."""
+model call fused (`workflow.patched`); "_pinned": the run shape recorded as a marker at the start;
+"_fused_local": a fused step run as a local activity, and the search attributes set at start not upserted
+(`keelSearchAttributesAtStart` in the memo)."""
 
 SHAPE_SCENARIOS = ["approved", "multi_step"]
 """Recorded once per run shape other than the default, for the replay tests with other worker settings."""
 
 
+def options_of(shape: RunShape) -> AgentActivityOptions:
+    """A worker's options that start runs of `shape`."""
+    return AgentActivityOptions(
+        model_as_local_activity=shape.model_as_local_activity,
+        fuse_tools_with_next_model_step=shape.fuse_tools_with_next_model_step,
+        fused_step_as_local_activity=shape.fused_step_as_local_activity,
+    )
+
+
 def shape_suffix(shape: RunShape) -> str:
     model = "local" if shape.model_as_local_activity else "activity"
     steps = "fused" if shape.fuse_tools_with_next_model_step else "apart"
+    if shape.fused_step_as_local_activity:
+        steps += "_local"
     return f"_shape_{model}_{steps}"
 
 
@@ -251,6 +271,9 @@ SCENARIOS: dict[str, Scenario] = {
     "definition_every_entry_type": Scenario(_definition_everything, DEFAULT_SHAPE),
     "definition_suspended_and_resumed": Scenario(_definition_resumed, DEFAULT_SHAPE),
     "definition_started_by_keel": Scenario(_definition_by_keel, DEFAULT_SHAPE),
+    # Idempotent tool steps tried as local activities first (`LoadDefinitionResult.local_tool_steps`).
+    "definition_every_entry_type_local_steps": Scenario(_definition_everything, DEFAULT_SHAPE),
+    "definition_started_by_keel_local_steps": Scenario(_definition_by_keel, DEFAULT_SHAPE),
     "delivered_message": Scenario(_delivered_message, DEFAULT_SHAPE),
     "thread_entity": Scenario(_thread_entity, DEFAULT_SHAPE, ends=False),
     "index_workspace": Scenario(_index_workspace, DEFAULT_SHAPE),
@@ -262,6 +285,17 @@ SCENARIOS: dict[str, Scenario] = {
 }
 """Each scenario starts a run named after it (and approves what it needs) and returns its id; the file holds the
 run's first execution (the one that continued as new, for `continued_as_new`)."""
+
+
+def referenced_blobs(history_json: str) -> set[str]:
+    """The keys of the payloads a history holds by reference (external storage claims)."""
+    keys: set[str] = set()
+    for data in re.findall(r'"data": ?"([A-Za-z0-9+/=]+)"', history_json):
+        with contextlib.suppress(ValueError):
+            keys.update(
+                re.findall(r'"claimData":\{"key":"([0-9a-f]{64})"', base64.b64decode(data).decode("utf-8", "replace"))
+            )
+    return keys
 
 
 async def record() -> None:
@@ -289,10 +323,7 @@ async def record_on_server(dynamic_config: dict[str, str], names: list[str]) -> 
             runs: dict[str, str] = {}
             for shape in dict.fromkeys(SCENARIOS[name].shape for name in names):
                 assert shape is not None
-                options = AgentActivityOptions(
-                    model_as_local_activity=shape.model_as_local_activity,
-                    fuse_tools_with_next_model_step=shape.fuse_tools_with_next_model_step,
-                )
+                options = options_of(shape)
                 async with build_worker(client, app, storage, task_queue=TASK_QUEUE, options=options):
                     for name in (n for n in names if SCENARIOS[n].shape == shape):
                         runs[name] = await SCENARIOS[name].run(keel, name)
@@ -310,6 +341,11 @@ async def record_on_server(dynamic_config: dict[str, str], names: list[str]) -> 
                 history = await client.get_workflow_handle(run_id, run_id=first.run_id).fetch_history()
                 (HISTORIES / f"{name}.json").write_text(history.to_json())
                 print(f"recorded {name}: {len(history.events)} events")
+                # Payloads of 256 KiB or more are in the history by reference: their blobs replay with it.
+                for key in referenced_blobs(history.to_json()):
+                    kept = PAYLOADS / key[:2] / key
+                    kept.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(Path(tmp) / "payloads" / key[:2] / key, kept)
         finally:
             await storage.close()
             server.stop()

@@ -50,7 +50,8 @@ async def test_an_approved_turn_runs_exactly_two_model_calls_and_one_tool_withou
         await keel.approve(run_id, call_id)
         result = await keel.result(run_id)
     assert "Tool result" in result.text
-    # Step 1's model call is a local activity; the approved tool and step 2's model call share one activity.
+    # Step 1's model call is a local activity; the approved tool and step 2's model call share an activity (not
+    # a local one: the approving update is answered as soon as the workflow task that took it completes).
     assert counting.executions == {"keel.model_step": 1, "keel.tools_then_model": 1}
     history = await client.get_workflow_handle(run_id).fetch_history()
     markers = Counter(

@@ -3,6 +3,7 @@ replaying worker's run shape; a deliberately changed workflow does not replay.""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -12,13 +13,22 @@ from temporalio.workflow import NondeterminismError
 
 from keel.client.converter import data_converter
 from keel.plugin import KeelPlugin, sandboxed_runner
+from keel.storage import DirectoryBlobStore
 from keel.workflows import options as run_options
 from keel.workflows.contracts import ALL_SHAPES, RunShape
-from keel.workflows.options import AgentActivityOptions
 from tests.changed_workflow import ReorderedAgentRun
-from tests.record_histories import SCENARIOS, TASK_QUEUE
+from tests.record_histories import PAYLOADS, SCENARIOS, TASK_QUEUE, options_of
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
+
+
+@pytest.fixture(autouse=True)
+def recorded_payloads(payload_store: DirectoryBlobStore) -> None:
+    """The payloads the histories hold by reference, in the store the replaying worker reads."""
+    for blob in PAYLOADS.glob("*/*"):
+        kept = payload_store.root / blob.relative_to(PAYLOADS)
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(blob, kept)
 
 
 def load(path: Path) -> WorkflowHistory:
@@ -34,13 +44,6 @@ def test_the_expected_histories_are_recorded() -> None:
 async def test_recorded_history_replays_with_the_current_workflow(path: Path, sandboxed: bool) -> None:
     replayer = Replayer(workflows=[], plugins=[KeelPlugin(sandbox_keel_workflows=sandboxed)])
     await replayer.replay_workflow(load(path))
-
-
-def options_of(shape: RunShape) -> AgentActivityOptions:
-    return AgentActivityOptions(
-        model_as_local_activity=shape.model_as_local_activity,
-        fuse_tools_with_next_model_step=shape.fuse_tools_with_next_model_step,
-    )
 
 
 @pytest.mark.parametrize("worker_shape", ALL_SHAPES, ids=lambda s: s.marker().split(":")[1])

@@ -1,5 +1,7 @@
-"""A run keeps the shape it started with (local or regular model activity, fused or separate tool steps) when a
-worker with other settings picks it up; only timeouts and retry policies follow the worker."""
+"""A run keeps the shape it started with (local or regular model activity, fused or separate tool steps, a fused
+step local or not) when a worker with other settings picks it up; only timeouts and retry policies follow the
+worker. A step tried locally that fails is retried as an activity; a run started by Keel's client upserts no
+search attribute it was started with."""
 
 from __future__ import annotations
 
@@ -10,13 +12,27 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
+from keel.app import Agent, App
+from keel.model_providers import (
+    ModelRequest,
+    ModelResponse,
+    ModelRetryableError,
+    ModelToolCall,
+    ScriptedModel,
+    tool_results_since_last_user,
+)
 from keel.storage import Storage
+from keel.workflows.agent_run import MAX_LOCAL_ACTIVITIES_PER_TASK
 from keel.workflows.options import AgentActivityOptions
+from keel.workflows.search_attributes import KEEL_AGENT_ID, KEEL_KIND, KEEL_STATUS, KEEL_THREAD_ID
 from tests.apps import app as test_app
+from tests.apps import echo, pay
 from tests.conftest import running_worker
+from tests.history_counts import local_activities_per_task
 from tests.test_agent_run import wait_for_pending
 
 LOCAL_FUSED = AgentActivityOptions()
+LOCAL_FUSED_AS_ACTIVITY = AgentActivityOptions(fused_step_as_local_activity=False)
 ACTIVITY_APART = AgentActivityOptions(model_as_local_activity=False, fuse_tools_with_next_model_step=False)
 
 
@@ -29,13 +45,34 @@ async def scheduled_activities(client: Client, run_id: str) -> Counter[str]:
     )
 
 
+def approve_then_echo(request: ModelRequest) -> ModelResponse:
+    """Step 1 asks to `pay` (approval needed), step 2 calls `echo`, step 3 answers: step 3 is a fused step that
+    follows no approval, the only kind a run may try locally."""
+    results = tool_results_since_last_user(request)
+    if not results:
+        return ModelResponse(tool_calls=[ModelToolCall(id="call_1", name="pay", args={"amount": 500})])
+    if len(results) == 1:
+        return ModelResponse(tool_calls=[ModelToolCall(id="call_2", name="echo", args={"text": "hi"})])
+    return ModelResponse(text=f"Tool result: {results[-1].result}")
+
+
+shapes_app = App.of(Agent(id="shapes", model=ScriptedModel(approve_then_echo, name="shapes"), tools=(pay, echo)))
+
+
 @pytest.mark.parametrize(
     ("started_with", "continued_with", "expected"),
     [
         (LOCAL_FUSED, ACTIVITY_APART, {"keel.tools_then_model": 1}),
-        (ACTIVITY_APART, LOCAL_FUSED, {"keel.model_step": 2, "keel.tool_call": 1}),
+        (LOCAL_FUSED_AS_ACTIVITY, LOCAL_FUSED, {"keel.tools_then_model": 2}),
+        (LOCAL_FUSED, LOCAL_FUSED_AS_ACTIVITY, {"keel.tools_then_model": 1}),
+        (ACTIVITY_APART, LOCAL_FUSED, {"keel.model_step": 3, "keel.tool_call": 2}),
     ],
-    ids=["local-fused-then-activity-apart", "activity-apart-then-local-fused"],
+    ids=[
+        "local-fused-then-activity-apart",
+        "fused-as-activity-then-fused-local",
+        "fused-local-then-fused-as-activity",
+        "activity-apart-then-local-fused",
+    ],
 )
 async def test_a_suspended_run_finishes_in_its_own_shape_on_a_worker_with_other_settings(
     client: Client,
@@ -46,12 +83,84 @@ async def test_a_suspended_run_finishes_in_its_own_shape_on_a_worker_with_other_
     continued_with: AgentActivityOptions,
     expected: dict[str, int],
 ) -> None:
-    async with running_worker(client, test_app, storage, task_queue, options=started_with) as keel:
-        run_id = await keel.start_run("demo", "keep my shape")
+    async with running_worker(client, shapes_app, storage, task_queue, options=started_with) as keel:
+        run_id = await keel.start_run("shapes", "keep my shape")
         [call_id] = await wait_for_pending(keel, run_id)
     # A new worker has an empty cache: it replays the run's history with its own settings before going on.
-    async with running_worker(client, test_app, storage, task_queue, options=continued_with) as keel:
+    async with running_worker(client, shapes_app, storage, task_queue, options=continued_with) as keel:
         await keel.approve(run_id, call_id)
         result = await keel.result(run_id)
-    assert "Tool result" in result.text
+    assert result.text == "Tool result: {'echo': 'hi'}"
     assert await scheduled_activities(client, run_id) == expected
+
+
+async def test_a_long_turn_chains_a_bounded_number_of_local_activities_per_workflow_task(
+    client: Client, storage: Storage, task_queue: str, data_dir: Path
+) -> None:
+    async with running_worker(client, test_app, storage, task_queue) as keel:
+        result = await keel.result(await keel.start_run("multi", "steps=10"))
+    assert result.text == "done after 10 tool calls" and result.steps == 11
+    history = await client.get_workflow_handle(result.run_id).fetch_history()
+    per_task = local_activities_per_task(history)
+    assert max(per_task) == MAX_LOCAL_ACTIVITIES_PER_TASK, per_task
+    assert sum(per_task) + sum((await scheduled_activities(client, result.run_id)).values()) == 11
+
+
+_rate_limited: set[str] = set()
+
+
+def rate_limited_after_a_tool(request: ModelRequest) -> ModelResponse:
+    """Step 1 calls `echo`; step 2 is rate limited the first time a conversation reaches it, then answers."""
+    results = tool_results_since_last_user(request)
+    if not results:
+        return ModelResponse(tool_calls=[ModelToolCall(id="call_1", name="echo", args={"text": "hi"})])
+    key = request.messages[-1].id
+    if key not in _rate_limited:
+        _rate_limited.add(key)
+        raise ModelRetryableError("rate limited, try again", retry_after=0.2)
+    return ModelResponse(text=f"answered with {results[0].result}")
+
+
+retried = Agent(id="retried", model=ScriptedModel(rate_limited_after_a_tool, name="retried"), tools=(echo,))
+
+
+async def test_a_fused_step_that_fails_once_locally_is_retried_as_an_activity_the_ui_shows(
+    client: Client, storage: Storage, task_queue: str, data_dir: Path
+) -> None:
+    async with running_worker(client, App.of(retried), storage, task_queue) as keel:
+        result = await keel.result(await keel.start_run("retried", "go"))
+    assert result.text == "answered with {'echo': 'hi'}"
+    history = await client.get_workflow_handle(result.run_id).fetch_history()
+    markers = [
+        e.marker_recorded_event_attributes.marker_name
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
+    ]
+    assert markers.count("core_local_activity") == 2  # the first model step, then the fused step's one attempt
+    assert await scheduled_activities(client, result.run_id) == {"keel.tools_then_model": 1}
+    timers = [e for e in history.events if e.event_type == EventType.EVENT_TYPE_TIMER_STARTED]
+    assert [t.timer_started_event_attributes.start_to_fire_timeout.ToTimedelta().total_seconds() for t in timers] == [
+        0.2
+    ]  # the provider's retry-after
+    messages, _ = await storage.list_messages(result.run_id)
+    assert [m.role for m in messages] == ["user", "assistant", "tool", "assistant"]  # the tool result stored once
+
+
+async def test_a_run_started_by_keel_keeps_its_start_attributes_without_upserting_them(
+    client: Client, storage: Storage, task_queue: str, data_dir: Path
+) -> None:
+    async with running_worker(client, test_app, storage, task_queue) as keel:
+        run_id = await keel.start_run("multi", "steps=1")
+        await keel.result(run_id)
+        cli_run = await client.start_workflow(
+            "AgentRun", {"agentId": "multi", "messages": "steps=1"}, id=f"cli-{run_id}", task_queue=task_queue
+        )
+        await cli_run.result()
+    for wid, upserts in ((run_id, 2), (cli_run.id, 3)):  # the shape's patch, [the attributes,] completed
+        history = await client.get_workflow_handle(wid).fetch_history()
+        kinds = [e.event_type for e in history.events]
+        assert kinds.count(EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES) == upserts, wid
+        described = await client.get_workflow_handle(wid).describe()
+        attributes = described.typed_search_attributes
+        assert attributes.get(KEEL_AGENT_ID) == "multi" and attributes.get(KEEL_STATUS) == "completed"
+        assert attributes.get(KEEL_THREAD_ID) == wid and attributes.get(KEEL_KIND) == "agent"

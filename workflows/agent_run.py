@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 from temporalio import workflow
@@ -85,6 +85,10 @@ DECLINED_REASON = "Tool call was not approved by the user"
 MAX_PENDING_RESULT_BYTES = 128 * 1024 * 1024
 """Tool results a step hands to the next one to persist (tools that ran as activities of their own); more become
 errors for the model, so no activity input the workflow builds grows past what the payload store takes."""
+MAX_LOCAL_ACTIVITIES_PER_TASK = 4
+"""Local activities a run chains before a regular one: their results travel in one workflow task completion
+(at most 256 KiB each inline; larger ones go by reference), and a continue-as-new suggestion is only seen at a
+workflow task's start, so a long turn still crosses workflow tasks."""
 MAX_REJECTED_SIGNALS = 20
 MAX_INBOX = 100
 """User messages delivered into a run and not yet read by a model step; past it, one is refused (recorded)."""
@@ -196,15 +200,17 @@ class AgentRun:
         run_id = workflow.info().workflow_id
         thread_id = input.thread_id or run_id
         resource_id = input.resource_id or input.agent_id
-        workflow.upsert_search_attributes(
-            [
-                KEEL_KIND.value_set("agent"),
-                KEEL_STATUS.value_set("running"),
-                KEEL_AGENT_ID.value_set(input.agent_id),
-                KEEL_THREAD_ID.value_set(thread_id),
-                KEEL_RESOURCE_ID.value_set(resource_id),
-            ]
-        )
+        attributes = [
+            KEEL_KIND.value_set("agent"),
+            KEEL_STATUS.value_set("running"),
+            KEEL_AGENT_ID.value_set(input.agent_id),
+            KEEL_THREAD_ID.value_set(thread_id),
+            KEEL_RESOURCE_ID.value_set(resource_id),
+        ]
+        # Keel's client sets them at start; upserting the same values again would cost a visibility write. Runs
+        # it started before it said so in the memo upserted them: their start events decide, so they replay.
+        if not _set_at_start(attributes):
+            workflow.upsert_search_attributes(attributes)
         loop = _Loop(self, input, run_id, thread_id, resource_id)
         try:
             result = await loop.run()
@@ -259,6 +265,7 @@ class _Loop:
         self.shape = pinned or LEGACY_SHAPE
         self.legacy = pinned is None
         self.carry = input.carry or RunCarry(step=0, message_seq=0)
+        self.local_in_task = 0  # local activities since the run last waited on the server (in this task)
         self.carry.shape = self.shape
         if input.carry is None:
             messages = input.messages
@@ -342,28 +349,27 @@ class _Loop:
         step_input = self._next_model_input()
         summary = f"model step {self.carry.step}"
         if self.shape.model_as_local_activity:
-            try:
-                local: ModelStepResult = await workflow.execute_local_activity(
+            if self.legacy:
+                legacy: ModelStepResult = await workflow.execute_local_activity(
                     names.MODEL_STEP,
                     step_input,
                     result_type=ModelStepResult,
                     start_to_close_timeout=self.opts.model_start_to_close,
-                    # A local activity's retries happen inside the worker, out of the UI's sight: a run whose
-                    # shape is pinned tries once, then retries as a regular activity, whose attempts and last
-                    # failure the UI shows under Pending Activities.
-                    retry_policy=self.opts.model_retry if self.legacy else ONE_ATTEMPT,
+                    retry_policy=self.opts.model_retry,
                     summary=summary,
                 )
+                return legacy
+            self.local_in_task += 1
+            local = await _once_locally(
+                names.MODEL_STEP,
+                step_input,
+                ModelStepResult,
+                self.opts.model_start_to_close,
+                summary,
+                self.opts.model_retry.initial_interval,
+            )
+            if local is not None:
                 return local
-            except (ActivityError, ApplicationError, TemporalTimeout) as err:  # a local activity fails with its cause
-                if self.legacy or not _retryable(err):
-                    raise
-                cause = _cause(err)
-                workflow.set_current_details(
-                    f"{summary} failed once ({cause}); retrying it as an activity: see Pending Activities"
-                )
-                delay = cause.next_retry_delay if isinstance(cause, ApplicationError) else None
-                await workflow.sleep(delay or self.opts.model_retry.initial_interval)  # the provider's retry-after
         result: ModelStepResult = await workflow.execute_activity(
             names.MODEL_STEP,
             step_input,
@@ -372,6 +378,7 @@ class _Loop:
             retry_policy=self.opts.model_retry,
             summary=summary,
         )
+        self.local_in_task = 0
         workflow.set_current_details("")
         return result
 
@@ -379,7 +386,10 @@ class _Loop:
         """Run the step's tool calls and record their results; returns the next model step's result when it ran
         in the same activity as the tools (see `_fuse`), else None."""
         needs_approval = [t for t in step.tool_calls if t.requires_approval and t.error is None]
-        decisions = await self.wf.wait_for_decisions(needs_approval, self.carry.step) if needs_approval else {}
+        decisions: dict[str, ToolApproval] = {}
+        if needs_approval:
+            decisions = await self.wf.wait_for_decisions(needs_approval, self.carry.step)
+            self.local_in_task = 0
         outcomes: dict[str, ToolCallResult] = {}
         runnable: list[PlannedToolCall] = []
         for call in step.tool_calls:
@@ -392,7 +402,9 @@ class _Loop:
                 runnable.append(call)
         next_step: ModelStepResult | None = None
         if self._fuse(runnable):
-            fused = await self._tools_then_model(runnable)
+            # Right after an approval the step runs as an activity: the approving update is answered when the
+            # workflow task completes, which a local step would hold back until it ends.
+            fused = await self._tools_then_model(runnable, locally=not needs_approval)
             outcomes.update((r.tool_call_id, r) for r in fused.tool_results)
             for r in fused.tool_results:
                 self._track(r)
@@ -403,6 +415,7 @@ class _Loop:
             # repeats a side effect.
             for result in await asyncio.gather(*(self._run_tool(t) for t in runnable)):
                 outcomes[result.tool_call_id] = result
+            self.local_in_task = 0
         return next_step
 
     def _fuse(self, runnable: list[PlannedToolCall]) -> bool:
@@ -418,23 +431,40 @@ class _Loop:
             and (not self.legacy or workflow.patched(FUSED_STEPS_PATCH))
         )
 
-    async def _tools_then_model(self, calls: list[PlannedToolCall]) -> ToolsThenModelResult:
+    async def _tools_then_model(self, calls: list[PlannedToolCall], *, locally: bool) -> ToolsThenModelResult:
         tools = [self._tool_input(t) for t in calls]
         self.carry.step += 1
         ran = ", ".join(f"{t.tool_name} ({t.tool_call_id})" for t in calls)
+        step_input = ToolsThenModelInput(
+            tools=tools,
+            tool_timeout_seconds=self.opts.tool_start_to_close.total_seconds(),
+            model=self._next_model_input(),
+        )
+        timeout = self.opts.tool_start_to_close + self.opts.model_start_to_close
+        summary = f"{ran}, then model step {self.carry.step}"
+        if self.shape.fused_step_as_local_activity and locally and self.local_in_task < MAX_LOCAL_ACTIVITIES_PER_TASK:
+            self.local_in_task += 1
+            local = await _once_locally(
+                names.TOOLS_THEN_MODEL,
+                step_input,
+                ToolsThenModelResult,
+                timeout,
+                summary,
+                self.opts.model_retry.initial_interval,
+            )
+            if local is not None:
+                return local
         result: ToolsThenModelResult = await workflow.execute_activity(
             names.TOOLS_THEN_MODEL,
-            ToolsThenModelInput(
-                tools=tools,
-                tool_timeout_seconds=self.opts.tool_start_to_close.total_seconds(),
-                model=self._next_model_input(),
-            ),
+            step_input,
             result_type=ToolsThenModelResult,
-            start_to_close_timeout=self.opts.tool_start_to_close + self.opts.model_start_to_close,
+            start_to_close_timeout=timeout,
             heartbeat_timeout=self.opts.tool_heartbeat,
             retry_policy=self.opts.model_retry,
-            summary=f"{ran}, then model step {self.carry.step}",
+            summary=summary,
         )
+        self.local_in_task = 0
+        workflow.set_current_details("")
         return result
 
     async def _run_tool(self, call: PlannedToolCall) -> ToolCallResult:
@@ -675,6 +705,44 @@ def _agent_run_input(inputs: tuple[Any, ...]) -> AgentRunInput:
 
 
 ONE_ATTEMPT = RetryPolicy(maximum_attempts=1)
+_R = TypeVar("_R")
+
+
+async def _once_locally(
+    name: str, arg: Any, result_type: type[_R], timeout: timedelta, summary: str, retry_after: timedelta
+) -> _R | None:
+    """One attempt as a local activity: its result is recorded in the workflow task that ran it (no server round
+    trip of its own). None after a retryable failure, once the retry delay has passed: the caller then runs it as
+    a regular activity, whose attempts and last failure the UI shows under Pending Activities (a local
+    activity's retries happen inside the worker, out of the UI's sight)."""
+    try:
+        result: _R = await workflow.execute_local_activity(
+            name,
+            arg,
+            result_type=result_type,
+            start_to_close_timeout=timeout,
+            retry_policy=ONE_ATTEMPT,
+            summary=summary,
+        )
+        return result
+    except (ActivityError, ApplicationError, TemporalTimeout) as err:  # a local activity fails with its cause
+        if not _retryable(err):
+            raise
+        cause = _cause(err)
+        workflow.set_current_details(
+            f"{summary} failed once ({cause}); retrying it as an activity: see Pending Activities"
+        )
+        delay = cause.next_retry_delay if isinstance(cause, ApplicationError) else None
+        await workflow.sleep(delay or retry_after)  # the provider's retry-after, if it gave one
+        return None
+
+
+def _set_at_start(attributes: list[Any]) -> bool:
+    """Whether the run was started with these search attribute values, by a client that says so in the memo."""
+    if workflow.memo_value(names.ATTRIBUTES_AT_START_MEMO, default=False) is not True:
+        return False
+    given = workflow.info().typed_search_attributes
+    return all(given.get(update.key) == update.value for update in attributes)
 
 
 def _cause(err: FailureError) -> FailureError | BaseException:

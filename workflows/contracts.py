@@ -47,19 +47,24 @@ class RunShape(Contract):
 
     model_as_local_activity: bool = True
     fuse_tools_with_next_model_step: bool = True
+    fused_step_as_local_activity: bool = False
+    """Runs pinned before this field existed ran a fused step as a regular activity: the default keeps them so."""
 
     def marker(self) -> str:
         """The id of the `workflow.patched` marker that records this shape (visible in the UI's history)."""
         model = "local-activity" if self.model_as_local_activity else "activity"
         steps = "fused" if self.fuse_tools_with_next_model_step else "apart"
+        if self.fused_step_as_local_activity:
+            steps += "-local-activity"
         return f"keel-run-shape:model-{model},steps-{steps}"
 
 
 ALL_SHAPES = tuple(
-    RunShape(model_as_local_activity=local, fuse_tools_with_next_model_step=fused)
+    RunShape(model_as_local_activity=local, fuse_tools_with_next_model_step=fused, fused_step_as_local_activity=la)
     for local in (True, False)
-    for fused in (True, False)
+    for fused, la in ((True, True), (True, False), (False, False))
 )
+"""A fused step runs locally only where steps are fused."""
 
 
 class FileReadRecord(Contract):
@@ -404,6 +409,10 @@ class LoadDefinitionResult(Contract):
     """Whether the run writes version and hash into its memo even when its start gave the same (Keel's client
     gives them): runs that loaded a definition before this field existed did, and their histories replay so;
     runs that load one now write them only when missing or different, saving a visibility update."""
+    local_tool_steps: bool = False
+    """Whether a step of an idempotent tool is first tried as a local activity (recorded in the workflow task
+    that ran it: no activity task, no second workflow task), then retried as an activity if that attempt
+    fails. Runs that loaded a definition before this field existed ran every tool step as an activity."""
 
 
 class WorkflowToolInput(Contract):

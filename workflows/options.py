@@ -37,6 +37,13 @@ class AgentActivityOptions:
     every tool is idempotent: the model reads the results in the same activity, so a step costs one server
     round trip. The activity stores each tool result before the model call, and a retry reuses them."""
 
+    fused_step_as_local_activity: bool = True
+    """Pinned per run. Run a fused step (its idempotent tools, then the next model call) as a local activity:
+    recorded in the workflow task that ran it, so a run whose steps all fuse finishes in one workflow task per
+    turn, with no activity task and no second workflow task per step. It is tried once locally; a retryable
+    failure retries it as a regular activity, whose attempts the UI shows under Pending Activities. False runs it
+    as a regular activity from the start. Ignored where steps are not fused."""
+
     model_start_to_close: timedelta = timedelta(minutes=5)
     """Live. Upper bound of one model call attempt, streaming included."""
 
@@ -92,6 +99,7 @@ class AgentActivityOptions:
         return RunShape(
             model_as_local_activity=self.model_as_local_activity,
             fuse_tools_with_next_model_step=self.fuse_tools_with_next_model_step,
+            fused_step_as_local_activity=self.fuse_tools_with_next_model_step and self.fused_step_as_local_activity,
         )
 
 
