@@ -81,6 +81,7 @@ class WorkflowSteps:
                 definition=stored.definition,
                 idempotent_tools={tool_id: t.idempotent for tool_id, t in tools.items()},
                 memo_version=False,
+                local_tool_steps=True,
             )
 
     @activity.defn(name=names.WORKFLOW_TOOL_STEP)

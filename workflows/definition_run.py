@@ -4,10 +4,12 @@ dynamic workflow, so a definition saved with id `X` runs as workflow type `X` (`
 
 The run's first (local) activity loads the latest version of the definition and checks the input against its
 input schema; its result, in the history, pins that version: editing or deleting the definition never changes a run
-in flight. Entries map to Temporal: tool steps are activities, agent steps `AgentRun` child workflows, nested
-workflows child workflows (of their own type), sleeps timers; mappings, predicates, parallel, foreach,
-conditional and loop are workflow code. A tool that suspends makes the run wait (`KeelStatus=suspended`) for the
-`resume` signal or the `resume_step` update, `{"step", "resumeData"}`, checked against the step's resume schema.
+in flight. Entries map to Temporal: tool steps are activities (an idempotent tool's first attempt a local one,
+except right after a resume, whose update is answered when its workflow task completes), agent steps `AgentRun`
+child workflows, nested workflows child workflows (of their own type), sleeps timers; mappings, predicates,
+parallel, foreach, conditional and loop are workflow code. A tool that suspends makes the run wait
+(`KeelStatus=suspended`) for the `resume` signal or the `resume_step` update, `{"step", "resumeData"}`, checked
+against the step's resume schema.
 
 Failure semantics: a failing step fails the run (non-retryable, saying which step); inside `parallel`, a
 `conditional` or a `foreach`, the first failure fails the run once the siblings already running finish.
@@ -24,6 +26,7 @@ from pydantic import ValidationError
 from temporalio import workflow
 from temporalio.common import RawValue, RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError, FailureError
+from temporalio.exceptions import TimeoutError as TemporalTimeout
 
 from keel.protocol import names
 from keel.protocol.workflow_definition import (
@@ -62,6 +65,11 @@ MAX_FOREACH_ITEMS = 5_000
 """Both keep a run's history well under Temporal's 51,200 events (a tool step costs about 6)."""
 TOOL_TIMEOUT = timedelta(minutes=10)
 TOOL_HEARTBEAT = timedelta(seconds=10)
+MAX_LOCAL_STEPS_PER_TASK = 4
+"""Local tool steps a run chains before it runs one as an activity: their results travel in one workflow task
+completion, so a foreach over many items still crosses workflow tasks (and sees a continue-as-new suggestion)."""
+LOCAL_RETRY_DELAY = timedelta(seconds=1)
+"""After a tool step's local attempt fails: the wait before it is retried as an activity."""
 LOAD_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
 
 
@@ -76,6 +84,8 @@ class DefinitionRun(Resumable):
         self._children = 0
         self._idempotent: dict[str, bool] = {}
         self._request_context: dict[str, Any] = {}
+        self._local_tool_steps = False
+        self._local_in_task = 0  # local tool steps since the run last waited on the server
 
     # --- the run ----------------------------------------------------------------------------------------
 
@@ -100,6 +110,7 @@ class DefinitionRun(Resumable):
             except ValidationError as err:
                 raise StepFailed(f"The stored definition {info.workflow_type!r} is invalid: {err}") from None
             self._idempotent = loaded.idempotent_tools
+            self._local_tool_steps = loaded.local_tool_steps
             self._state.version, self._state.hash = loaded.version, loaded.hash
             if loaded.memo_version or workflow.memo_value("definitionHash", default=None) != loaded.hash:
                 workflow.upsert_memo({"definitionVersion": loaded.version, "definitionHash": loaded.hash})
@@ -214,26 +225,62 @@ class DefinitionRun(Resumable):
         attempts = max(5, retries + 1) if idempotent else retries + 1
         resume_data: Any = None
         while True:
-            result: WorkflowToolResult = await workflow.execute_activity(
-                names.WORKFLOW_TOOL_STEP,
-                WorkflowToolInput(
-                    run_id=workflow.info().workflow_id,
-                    workflow_id=workflow.info().workflow_type,
-                    step_id=key,
-                    tool_id=step.tool_id,
-                    input_data=value,
-                    resume_data=resume_data,
-                    request_context=self._request_context or None,
-                ),
-                result_type=WorkflowToolResult,
-                start_to_close_timeout=TOOL_TIMEOUT,
-                heartbeat_timeout=TOOL_HEARTBEAT,
-                retry_policy=RetryPolicy(maximum_attempts=attempts),
-                summary=f"{key}: {step.tool_id}",
+            step_input = WorkflowToolInput(
+                run_id=workflow.info().workflow_id,
+                workflow_id=workflow.info().workflow_type,
+                step_id=key,
+                tool_id=step.tool_id,
+                input_data=value,
+                resume_data=resume_data,
+                request_context=self._request_context or None,
             )
+            summary = f"{key}: {step.tool_id}"
+            result: WorkflowToolResult | None = None
+            if (
+                self._local_tool_steps
+                and idempotent
+                and resume_data is None
+                and self._local_in_task < MAX_LOCAL_STEPS_PER_TASK
+            ):
+                self._local_in_task += 1
+                result = await self._tool_locally(step_input, summary)
+                attempts -= result is None  # the local attempt counts
+            if result is None:
+                result = await workflow.execute_activity(
+                    names.WORKFLOW_TOOL_STEP,
+                    step_input,
+                    result_type=WorkflowToolResult,
+                    start_to_close_timeout=TOOL_TIMEOUT,
+                    heartbeat_timeout=TOOL_HEARTBEAT,
+                    retry_policy=RetryPolicy(maximum_attempts=attempts),
+                    summary=summary,
+                )
+                self._local_in_task = 0
             if result.suspended is None:
                 return result.output
             resume_data = await self.suspend(key, result.suspended.payload, result.suspended.resume_schema)
+            self._local_in_task = 0
+
+    async def _tool_locally(self, step_input: WorkflowToolInput, summary: str) -> WorkflowToolResult | None:
+        """One attempt as a local activity; None after a retryable failure (the step is then retried as an
+        activity, whose attempts and last failure the UI shows under Pending Activities)."""
+        try:
+            result: WorkflowToolResult = await workflow.execute_local_activity(
+                names.WORKFLOW_TOOL_STEP,
+                step_input,
+                result_type=WorkflowToolResult,
+                start_to_close_timeout=TOOL_TIMEOUT,
+                retry_policy=RetryPolicy(maximum_attempts=1),
+                summary=summary,
+            )
+            return result
+        except (ActivityError, ApplicationError, TemporalTimeout) as err:  # a local activity may fail with its cause
+            cause = _cause(err)
+            if isinstance(cause, ApplicationError) and cause.non_retryable:
+                raise
+            await workflow.sleep(LOCAL_RETRY_DELAY)
+            self._local_in_task = 0
+            return None
 
     async def _classifier(self, step: ClassifierEntry, value: Any, data: RunData) -> Any:
         state = value

@@ -1,0 +1,101 @@
+"""An idempotent tool step is tried as a local activity first: a short definition runs in one workflow task,
+a long foreach still crosses workflow tasks, and a local attempt that fails is retried as an activity (which the
+UI shows under Pending Activities)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from pydantic import BaseModel
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+
+from keel.app import App, ToolContext, tool
+from keel.storage import Storage
+from keel.workflows.definition_run import MAX_LOCAL_STEPS_PER_TASK
+from tests.conftest import running_worker
+from tests.history_counts import local_activities_per_task
+from tests.workflows_json.apps import definition, double, mapping, numbers, tool_step
+
+THREE = definition(
+    "local-three",
+    [
+        mapping("in", {"n": {"initData": True, "path": "n"}}),
+        tool_step("twice", "double"),
+        mapping("out", {"result": {"step": "twice", "path": "n"}}),
+    ],
+)
+EACH = definition(
+    "local-each",
+    [
+        tool_step("list", "range"),
+        {"type": "foreach", "id": "each", "step": tool_step("e", "double"), "opts": {"concurrency": 1}},
+    ],
+    outputSchema={"type": "array"},
+)
+
+
+class Number(BaseModel):
+    n: int
+
+
+_failed: set[int] = set()
+
+
+@tool("flaky_double")
+async def flaky_double(args: Number, ctx: ToolContext) -> dict[str, int]:
+    """Twice n; fails the first time it sees each n."""
+    if args.n not in _failed:
+        _failed.add(args.n)
+        raise RuntimeError(f"not yet: {args.n}")
+    return {"n": args.n * 2}
+
+
+FLAKY = definition(
+    "local-flaky", [mapping("in", {"n": {"initData": True, "path": "n"}}), tool_step("t", "flaky_double")]
+)
+
+
+def events(history: Any, kind: EventType.ValueType) -> list[Any]:
+    return [e for e in history.events if e.event_type == kind]
+
+
+async def run(client: Client, storage: Storage, task_queue: str, raw: dict[str, Any], data: Any) -> tuple[Any, Any]:
+    await storage.save_definition(raw["id"], raw)
+    async with running_worker(client, App.of(tools=(double, numbers, flaky_double)), storage, task_queue):
+        handle = await client.start_workflow(raw["id"], data, id=f"{raw['id']}-{uuid.uuid4()}", task_queue=task_queue)
+        result = await handle.result()
+    return result, await handle.fetch_history()
+
+
+async def test_a_short_definition_runs_its_tool_step_locally_in_one_workflow_task(
+    client: Client, storage: Storage, task_queue: str
+) -> None:
+    result, history = await run(client, storage, task_queue, THREE, {"n": 4})
+    assert result == {"result": 8}
+    assert not events(history, EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED)
+    assert len(events(history, EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED)) == 1
+    assert local_activities_per_task(history) == [0, 2]  # the definition's load, then the tool step
+
+
+async def test_a_long_foreach_crosses_workflow_tasks_with_a_bounded_number_of_local_steps_each(
+    client: Client, storage: Storage, task_queue: str
+) -> None:
+    result, history = await run(client, storage, task_queue, EACH, {"count": 12})
+    assert result == [{"n": 2 * i} for i in range(1, 13)]
+    per_task = local_activities_per_task(history)
+    assert max(per_task) <= MAX_LOCAL_STEPS_PER_TASK + 1, per_task  # the load counts once, in the first task
+    scheduled = events(history, EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED)
+    assert sum(per_task) - 1 + len(scheduled) == 13 and scheduled  # `range`, then 12 doubles
+
+
+async def test_a_local_attempt_that_fails_is_retried_as_an_activity(
+    client: Client, storage: Storage, task_queue: str
+) -> None:
+    result, history = await run(client, storage, task_queue, FLAKY, {"n": 5})
+    assert result == {"n": 10}
+    [scheduled] = events(history, EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED)
+    assert scheduled.activity_task_scheduled_event_attributes.retry_policy.maximum_attempts == 4
+    [started] = events(history, EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED)
+    assert started.activity_task_started_event_attributes.attempt == 1
