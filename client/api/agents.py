@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import re
 import uuid
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
@@ -32,6 +33,7 @@ from keel.protocol import (
     StartPayload,
     TextPart,
     ToolCallApprovalChunk,
+    ToolCallPayload,
     names,
     parse_chunk,
 )
@@ -177,7 +179,11 @@ async def _settle(ctx: Ctx, agent: Agent, run_id: str, offset: int = 0) -> dict[
             if isinstance(parsed, ToolCallApprovalChunk):
                 approvals.append(parsed)
     if approvals:
-        pending: list[PendingToolCall] = await ctx.keel.pending_tool_calls(run_id)
+        # One approval: the call the run just suspended on (no query, which would cost the worker a task).
+        # Several: some may be decided already, and the run says which are not.
+        pending: Sequence[ToolCallPayload | PendingToolCall] = (
+            [approvals[0].payload] if len(approvals) == 1 else await ctx.keel.pending_tool_calls(run_id)
+        )
         return suspended_output(run_id, agent.model.model_id, "".join(text), pending, approvals)
     try:
         result = await ctx.keel.result(run_id)

@@ -12,7 +12,7 @@ from typing import Any
 
 from keel.app import Agent, App, Tool
 from keel.app.agent_tools import agent_instructions, agent_tools
-from keel.protocol import ToolCallApprovalChunk
+from keel.protocol import ToolCallApprovalChunk, ToolCallPayload
 from keel.workflows.contracts import AgentRunResult, PendingToolCall, StepState, WorkflowRunState
 
 
@@ -118,7 +118,7 @@ def suspended_output(
     run_id: str,
     model_id: str,
     text: str,
-    pending: Sequence[PendingToolCall],
+    pending: Sequence[ToolCallPayload | PendingToolCall],
     approvals: Sequence[ToolCallApprovalChunk],
 ) -> dict[str, Any]:
     """The generate answer of a run waiting for a tool approval: `finishReason: "suspended"` and the call."""
