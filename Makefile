@@ -4,16 +4,20 @@ VENV := .venv
 PY := $(VENV)/bin/python
 KEEL := $(VENV)/bin/keel
 
-.PHONY: install bwrap demo dev test lint bench record-histories clean
+.PHONY: install pgvector bwrap qemu demo dev test lint bench record-histories clean
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml tests/pgvector_build.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
 	$(PY) -m pip install --quiet --disable-pip-version-check torch==2.13.0  # the CPU build, before sentence-transformers
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	$(MAKE) --no-print-directory pgvector
 	touch $@
+
+pgvector:  ## pgvector for the tests' PostgreSQL, built for any x86-64 (the wheel's needs AVX-512): tests/pgvector_build.py
+	$(PY) -m tests.pgvector_build
 
 demo: install  ## the demo end to end: local Temporal, worker, one approved and one declined run; leaves nothing running
 	$(KEEL) demo
@@ -21,7 +25,7 @@ demo: install  ## the demo end to end: local Temporal, worker, one approved and 
 dev: install  ## the whole stack in the foreground (Temporal dev server + UI, worker, HTTP API on :4111); Ctrl-C stops all
 	$(KEEL) dev
 
-test: install bwrap  ## every test; the tests start their own Temporal dev server and PostgreSQL
+test: install bwrap qemu  ## every test; the tests start their own Temporal dev server and PostgreSQL
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
@@ -33,6 +37,13 @@ bwrap:  ## bubblewrap for isolated workspace commands: installed with apt where 
 		  { apt-get update -qq >/dev/null 2>&1 && \
 		    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null 2>&1; }; }; } || \
 		echo "bubblewrap not installed: the bwrap tests will say 'skipped: bwrap missing'"
+
+qemu:  ## qemu-user, to run pgvector on an emulated CPU without AVX-512: installed with apt where it can be; else that test skips
+	@command -v qemu-x86_64 >/dev/null || [ "$$(uname -m)" != x86_64 ] || { command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
+		{ DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends qemu-user >/dev/null 2>&1 || \
+		  { apt-get update -qq >/dev/null 2>&1 && \
+		    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends qemu-user >/dev/null 2>&1; }; }; } || \
+		echo "qemu-user not installed: the emulated-CPU pgvector test will say 'skipped: qemu-x86_64 missing'"
 
 bench: install  ## per-step cost of Keel against bare temporalio, side by side (see bench/README.md)
 	$(PY) -m bench.agent_steps
