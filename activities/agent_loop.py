@@ -19,7 +19,7 @@ from keel.activities.heartbeat import heartbeating
 from keel.activities.indexing import WorkspaceIndexing
 from keel.activities.model_step import ModelSteps
 from keel.activities.run_lists import run_lists
-from keel.activities.tools import ToolCalls
+from keel.activities.tools import ToolCalls, stored_result
 from keel.activities.workflow_steps import WorkflowSteps
 from keel.app import App
 from keel.protocol import FinishChunk, FinishPayload, StepResult, names
@@ -40,6 +40,11 @@ from keel.workflows.contracts import (
     ToolsThenModelInput,
     ToolsThenModelResult,
 )
+
+INLINE_TOOL_RESULT_BYTES = 256
+"""A fused step's tool results up to this size (as JSON) come back to the workflow inline, so the Temporal UI
+shows them in the step's result; larger ones by reference to their tool message (bench/history.py measured the
+history per step against this threshold)."""
 
 
 class AgentActivities:
@@ -91,24 +96,36 @@ class AgentActivities:
 
     async def _tools_then_model(self, input: ToolsThenModelInput) -> ToolsThenModelResult:
         async with heartbeating():
-            stored = await self._tools.stored_results(input.tools) if activity.info().attempt > 1 else {}
+            # Whatever attempt Temporal says (a local activity lost with its workflow task runs again at attempt
+            # 1), storage knows what an earlier execution of this step did: the results it stored, how often
+            # each other tool started, and the model answer if it got that far.
+            record = await self._storage.begin_step(
+                input.model.run_id,
+                answer_id=input.model.message_id,
+                tool_ids=[t.result_message_id for t in input.tools],
+            )
+            stored = {key: r for key, message in record.results.items() if (r := stored_result(message)) is not None}
             # Every tool finishes (and stores its result) before a failure is raised: a retry then re-runs only
             # the tool that failed, and no tool is left running after this attempt ends.
             outcomes = await asyncio.gather(
                 *(
                     _already(stored[t.result_message_id])
                     if t.result_message_id in stored
-                    else self._tools.call_in_step(t, input.tool_timeout_seconds)
+                    else self._tools.call_in_step(
+                        t, input.tool_timeout_seconds, record.attempts.get(t.result_message_id, 1)
+                    )
                     for t in input.tools
                 ),
                 return_exceptions=True,
             )
             results: list[ToolCallResult] = []
-            for outcome in outcomes:
+            for call, outcome in zip(input.tools, outcomes, strict=True):
                 if isinstance(outcome, BaseException):
                     raise outcome
+                if outcome.result_bytes > INLINE_TOOL_RESULT_BYTES:  # stored: the workflow needs only its effects
+                    outcome = outcome.by_reference(call.result_message_id)
                 results.append(outcome)
-            model = await self._model.run(input.model)
+            model = await self._model.run(input.model, record=record)
         return ToolsThenModelResult(tool_results=results, model=model)
 
     @activity.defn(name=names.FINISH_RUN)

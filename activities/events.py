@@ -10,7 +10,7 @@ from typing import Protocol
 from temporalio import activity
 
 from keel.protocol import Chunk, EventRecord, MessageRecord
-from keel.storage import Storage, StoredMessage
+from keel.storage import StepAnswer, Storage, StoredMessage
 
 DELTA_FLUSH_SECONDS = 0.01
 """Streamed text deltas are written to the event log at most this often: a delta after a quiet spell is
@@ -114,18 +114,23 @@ class StepWriter:
             failed, self._failed = self._failed, None
             raise failed
 
-    async def flush(self, messages: list[MessageRecord] | None = None, *, replace: bool = False) -> None:
-        """Write the buffered chunks and `messages` (`replace`: this step owns them; the last attempt wins)."""
+    async def flush(
+        self, messages: list[MessageRecord] | None = None, *, replace: bool = False, answer: StepAnswer | None = None
+    ) -> None:
+        """Write the buffered chunks and `messages` (`replace`: this step owns them; the last attempt wins), and
+        a model step's `answer`, in one transaction."""
         if self._due is not None:
             self._due.cancel()
             self._due = None
         async with self._writing:
             self._raise_failed()
-            await self._write(messages, replace=replace)
+            await self._write(messages, replace=replace, answer=answer)
 
-    async def _write(self, messages: list[MessageRecord] | None = None, *, replace: bool = False) -> None:
+    async def _write(
+        self, messages: list[MessageRecord] | None = None, *, replace: bool = False, answer: StepAnswer | None = None
+    ) -> None:
         self._last_flush = time.monotonic()
-        if not self._buffer and not messages:
+        if not self._buffer and not messages and answer is None:
             return
         batch, self._buffer = _joined_deltas(self._buffer), []
         used = await self._storage.write(
@@ -136,6 +141,7 @@ class StepWriter:
             source=self._source,
             attempt=self._attempt or activity.info().attempt,
             renumber=self._attempt is None,
+            answer=answer,
         )
         if batch:
             self._attempt = used

@@ -44,7 +44,7 @@ from keel.protocol import (
     Usage,
     describe_validation_error,
 )
-from keel.storage import Storage
+from keel.storage import StepAnswer, StepRecord, Storage
 from keel.workflows.contracts import ModelStepInput, ModelStepResult, PlannedToolCall, thread_file_reads
 
 
@@ -56,14 +56,16 @@ class ModelSteps:
         self._storage = storage
         self._threads = ThreadCache(storage)
 
-    async def run(self, input: ModelStepInput) -> ModelStepResult:
+    async def run(self, input: ModelStepInput, *, record: StepRecord | None = None) -> ModelStepResult:
+        """Run the step, or return the answer an earlier execution of it stored (`record`: what the caller's
+        `begin_step` found for `input.message_id`; looked up here when not given)."""
         events = StepWriter(self._storage, input, f"model:{input.step}")
         try:
-            return await self._run(input, events)
+            return await self._run(input, events, record)
         finally:
             events.stop()
 
-    async def _run(self, input: ModelStepInput, events: StepWriter) -> ModelStepResult:
+    async def _run(self, input: ModelStepInput, events: StepWriter, record: StepRecord | None) -> ModelStepResult:
         agent = self._app.agent(input.agent_id)
         run_id = input.run_id
         execution = input.execution_id
@@ -76,6 +78,14 @@ class ModelSteps:
                     f"Run id {run_id!r} is already used by another run (execution {owner}): run ids are never "
                     "reused; start with a new id (pass threadId to continue that run's conversation)"
                 )
+        # Executed again (a lost workflow task re-runs a local activity at attempt 1, a retry, a lost worker):
+        # the answer it stored is the step's answer. A model asked again would answer differently, and the
+        # tools of the first answer may have run.
+        if record is None:
+            record = await self._storage.begin_step(run_id, answer_id=input.message_id)
+        if record.answer is not None:
+            return await self._stored(input, record.answer)
+        if input.step == 1 and execution is not None:
             events.add(
                 StartChunk(run_id=run_id, payload=StartPayload(id=agent.id, run_id=run_id, message_id=input.message_id))
             )
@@ -142,8 +152,6 @@ class ModelSteps:
             total = (input.usage_before or Usage()).plus(response.usage)
             finish = FinishPayload(message_id=input.message_id, step_result=step_result, output=output, usage=total)
             events.add(FinishChunk(run_id=run_id, payload=finish))
-        # This step owns its message: replacing it makes a re-execution's answer the one the workflow records.
-        await events.flush([assistant], replace=True)
         result = ModelStepResult(
             message_id=input.message_id,
             text=response.text,
@@ -154,7 +162,18 @@ class ModelSteps:
         )
         if input.step == 1:  # the thread's earlier runs may have read files this run will write
             result.file_reads = thread_file_reads(context) or None
-        if not planned:  # the run ends here: its result lists, from storage
+        # The message, its chunks and the answer in one transaction: a step executed again finds all or none.
+        # Replacing the message: a re-execution that found no answer stored asks again, and its answer wins.
+        answer = StepAnswer(input.message_id, result.model_dump(mode="json", exclude_none=True))
+        await events.flush([assistant], replace=True, answer=answer)
+        return await self._with_run_lists(input, result)
+
+    async def _stored(self, input: ModelStepInput, answer: dict[str, Any]) -> ModelStepResult:
+        """The answer an earlier execution stored (with its message and chunks: nothing to write again)."""
+        return await self._with_run_lists(input, ModelStepResult.model_validate(answer))
+
+    async def _with_run_lists(self, input: ModelStepInput, result: ModelStepResult) -> ModelStepResult:
+        if not result.tool_calls:  # the run ends here: its result lists, from storage
             result.run_tool_calls, result.run_tool_results = await run_lists(
                 self._storage, input.thread_id, input.run_id
             )

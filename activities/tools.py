@@ -22,7 +22,7 @@ from keel.protocol import (
     ToolResultPayload,
 )
 from keel.protocol.validation import describe_validation_error
-from keel.storage import Storage
+from keel.storage import Storage, StoredMessage
 from keel.workflows.contracts import (
     ExecuteToolInput,
     ExecuteToolResult,
@@ -52,9 +52,10 @@ class ToolCalls:
         self._storage = storage
         self._host_queue = host_queue
 
-    async def call(self, input: ToolCallInput) -> tuple[Any, bool, dict[str, Any]]:
+    async def call(self, input: ToolCallInput, attempt: int | None = None) -> tuple[Any, bool, dict[str, Any]]:
         """Run the tool; returns its JSON-able result, whether it is an error, and what a workspace tool
-        reported (`ToolContext.effects`).
+        reported (`ToolContext.effects`). `attempt`: the call's attempt as the run's storage counts it (a step
+        executed again from scratch is at activity attempt 1 again); the activity's own attempt if higher.
 
         The tool's own exceptions become an error result for the model. An `ApplicationError` it raises is the
         tool asking Temporal for a retry (or, non-retryable, to give up) and propagates.
@@ -70,7 +71,7 @@ class ToolCalls:
             agent_id=input.agent_id,
             thread_id=input.thread_id,
             resource_id=input.resource_id,
-            attempt=activity.info().attempt,
+            attempt=max(attempt or 1, activity.info().attempt),
             request_context=input.request_context or {},
             read_record=ReadRecord(record.path, record.scope, record.modified_at_ms) if record else None,
         )
@@ -82,12 +83,12 @@ class ToolCalls:
         except Exception as err:  # a tool's own failure is an answer for the model, not a retry
             return {"error": error_text(err)}, True, ctx.effects
 
-    async def call_in_step(self, input: ToolCallInput, timeout: float) -> ToolCallResult:
+    async def call_in_step(self, input: ToolCallInput, timeout: float, attempt: int) -> ToolCallResult:
         """Run and record a call inside a fused step: a timeout or a tool giving up becomes an error result;
         a retryable `ApplicationError` propagates (the step is retried, and this tool, unrecorded, runs again)."""
         effects: dict[str, Any] = {}
         try:
-            result, is_error, effects = await asyncio.wait_for(self.call(input), timeout)
+            result, is_error, effects = await asyncio.wait_for(self.call(input, attempt), timeout)
         except TimeoutError:
             result, is_error = {"error": f"Tool {input.tool_name} did not complete within {timeout:g} s"}, True
         except ApplicationError as err:
@@ -180,19 +181,20 @@ class ToolCalls:
         await events.flush([MessageRecord(id=input.result_message_id, role="tool", content=[part])], replace=True)
         return outcome
 
-    async def stored_results(self, calls: list[ToolCallInput]) -> dict[str, ToolCallResult]:
-        """Results an earlier attempt of the same step already stored, by result message id."""
-        found: dict[str, ToolCallResult] = {}
-        for message in await self._storage.get_messages([c.result_message_id for c in calls]):
-            parts = message.content if isinstance(message.content, list) else []
-            part = next((p for p in parts if isinstance(p, ToolResultPart)), None)
-            if part is not None:
-                kept = (part.provider_metadata or {}).get("keel", {})
-                found[message.id] = ToolCallResult.model_validate(
-                    {**kept, "toolCallId": part.tool_call_id, "toolName": part.tool_name, "result": part.result}
-                    | {"isError": part.is_error}
-                )
-        return found
+
+def stored_result(message: StoredMessage) -> ToolCallResult | None:
+    """The outcome an earlier execution of a step stored as the call's tool message (None if it holds none)."""
+    parts = message.content if isinstance(message.content, list) else []
+    part = next((p for p in parts if isinstance(p, ToolResultPart)), None)
+    if part is None:
+        return None
+    kept = (part.provider_metadata or {}).get("keel", {})
+    result = ToolCallResult.model_validate(
+        {**kept, "toolCallId": part.tool_call_id, "toolName": part.tool_name, "result": part.result}
+        | {"isError": part.is_error}
+    )
+    result.result_bytes = len(to_json(part.result))
+    return result
 
 
 def bounded(input: ToolCallInput, result: Any, is_error: bool) -> ToolCallResult:

@@ -28,7 +28,9 @@ from keel.workflows.contracts import (
 )
 
 
-def _step_context(input: WorkflowToolInput | ClassifierStepInput, *, resume_data: Any = None) -> ToolContext:
+def _step_context(
+    input: WorkflowToolInput | ClassifierStepInput, *, resume_data: Any = None, attempt: int = 1
+) -> ToolContext:
     """What a workflow step's tool or classifier sees: the run as its thread, the workflow as its resource."""
     return ToolContext(
         run_id=input.run_id,
@@ -36,7 +38,7 @@ def _step_context(input: WorkflowToolInput | ClassifierStepInput, *, resume_data
         agent_id="",
         thread_id=input.run_id,
         resource_id=input.workflow_id,
-        attempt=activity.info().attempt,
+        attempt=max(attempt, activity.info().attempt),
         request_context=input.request_context or {},
         resume_data=resume_data,
     )
@@ -101,8 +103,12 @@ class WorkflowSteps:
             problem = describe_validation_error(err)
             message = f"Step {input.step_id!r}: the input of tool {input.tool_id!r} is invalid: {problem}"
             raise invalid("InvalidStepInput", message) from None
+        attempt = 1
+        if input.call_key is not None:  # its starts, counted: a local attempt may run again at activity attempt 1
+            record = await self._storage.begin_step(input.run_id, tool_ids=[input.call_key])
+            attempt = record.attempts.get(input.call_key, 1)
         try:
-            output = await tool.execute(args, _step_context(input, resume_data=input.resume_data))
+            output = await tool.execute(args, _step_context(input, resume_data=input.resume_data, attempt=attempt))
         except ToolSuspended as suspended:
             return WorkflowToolResult(
                 suspended=StepSuspension(payload=suspended.payload, resume_schema=suspended.resume_schema)

@@ -19,6 +19,7 @@ from keel.storage.errors import (
 from keel.storage.events import EventStore, RunEvent
 from keel.storage.postgres import PostgresStorage
 from keel.storage.sqlite import SQLiteStorage
+from keel.storage.steps import StepAnswer, StepRecord, StepStore
 from keel.storage.threads import StoredMessage, Thread, ThreadStore
 
 __all__ = [
@@ -32,6 +33,9 @@ __all__ = [
     "RunEvent",
     "SQLiteStorage",
     "SchemaError",
+    "StepAnswer",
+    "StepRecord",
+    "StepStore",
     "Storage",
     "StorageConfigError",
     "StorageError",

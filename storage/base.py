@@ -2,7 +2,8 @@
 
 Two backends implement it (`SQLiteStorage`, `PostgresStorage`) and one contract test suite
 (`tests/test_storage_contract.py`) runs against both. Each domain has its own module (`threads.py`, `events.py`,
-`blobs.py` for values too large for Temporal's history, `definitions.py` for stored workflow definitions), each
+`steps.py` for what each step of a run did, `blobs.py` for values too large for Temporal's history,
+`definitions.py` for stored workflow definitions), each
 backend one module per domain, and `rules.py` the rules both backends follow. The schema is created and upgraded
 by numbered migrations per dialect (`schema/<dialect>/NNNN_name.sql`, `migrations.py`), applied by `init()`.
 """
@@ -18,11 +19,12 @@ from keel.storage.blobs import BlobStore
 from keel.storage.definitions import DefinitionStore
 from keel.storage.errors import SchemaError
 from keel.storage.events import EventStore
+from keel.storage.steps import StepAnswer, StepStore
 from keel.storage.threads import StoredMessage, ThreadStore
 
 
-class Storage(ThreadStore, EventStore, DefinitionStore, abc.ABC):
-    """Threads, messages, run events and stored workflow definitions."""
+class Storage(ThreadStore, EventStore, StepStore, DefinitionStore, abc.ABC):
+    """Threads, messages, run events, what each step of a run did, and stored workflow definitions."""
 
     dialect: ClassVar[migrations.Dialect]
 
@@ -72,8 +74,10 @@ class Storage(ThreadStore, EventStore, DefinitionStore, abc.ABC):
         source: str | None = None,
         attempt: int = 1,
         renumber: bool = False,
+        answer: StepAnswer | None = None,
     ) -> int:
-        """Save messages (as `save_messages`) and append events (as `append_events`) in one transaction.
+        """Save messages (as `save_messages`) and append events (as `append_events`) in one transaction;
+        with `answer`, store a model step's answer too (`begin_step` finds it).
 
         What an activity attempt writes, written at once: one round trip, and never the message without its
         events. With `renumber`, the events get `attempt`, or the next one after what `source` already wrote

@@ -7,6 +7,7 @@ import dataclasses
 import os
 import re
 import tempfile
+import uuid
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -107,6 +108,47 @@ def fire_script(request: ModelRequest) -> ModelResponse:
 
 
 once = Agent(id="once", model=ScriptedModel(fire_script, name="once"), tools=(fire_once,))
+
+
+def note(log: str, line: str) -> None:
+    root = data_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / log, "a") as f:
+        f.write(line + "\n")
+
+
+class NapInput(BaseModel):
+    label: str
+    seconds: float
+
+
+@tool("nap")
+async def nap(args: NapInput, ctx: ToolContext) -> str:
+    """Sleep; each start (with its attempt) and each wake-up is noted in naps.log."""
+    note("naps.log", f"start {args.label} attempt={ctx.attempt}")
+    await asyncio.sleep(args.seconds)
+    note("naps.log", f"done {args.label}")
+    return f"{args.label} slept"
+
+
+def napper_script(request: ModelRequest) -> ModelResponse:
+    """Three naps in one step (c1 short, c2 and c3 `KEEL_TEST_TOOL_SECONDS` long) under fresh call ids, as real
+    models give; then how many results it was shown. Each time it is asked is noted in model.log."""
+    results = tool_results_since_last_user(request)
+    note("model.log", f"asked with {len(results)} results")
+    if results:
+        return ModelResponse(text=f"woke after {len(results)} naps")
+    long = float(os.environ.get("KEEL_TEST_TOOL_SECONDS", "3"))
+    naps = (("c1", 0.05), ("c2", long), ("c3", long))
+    return ModelResponse(
+        tool_calls=[
+            ModelToolCall(id=f"call_{uuid.uuid4().hex[:8]}", name="nap", args={"label": label, "seconds": seconds})
+            for label, seconds in naps
+        ]
+    )
+
+
+napper = Agent(id="napper", model=ScriptedModel(napper_script, name="napper"), tools=(nap,))
 
 
 class BoomInput(BaseModel):
@@ -266,6 +308,7 @@ search_workspace = Workspace(
 """BM25 search over a few files, indexed by `IndexWorkspace` (no agent uses it)."""
 
 app = dataclasses.replace(App.of(
-    demo, multi, listener, ledger, once, mistakes, payer, reuser, bulky, flaky, workspace_agent, definition_apps.writer,
+    demo, multi, listener, ledger, once, napper, mistakes, payer, reuser, bulky, flaky, workspace_agent,
+    definition_apps.writer,
     tools=definition_apps.app.tools.values(), classifiers=definition_apps.app.classifiers.values(),
 ), workspaces={search_workspace.id: search_workspace})  # fmt: skip

@@ -3,27 +3,47 @@ its earlier execution wrote instead of adding to it."""
 
 from __future__ import annotations
 
+import asyncio
+
+import pytest
 from temporalio.testing import ActivityEnvironment
 
 from keel.activities import AgentActivities
 from keel.app import Agent, App
 from keel.client.run_events import follow
-from keel.model_providers import ModelRequest, ModelResponse, ModelToolCall, ScriptedModel
+from keel.model_providers import ChatModel, ModelRequest, ModelResponse, ModelToolCall, ScriptedModel
+from keel.model_providers.base import OnDelta
 from keel.protocol import MessageRecord, TextPart, ToolCallPart
 from keel.storage import Storage
 from keel.workflows.contracts import ModelStepInput, PendingWrites
 from tests.apps import echo
 
 
-async def test_a_re_executed_model_step_replaces_its_message_and_supersedes_its_events(storage: Storage) -> None:
-    requests: list[ModelRequest] = []
+class CutOff(ChatModel):
+    """Streams its first answer and then hangs, as a worker killed mid-stream leaves it; answers anew after."""
 
-    def script(request: ModelRequest) -> ModelResponse:
-        requests.append(request)
-        return ModelResponse(text=f"answer {len(requests)}")
+    model_id = "scripted/cut-off"
 
-    app = App.of(Agent(id="a", model=ScriptedModel(script, chunk_size=4)))
-    activities = AgentActivities(app, storage)
+    def __init__(self) -> None:
+        self.requests: list[ModelRequest] = []
+        self.streamed = asyncio.Event()
+
+    async def generate(self, request: ModelRequest, on_delta: OnDelta) -> ModelResponse:
+        self.requests.append(request)
+        text = f"answer {len(self.requests)}"
+        for i in range(0, len(text), 4):
+            await on_delta(text[i : i + 4])
+        if len(self.requests) == 1:
+            self.streamed.set()
+            await asyncio.sleep(3600)
+        return ModelResponse(text=text)
+
+
+async def test_a_model_step_executed_again_after_a_lost_stream_replaces_its_message_and_supersedes_its_events(
+    storage: Storage,
+) -> None:
+    model = CutOff()
+    activities = AgentActivities(App.of(Agent(id="a", model=model)), storage)
     step = ModelStepInput(
         run_id="r1",
         agent_id="a",
@@ -34,11 +54,18 @@ async def test_a_re_executed_model_step_replaces_its_message_and_supersedes_its_
         writes=PendingWrites(messages=[MessageRecord(id="r1-m1", role="user", content="hi")]),
     )
     env = ActivityEnvironment()  # attempt 1 both times, as for a local activity re-run on another worker
-    first = await env.run(activities.model_step, step)
+    first = asyncio.ensure_future(env.run(activities.model_step, step))
+    await asyncio.wait_for(model.streamed.wait(), 10)
+    async with asyncio.timeout(10):  # its deltas reach the event log (written in the background)
+        while not [e for e in await storage.read_events("r1") if e.type == "text-delta"]:
+            await asyncio.sleep(0.01)
+    first.cancel()  # the worker is gone before the step stored an answer
+    with pytest.raises(asyncio.CancelledError):
+        await first
     second = await env.run(activities.model_step, step)
 
-    assert (first.text, second.text) == ("answer 1", "answer 2")
-    assert [m.id for m in requests[1].messages] == ["r1-m1"]  # not its own earlier answer
+    assert second.text == "answer 2"
+    assert [m.id for m in model.requests[1].messages] == ["r1-m1"]  # not its own earlier answer
     messages, _ = await storage.list_messages("t1")
     assert [m.id for m in messages] == ["r1-m1", "r1-m2"]
     assert messages[1].content == [TextPart(text="answer 2")]
@@ -46,6 +73,36 @@ async def test_a_re_executed_model_step_replaces_its_message_and_supersedes_its_
     assert attempts == {1, 2}
     shown = [s.event.payload["text"] async for s in follow(storage, "r1") if s.event.type == "text-delta"]
     assert "".join(shown) == "answer 2"
+
+
+async def test_a_model_step_executed_again_after_it_stored_its_answer_returns_it_and_writes_nothing(
+    storage: Storage,
+) -> None:
+    requests: list[ModelRequest] = []
+
+    def script(request: ModelRequest) -> ModelResponse:
+        requests.append(request)
+        return ModelResponse(text=f"answer {len(requests)}")
+
+    activities = AgentActivities(App.of(Agent(id="a", model=ScriptedModel(script, chunk_size=4))), storage)
+    step = ModelStepInput(
+        run_id="r1",
+        agent_id="a",
+        thread_id="t1",
+        resource_id="u1",
+        step=1,
+        message_id="r1-m2",
+        writes=PendingWrites(messages=[MessageRecord(id="r1-m1", role="user", content="hi")]),
+    )
+    env = ActivityEnvironment()
+    first = await env.run(activities.model_step, step)
+    events = await storage.read_events("r1")
+    second = await env.run(activities.model_step, step)
+
+    assert second == first and first.text == "answer 1" and len(requests) == 1
+    assert await storage.read_events("r1") == events
+    messages, _ = await storage.list_messages("t1")
+    assert [m.content for m in messages] == ["hi", [TextPart(text="answer 1")]]
 
 
 async def test_tool_call_ids_repeated_within_one_answer_are_made_unique(storage: Storage) -> None:

@@ -80,6 +80,37 @@ async def test_a_non_idempotent_tool_is_not_re_run_after_a_lost_attempt(
     assert (data_dir / "fired.log").read_text().splitlines() == ["1"]
 
 
+async def test_a_step_lost_with_its_worker_keeps_its_plan_and_re_runs_only_unfinished_tools_as_retries(
+    client: Client, dev_server: DevServer, task_queue: str, tmp_path: Path, data_dir: Path
+) -> None:
+    # The first model step and the step of its three tools run as local activities in one workflow task: a
+    # worker killed there loses the task, and the next worker executes both steps again from the start.
+    keel = KeelClient(client, task_queue=task_queue, app=test_app)
+    with worker_process(dev_server, task_queue, tmp_path, data_dir) as worker:
+        run_id = await keel.start_run("napper", "nap")
+        naps = await wait_for_file_lines(data_dir / "naps.log", 4)  # c1 started and done, c2 and c3 started
+        assert "done c1" in naps
+        kill9(worker)
+    with worker_process(dev_server, task_queue, tmp_path, data_dir):
+        async with asyncio.timeout(90):
+            result = await keel.result(run_id)
+    # The model saw the three results of the plan it made once, not a lost plan's as well.
+    assert result.text == "woke after 3 naps"
+    assert (data_dir / "model.log").read_text().splitlines() == ["asked with 0 results", "asked with 3 results"]
+    naps = (data_dir / "naps.log").read_text().splitlines()
+    # c1 finished before the kill: its stored result is used. c2 and c3 run again, told it is attempt 2.
+    assert sorted(n for n in naps if n.startswith("start")) == [
+        "start c1 attempt=1",
+        "start c2 attempt=1",
+        "start c2 attempt=2",
+        "start c3 attempt=1",
+        "start c3 attempt=2",
+    ]
+    assert sorted(n for n in naps if n.startswith("done")) == ["done c1", "done c2", "done c3"]
+    assert [c.payload.tool_call_id for c in result.tool_calls] == [r.payload.tool_call_id for r in result.tool_results]
+    assert len(result.tool_results) == 3
+
+
 async def test_killed_dev_server_keeps_a_suspended_run_on_restart(
     storage: Storage, task_queue: str, tmp_path: Path, data_dir: Path
 ) -> None:

@@ -57,6 +57,11 @@ async def test_thirty_kb_results_over_a_hundred_steps_finish_the_run(
         info = await keel.describe(run_id)
     assert result.text == "saw 100 results of [30000] bytes" and result.steps == 101
     assert len(result.tool_results) == 100 and info.status == "completed"
+    # The steps' results are in storage and not in the history: it grows by a constant per step. (The run's
+    # result lists them all, by reference: 3 MB is over the inline limit.)
+    history = await client.get_workflow_handle(run_id).fetch_history()
+    assert history_bytes(history) < 100 * 2_500, history_bytes(history)
+    assert references(history) == 2  # the last step's result (with the run's lists) and the run's result
 
 
 async def test_a_payload_larger_than_the_store_takes_fails_the_run_at_once_saying_what(

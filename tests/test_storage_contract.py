@@ -18,6 +18,8 @@ from keel.protocol import EventRecord, TextPart, ToolCallPart, ToolResultPart
 from keel.storage import (
     PostgresStorage,
     SQLiteStorage,
+    StepAnswer,
+    StepRecord,
     Storage,
     StorageConfigError,
     StoredMessage,
@@ -455,3 +457,34 @@ async def test_beginning_a_run_claims_it_and_creates_its_thread_in_one_write(sto
     assert await storage.begin_run("run-1", "exec-a", "t1", "user-1") == "exec-a"
     assert await storage.begin_run("run-1", "exec-b", "t2", "user-2") == "exec-a"
     assert await storage.get_thread("t2") is None  # the refused run creates nothing
+
+
+# --- steps ----------------------------------------------------------------------------------------------------
+
+
+async def test_a_step_begun_again_finds_its_answer_its_stored_results_and_counts_tool_starts(storage: Storage) -> None:
+    await storage.create_thread("t1", "user-1")
+    first = await storage.begin_step("run-1", answer_id="run-1-m2", tool_ids=["run-1-s1-a", "run-1-s1-b"])
+    assert first == StepRecord(attempts={"run-1-s1-a": 1, "run-1-s1-b": 1})
+
+    # Tool a stores its result; then the step is executed again from scratch (its workflow task was lost).
+    await storage.write("run-1", messages=[message("run-1-s1-a")])
+    again = await storage.begin_step("run-1", answer_id="run-1-m2", tool_ids=["run-1-s1-a", "run-1-s1-b"])
+    assert list(again.results) == ["run-1-s1-a"] and again.answer is None
+    assert again.attempts == {"run-1-s1-b": 2}
+
+    # The model answer, stored with its message in one write, is what a later execution gets.
+    answer = {"messageId": "run-1-m2", "text": "done", "toolCalls": [{"toolCallId": "c", "toolName": "x"}]}
+    await storage.write("run-1", messages=[message("run-1-m2")], answer=StepAnswer("run-1-m2", answer))
+    assert (await storage.begin_step("run-1", answer_id="run-1-m2")).answer == answer
+    assert (await storage.begin_step("run-2", answer_id="run-1-m2")).answer is None  # another run's step
+    # A re-execution that found no answer stores its own: the last one wins.
+    await storage.write("run-1", answer=StepAnswer("run-1-m2", {**answer, "text": "redone"}))
+    stored = (await storage.begin_step("run-1", answer_id="run-1-m2")).answer
+    assert stored is not None and stored["text"] == "redone"
+
+
+async def test_begin_step_without_tools_writes_nothing(storage: Storage) -> None:
+    assert await storage.begin_step("run-1", answer_id="run-1-m2") == StepRecord()
+    assert await storage.begin_step("run-1", tool_ids=["k"]) == StepRecord(attempts={"k": 1})
+    assert await storage.begin_step("run-1", tool_ids=["k", "k"]) == StepRecord(attempts={"k": 2})

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import uuid
 from datetime import UTC, datetime
 
 import pytest
@@ -19,12 +20,16 @@ from keel.model_providers import (
     ModelRequest,
     ModelResponse,
     ModelRetryableError,
+    ModelToolCall,
     ScriptedModel,
+    last_user_text,
     tool_results_since_last_user,
 )
+from keel.protocol import MessageRecord, ToolCallPart
 from keel.storage import Storage, StoredMessage
 from keel.workflows.contracts import (
     ModelStepInput,
+    PendingWrites,
     ToolCallInput,
     ToolsThenModelInput,
     ToolsThenModelResult,
@@ -65,12 +70,14 @@ class Harness:
     def __init__(self, storage: Storage, *, model_failures: int = 0) -> None:
         self.storage = storage
         self.runs: list[str] = []
+        self.attempts: dict[str, list[int]] = {}
         self.model_calls = 0
         self.seen: list[list[object]] = []
 
         @tool("work")
         async def work(args: Arg, ctx: ToolContext) -> str:
             self.runs.append(args.mode)
+            self.attempts.setdefault(args.mode, []).append(ctx.attempt)
             if args.mode == "hang":
                 await asyncio.sleep(30)
             if args.mode == "slow":
@@ -153,3 +160,73 @@ async def test_when_one_tool_asks_for_a_retry_the_others_finish_and_are_kept(sto
     with pytest.raises(ApplicationError, match="try again later"):
         await h.attempt(1, step_input("retry-me", "slow"))
     assert [m.id for m in await storage.get_messages(["r1-s1-call_0", "r1-s1-call_1"])] == ["r1-s1-call_1"]
+
+
+async def test_a_re_executed_step_reuses_stored_results_and_tells_re_run_tools_their_attempt(
+    storage: Storage,
+) -> None:
+    # A local activity lost with its workflow task runs again from scratch, and Temporal says attempt 1 again.
+    h = Harness(storage)
+    first = asyncio.ensure_future(h.attempt(1, step_input("a", "slow")))
+    async with asyncio.timeout(10):
+        while await storage.get_messages(["r1-s1-call_0"]) == [] or "slow" not in h.runs:
+            await asyncio.sleep(0.01)
+    first.cancel()  # the worker is gone: "slow" never stored its result
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    assert h.model_calls == 0
+
+    result = await h.attempt(1, step_input("a", "slow"))
+    assert h.runs == ["a", "slow", "slow"]  # "a" finished and was stored: not run again
+    assert h.attempts == {"a": [1], "slow": [1, 2]}  # the re-run is told it may have run before
+    assert [r.result for r in result.tool_results] == ["did a", "did slow"]
+    assert h.model_calls == 1
+
+
+async def test_a_re_executed_step_returns_the_model_answer_it_stored_without_asking_again(
+    storage: Storage,
+) -> None:
+    h = Harness(storage)
+    first = await h.attempt(1, step_input("a"))
+    again = await h.attempt(1, step_input("a"))  # the same step, executed again after a lost workflow task
+    assert h.model_calls == 1
+    assert again == first
+    assert h.runs == ["a"]
+
+
+async def test_a_re_executed_model_step_keeps_the_plan_it_stored_though_the_model_would_answer_anew(
+    storage: Storage,
+) -> None:
+    # Real models give fresh tool call ids each time they are asked: asking again after a lost workflow task
+    # would plan other calls than the ones whose tools may already have run.
+    asked: list[str] = []
+
+    def script(request: ModelRequest) -> ModelResponse:
+        asked.append(last_user_text(request))
+        return ModelResponse(
+            tool_calls=[ModelToolCall(id=f"call_{uuid.uuid4().hex[:8]}", name="work", args={"mode": "a"})]
+        )
+
+    @tool("work")
+    async def work(args: Arg, ctx: ToolContext) -> str:
+        return "ok"
+
+    activities = AgentActivities(App.of(Agent(id="a", model=ScriptedModel(script), tools=(work,))), storage)
+    step = ModelStepInput(
+        run_id="r1",
+        agent_id="a",
+        thread_id="t1",
+        resource_id="u1",
+        step=1,
+        message_id="r1-m2",
+        execution_id="exec-1",
+        writes=PendingWrites(messages=[MessageRecord(id="r1-m1", role="user", content="go")]),
+    )
+    first = await ActivityEnvironment().run(activities.model_step, step)
+    again = await ActivityEnvironment().run(activities.model_step, step)
+    assert asked == ["go"]
+    assert [c.tool_call_id for c in again.tool_calls] == [c.tool_call_id for c in first.tool_calls]
+    [message] = await storage.get_messages(["r1-m2"])
+    assert [p.tool_call_id for p in message.content if isinstance(p, ToolCallPart)] == [
+        c.tool_call_id for c in first.tool_calls
+    ]

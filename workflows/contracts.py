@@ -295,6 +295,14 @@ class ToolCallResult(Contract):
     process_started: str | None = None
     host_queue: str | None = None
     """The task queue of the worker host that ran the call (where its background process lives)."""
+    result_ref: str | None = None
+    """Set (to the call's tool message id) when `result` is left out: a step that stored the result returns it
+    by reference above a size (`keel.activities.agent_loop.INLINE_TOOL_RESULT_BYTES`), since the workflow never
+    reads a stored result, so the history does not grow with it."""
+
+    def by_reference(self, message_id: str) -> ToolCallResult:
+        """This outcome with its result left out: it is in storage, as the tool message `message_id`."""
+        return self.model_copy(update={"result": None, "result_ref": message_id})
 
     def effects(self) -> dict[str, Any]:
         """What a workspace tool reported to its run (camelCase), kept with its tool message as
@@ -423,6 +431,10 @@ class WorkflowToolInput(Contract):
     input_data: Any = None
     resume_data: Any = None
     request_context: dict[str, Any] | None = None
+    call_key: str | None = None
+    """This call of the step (the run's first execution id and the call's number in the run): the activity
+    counts its starts in storage under it, so a local attempt executed again after its workflow task was lost
+    tells the tool its attempt is > 1. Absent in runs recorded before it existed."""
 
 
 class StepSuspension(Contract):

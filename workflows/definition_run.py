@@ -86,6 +86,7 @@ class DefinitionRun(Resumable):
         self._request_context: dict[str, Any] = {}
         self._local_tool_steps = False
         self._local_in_task = 0  # local tool steps since the run last waited on the server
+        self._tool_calls = 0  # tool step calls so far (each call's storage key)
 
     # --- the run ----------------------------------------------------------------------------------------
 
@@ -225,6 +226,7 @@ class DefinitionRun(Resumable):
         attempts = max(5, retries + 1) if idempotent else retries + 1
         resume_data: Any = None
         while True:
+            self._tool_calls += 1
             step_input = WorkflowToolInput(
                 run_id=workflow.info().workflow_id,
                 workflow_id=workflow.info().workflow_type,
@@ -233,6 +235,7 @@ class DefinitionRun(Resumable):
                 input_data=value,
                 resume_data=resume_data,
                 request_context=self._request_context or None,
+                call_key=f"{workflow.info().first_execution_run_id}/{self._tool_calls}",
             )
             summary = f"{key}: {step.tool_id}"
             result: WorkflowToolResult | None = None

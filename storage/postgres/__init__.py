@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from pydantic_core import to_json
+
 from keel.protocol import EventRecord
 from keel.storage import rules
 from keel.storage.base import Storage
@@ -14,11 +16,13 @@ from keel.storage.postgres.blobs import PostgresBlobs
 from keel.storage.postgres.definitions import PostgresDefinitions
 from keel.storage.postgres.events import PostgresEvents
 from keel.storage.postgres.pool import guarded
+from keel.storage.postgres.steps import PostgresSteps, store_answer
 from keel.storage.postgres.threads import PostgresThreads
+from keel.storage.steps import StepAnswer
 from keel.storage.threads import StoredMessage
 
 
-class PostgresStorage(PostgresThreads, PostgresEvents, PostgresDefinitions, PostgresBlobs, Storage):
+class PostgresStorage(PostgresThreads, PostgresEvents, PostgresSteps, PostgresDefinitions, PostgresBlobs, Storage):
     """Storage in a PostgreSQL database, through a small asyncpg connection pool.
 
     Args:
@@ -58,14 +62,17 @@ class PostgresStorage(PostgresThreads, PostgresEvents, PostgresDefinitions, Post
         source: str | None = None,
         attempt: int = 1,
         renumber: bool = False,
+        answer: StepAnswer | None = None,
     ) -> int:
-        if not messages and not events:
+        if not messages and not events and answer is None:
             return attempt
         pool = await self._get_pool()
         used = attempt
         async with pool.acquire() as conn, conn.transaction():
             if messages:
                 await sql_threads.save(conn, messages, replace)
+            if answer is not None:
+                await store_answer(conn, run_id, answer.message_id, to_json(answer.answer).decode())
             if events:
                 if renumber:
                     await sql_events.lock_run(conn, run_id)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sqlite3
 
+from pydantic_core import to_json
+
 from keel.protocol import EventRecord
 from keel.storage import rules
 from keel.storage.base import Storage
@@ -13,11 +15,13 @@ from keel.storage.sqlite import threads as sql_threads
 from keel.storage.sqlite.connection import now
 from keel.storage.sqlite.definitions import SQLiteDefinitions
 from keel.storage.sqlite.events import SQLiteEvents
+from keel.storage.sqlite.steps import SQLiteSteps, store_answer
 from keel.storage.sqlite.threads import SQLiteThreads
+from keel.storage.steps import StepAnswer
 from keel.storage.threads import StoredMessage
 
 
-class SQLiteStorage(SQLiteThreads, SQLiteEvents, SQLiteDefinitions, Storage):
+class SQLiteStorage(SQLiteThreads, SQLiteEvents, SQLiteSteps, SQLiteDefinitions, Storage):
     """Storage in one SQLite file (WAL mode), safe to share between processes.
 
     Args:
@@ -50,16 +54,20 @@ class SQLiteStorage(SQLiteThreads, SQLiteEvents, SQLiteDefinitions, Storage):
         source: str | None = None,
         attempt: int = 1,
         renumber: bool = False,
+        answer: StepAnswer | None = None,
     ) -> int:
         at = now()
         rows = sql_threads.message_rows(messages or [])
         encoded = sql_events.encode(events or [])
-        if not rows and not encoded:
+        answer_json = to_json(answer.answer).decode() if answer is not None else None
+        if not rows and not encoded and answer is None:
             return attempt
 
         def write(conn: sqlite3.Connection) -> int:
             if rows:
                 sql_threads.save(conn, rows, replace, at)
+            if answer is not None and answer_json is not None:
+                store_answer(conn, run_id, answer.message_id, answer_json, at)
             used = attempt
             if encoded:
                 if renumber:

@@ -63,5 +63,13 @@ async def test_kill_9_during_a_foreach_and_during_a_sleep_completes_each_item_on
         assert await asyncio.wait_for(handle.result(), 60) == {"items": 6}
     recorded = (data_dir / "record.log").read_text().splitlines()
     assert sorted(line.split()[1] for line in recorded) == ["1", "2", "3", "4", "5", "6"]
+    # An item whose attempt was lost with the worker ran again, and was told it is a later attempt (its step
+    # may be a local activity, which Temporal starts at attempt 1 again when its workflow task was lost).
+    starts: dict[str, list[int]] = {}
+    for line in (data_dir / "started.log").read_text().splitlines():
+        key, attempt = line.split()
+        starts.setdefault(key, []).append(int(attempt.removeprefix("attempt=")))
+    assert any(len(attempts) > 1 for attempts in starts.values())
+    assert all(attempts == list(range(1, len(attempts) + 1)) for attempts in starts.values()), starts
     history = await handle.fetch_history()
     assert any(e.WhichOneof("attributes") == "timer_fired_event_attributes" for e in history.events)
