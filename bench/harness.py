@@ -28,6 +28,7 @@ class Stack:
     client: Client
     storage: SQLiteStorage
     tmp: Path
+    server: DevServer
 
 
 @asynccontextmanager
@@ -41,7 +42,7 @@ async def fresh_stack(prefix: str) -> AsyncIterator[Stack]:
     try:
         await server.start(reuse=False)
         await storage.init()
-        yield Stack(await connect(cfg.address, payloads=storage.payloads()), storage, tmp)
+        yield Stack(await connect(cfg.address, payloads=storage.payloads()), storage, tmp, server)
     finally:
         await storage.close()
         server.stop()

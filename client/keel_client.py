@@ -30,6 +30,7 @@ from temporalio.client import (
     WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
 )
+from temporalio.client import WorkflowExecutionStatus as ExecutionStatus
 from temporalio.common import (
     RetryPolicy,
     SearchAttributePair,
@@ -64,6 +65,7 @@ from keel.client.errors import (
 from keel.client.visibility import quoted
 from keel.protocol import Content, describe_validation_error, names
 from keel.workflows import AgentRun, AgentRunInput, AgentRunResult, ApprovalAccepted, PendingToolCall, ToolApproval
+from keel.workflows.agent_run import RUN_ID_REUSED
 from keel.workflows.agent_thread import AgentThread, thread_workflow_id
 from keel.workflows.contracts import (
     AgentThreadInput,
@@ -172,12 +174,22 @@ before Keel says none did. Without any worker seen, Keel says so at once."""
 
 
 class KeelClient:
-    """Runs, approvals and counts over a connected Temporal client (with Keel's data converter)."""
+    """Runs, approvals and counts over a connected Temporal client (with Keel's data converter).
 
-    def __init__(self, client: Client, *, task_queue: str = "keel", app: App | None = None) -> None:
+    Runs are started with eager start requested (`eager_start`): when a worker of the task queue runs in this
+    process on the same Temporal client (`keel dev`, `keel serve --worker`, a `KeelClient` beside its
+    `build_worker`), Temporal hands the run's first workflow task back in the start's answer, to that worker,
+    saving a round trip; otherwise the start is a plain one (the SDK asks only when a local worker has a free
+    slot).
+    """
+
+    def __init__(
+        self, client: Client, *, task_queue: str = "keel", app: App | None = None, eager_start: bool = True
+    ) -> None:
         self.temporal = client
         self.task_queue = task_queue
         self.app = app
+        self.eager_start = eager_start
         self._worker_seen_at = float("-inf")  # monotonic time a worker was last seen polling self.task_queue
 
     @classmethod
@@ -236,6 +248,7 @@ class KeelClient:
                 static_summary=_summary(run_input),
                 # A run id names one run everywhere (its event log, its messages, its page in the UI).
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                request_eager_start=self.eager_start,
             )
         except WorkflowAlreadyStartedError:
             raise RunIdInUse(run_id) from None
@@ -247,18 +260,31 @@ class KeelClient:
         try:
             return await self.temporal.get_workflow_handle_for(AgentRun.run, run_id).result()
         except WorkflowFailureError as err:
-            cause = err.cause
-            status: RunStatus = "failed"
-            if isinstance(cause, TerminatedError):
-                status = "terminated"
-            elif isinstance(cause, CancelledError):
-                status = "canceled"
-            elif isinstance(cause, TimeoutError_):
-                status = "timed_out"
-            message = str(getattr(cause, "message", None) or cause or err)
-            raise RunFailed(run_id, message, status=status) from None
+            held = await self._holder(run_id) if _refused(err) else None
+            if held is not None:  # a later execution under the run's id was refused it: the run is the holder's
+                return await self._held_result(run_id, held)
+            raise _run_failed(run_id, err) from None
         except RPCError as err:
             raise self._rpc_error(run_id, err) from None
+
+    async def _held_result(self, run_id: str, execution: str) -> AgentRunResult:
+        try:
+            return await self.temporal.get_workflow_handle_for(AgentRun.run, run_id, run_id=execution).result()
+        except WorkflowFailureError as err:
+            raise _run_failed(run_id, err) from None
+        except RPCError as err:
+            raise self._rpc_error(run_id, err) from None
+
+    async def _holder(self, run_id: str) -> str | None:
+        """The execution that holds `run_id` when the latest one under it was refused it (a `temporal workflow
+        start` that reused the id): the latest execution that kept Keel's search attributes (a refused one
+        removes them). None if there is none."""
+        query = f"WorkflowId='{quoted(run_id)}' AND KeelKind='agent'"
+        latest: Any = None
+        async for ex in self.temporal.list_workflows(query):
+            if latest is None or (ex.start_time or datetime.min.replace(tzinfo=UTC)) > latest.start_time:
+                latest = ex
+        return latest.run_id if latest is not None else None
 
     async def cancel(self, run_id: str) -> None:
         """Ask the run to stop: it ends as canceled at its next workflow task (a running tool is cancelled)."""
@@ -316,6 +342,8 @@ class KeelClient:
     async def describe(self, run_id: str) -> RunInfo:
         try:
             desc: WorkflowExecutionDescription = await self._handle(run_id).describe()
+            if _refused_execution(desc) and (held := await self._holder(run_id)) is not None:
+                desc = await self.temporal.get_workflow_handle(run_id, run_id=held).describe()
         except RPCError as err:
             raise self._rpc_error(run_id, err) from None
         return RunInfo.from_execution(desc)
@@ -583,6 +611,33 @@ class KeelClient:
         if err.status == RPCStatusCode.FAILED_PRECONDITION and closed:
             return RunClosed(run_id)
         return KeelClientError(f"Temporal error for run {run_id!r}: {err.message}")
+
+
+def _run_failed(run_id: str, err: WorkflowFailureError) -> RunFailed:
+    cause = err.cause
+    status: RunStatus = "failed"
+    if isinstance(cause, TerminatedError):
+        status = "terminated"
+    elif isinstance(cause, CancelledError):
+        status = "canceled"
+    elif isinstance(cause, TimeoutError_):
+        status = "timed_out"
+    message = str(getattr(cause, "message", None) or cause or err)
+    return RunFailed(run_id, message, status=status)
+
+
+def _refused(err: WorkflowFailureError) -> bool:
+    """Whether the execution failed because its run id was already held by another."""
+    return isinstance(err.cause, ApplicationError) and err.cause.type == RUN_ID_REUSED
+
+
+def _refused_execution(desc: WorkflowExecutionDescription) -> bool:
+    """An `AgentRun` that failed without Keel's search attributes: one refused its run id removes them."""
+    return (
+        desc.workflow_type == names.AGENT_RUN
+        and desc.status == ExecutionStatus.FAILED
+        and desc.typed_search_attributes.get(KEEL_KIND) is None
+    )
 
 
 def _gone(identity: str) -> bool:

@@ -137,7 +137,9 @@ class Workflows:
         """Start a run; its input is the inputData alone (as `temporal workflow start --input` gives it), the
         request context rides in its memo, the resource id in `KeelResourceId` (for listings). Its id."""
         options = await self._start_options(workflow_id, run_id, resource_id, request_context)
-        await self.keel.temporal.start_workflow(workflow_id, input_data, **options)
+        await self.keel.temporal.start_workflow(
+            workflow_id, input_data, request_eager_start=self.keel.eager_start, **options
+        )
         return str(options["id"])
 
     async def start_and_settle(

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from temporalio.client import WorkflowFailureError
+
 from keel.client import KeelClient, RunFailed
 from keel.client.connection import connect
 from keel.client.devserver import DevServer, DevServerConfig
@@ -228,6 +230,17 @@ async def _bad_input(keel: KeelClient, name: str) -> str:
     return name
 
 
+async def _refused_run_id(keel: KeelClient, name: str) -> str:
+    """A run, then a second execution under its id started as the `temporal` CLI would (no search attributes,
+    no memo): refused its id, it removes Keel's search attributes and fails. The file holds the refused one."""
+    await keel.result(await keel.start_run("multi", "steps=1", run_id=name))
+    input = {"agentId": "multi", "messages": "steps=2"}
+    handle = await keel.temporal.start_workflow("AgentRun", input, id=name, task_queue=keel.task_queue)
+    with contextlib.suppress(WorkflowFailureError):
+        await handle.result()
+    return name
+
+
 async def _index_workspace(keel: KeelClient, name: str) -> str:
     """Three files of the BM25 workspace indexed by `IndexWorkspace` (one heartbeat per batch)."""
     root = Path(search_workspace.filesystem.base_path)
@@ -248,6 +261,8 @@ class Scenario:
     """Dynamic config of the recording server."""
     ends: bool = True
     """False for a run recorded while it still runs (a thread's entity, which waits for more messages)."""
+    latest: bool = False
+    """Record the latest execution under the run's id, not the first."""
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -277,6 +292,7 @@ SCENARIOS: dict[str, Scenario] = {
     "delivered_message": Scenario(_delivered_message, DEFAULT_SHAPE),
     "thread_entity": Scenario(_thread_entity, DEFAULT_SHAPE, ends=False),
     "index_workspace": Scenario(_index_workspace, DEFAULT_SHAPE),
+    "refused_run_id": Scenario(_refused_run_id, DEFAULT_SHAPE, latest=True),
     "continued_as_new": Scenario(
         lambda keel, name: keel.start_run("bulky", "steps=4 size=1000", run_id=name),
         DEFAULT_SHAPE,
@@ -337,8 +353,9 @@ async def record_on_server(dynamic_config: dict[str, str], names: list[str]) -> 
             HISTORIES.mkdir(exist_ok=True)
             for name, run_id in runs.items():
                 executions = [e async for e in client.list_workflows(f"WorkflowId='{run_id}'")]
-                first = min(executions, key=lambda e: e.start_time)
-                history = await client.get_workflow_handle(run_id, run_id=first.run_id).fetch_history()
+                pick = max if SCENARIOS[name].latest else min
+                chosen = pick(executions, key=lambda e: e.start_time)
+                history = await client.get_workflow_handle(run_id, run_id=chosen.run_id).fetch_history()
                 (HISTORIES / f"{name}.json").write_text(history.to_json())
                 print(f"recorded {name}: {len(history.events)} events")
                 # Payloads of 256 KiB or more are in the history by reference: their blobs replay with it.

@@ -13,9 +13,9 @@ import uuid
 from pathlib import Path
 
 import pytest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecution
 
-from keel.client import InvalidRunInput, RunClosed, RunFailed, RunIdInUse, ToolCallRejected
+from keel.client import InvalidRunInput, KeelClient, RunClosed, RunIdInUse, ToolCallRejected
 from keel.client.devserver import DevServer, DevServerConfig
 from keel.storage import Storage
 from keel.workflows import ToolApproval
@@ -61,7 +61,7 @@ async def test_a_run_started_by_the_temporal_cli_with_no_or_two_inputs_fails_at_
     assert run_id in listed
 
 
-async def test_a_reused_run_id_is_refused_by_the_client_and_fails_at_once_from_the_temporal_cli(
+async def test_a_reused_run_id_is_refused_and_the_refused_execution_never_becomes_the_run(
     client: Client, dev_server: DevServer, storage: Storage, task_queue: str
 ) -> None:
     async with running_worker(client, test_app, storage, task_queue) as keel:
@@ -74,11 +74,26 @@ async def test_a_reused_run_id_is_refused_by_the_client_and_fails_at_once_from_t
             dev_server, "workflow", "start", "--type", "AgentRun", "--task-queue", task_queue, "--workflow-id", run_id,
             "--input", json.dumps({"agentId": "multi", "messages": "steps=2"}),
         )  # fmt: skip
-        with pytest.raises(RunFailed, match=f"Run id '{run_id}' is already used by another run"):
-            await keel.result(run_id)
+        # Temporal runs the new execution, which fails at once saying why ...
+        assert f"Run id '{run_id}' is already used by another run" in await temporal_failure(dev_server, run_id)
+        # ... but it never becomes the run: its answer, status, listing and counts stay the first execution's.
+        assert await keel.result(run_id) == first
+        assert (await keel.describe(run_id)).status == "completed"
+        for status in (None, "completed", "failed"):
+            query = KeelClient._runs_query(status=status, agent_id="multi") + f" AND WorkflowId='{run_id}'"
+            listed = [(ex.id, ex.status) for ex in await _listed(client, query)]
+            counted = (await client.count_workflows(query)).count
+            expected = 0 if status == "failed" else 1
+            assert (len(listed), counted) == (expected, expected), (status, listed)
     messages, total = await storage.list_messages(run_id)  # the first run's thread, untouched
     assert first.text == "done after 1 tool calls" and total == 4
     assert all(m.run_id == run_id for m in messages)
+
+
+async def _listed(client: Client, query: str) -> list[WorkflowExecution]:
+    # Visibility is eventually consistent: wait until the refused execution's last update is in.
+    await asyncio.sleep(1.0)
+    return [ex async for ex in client.list_workflows(query)]
 
 
 async def test_a_late_approval_never_decides_the_next_steps_call(

@@ -70,12 +70,22 @@ from keel.workflows.search_attributes import (
     KEEL_THREAD_ID,
 )
 
+KEEL_RUN_ATTRIBUTES = (KEEL_KIND, KEEL_STATUS, KEEL_AGENT_ID, KEEL_THREAD_ID, KEEL_RESOURCE_ID)
+RUN_ID_REUSED = "RunIdReused"
+"""The error type of a first model step that found its run id held by another execution."""
+
 FUSED_STEPS_PATCH = "tools-then-model-activity"
 """Runs recorded before this patch ran every tool call and every model step as activities of their own. Only
 runs whose history holds no `RunShape` marker (started before shapes were pinned) still consult it."""
 
 PERSIST_BEFORE_CONTINUE_PATCH = "persist-before-continue-as-new"
 """Runs recorded before this patch carried the last step's tool results across continue-as-new."""
+
+REFUSED_RUN_UNLISTED_PATCH = "refused-run-unlisted"
+"""An execution refused its run id (a `temporal workflow start` reusing a run's id) removes Keel's search
+attributes, so `KeelKind='agent'` lists and counts never show it beside the run that holds the id. Executions
+refused before this patch were left listed as failed runs; the patch may go once no such execution is open (a
+refused execution fails in its first workflow task, so it never is: it can go with the next history cut)."""
 
 LEGACY_SHAPE = RunShape(model_as_local_activity=True, fuse_tools_with_next_model_step=True)
 """What every worker ran before shapes were pinned (fusing still gated by `FUSED_STEPS_PATCH`)."""
@@ -218,10 +228,15 @@ class AgentRun:
             await loop.kill_processes()  # a canceled run leaves no command of its own running
             raise
         except (ActivityError, ApplicationError) as err:
-            workflow.upsert_search_attributes([KEEL_STATUS.value_set("failed")])
+            cause = err.cause if isinstance(err, ActivityError) and err.cause is not None else err
+            refused = isinstance(cause, ApplicationError) and cause.type == RUN_ID_REUSED
+            if refused and workflow.patched(REFUSED_RUN_UNLISTED_PATCH):
+                # Not a run of its own: the run is the execution that holds the id (see the patch's note).
+                workflow.upsert_search_attributes([key.value_unset() for key in KEEL_RUN_ATTRIBUTES])
+            else:
+                workflow.upsert_search_attributes([KEEL_STATUS.value_set("failed")])
             if isinstance(err, ApplicationError):
                 raise
-            cause = err.cause if err.cause is not None else err
             raise ApplicationError(
                 f"Agent run failed: {cause}", type=getattr(cause, "type", None), non_retryable=True
             ) from err
