@@ -46,10 +46,11 @@ def steps_script(request: ModelRequest) -> ModelResponse:
     """Calls `echo` once per step until it has N results ("steps=N" in the user message), then answers."""
     match = re.search(r"steps=(\d+)", last_user_text(request))
     wanted = int(match.group(1)) if match else 1
+    talk = re.search(r"talk=(\d+)", last_user_text(request))  # each step's text this long
     done = len(tool_results_since_last_user(request))
     if done < wanted:
         return ModelResponse(
-            text=f"step {done + 1}",
+            text=f"step {done + 1}".ljust(int(talk.group(1)) if talk else 0, "."),
             tool_calls=[ModelToolCall(id=f"call_{done + 1}", name="echo", args={"text": f"#{done + 1}"})],
         )
     return ModelResponse(text=f"done after {done} tool calls")

@@ -88,12 +88,13 @@ _SCENARIOS: dict[str, Callable[[KeelClient, str], Awaitable[str]]] = {
 
 TASK_QUEUE = "record"
 
-GENERATIONS = ["", "_tools_then_model", "_pinned", "_fused_local"]
+GENERATIONS = ["", "_tools_then_model", "_pinned", "_fused_local", "_local_budget"]
 """One set of files per guarded workflow change, named with its suffix: the files of every generation must keep
 replaying. "": each tool call and model step its own activity; "_tools_then_model": a step's tools and the next
 model call fused (`workflow.patched`); "_pinned": the run shape recorded as a marker at the start;
 "_fused_local": a fused step run as a local activity, and the search attributes set at start not upserted
-(`keelSearchAttributesAtStart` in the memo)."""
+(`keelSearchAttributesAtStart` in the memo); "_local_budget": 16 local steps per workflow task (and at most 1
+MiB of their results) pinned with the run's shape, tool results over 256 bytes by reference."""
 
 SHAPE_SCENARIOS = ["approved", "multi_step"]
 """Recorded once per run shape other than the default, for the replay tests with other worker settings."""
@@ -105,6 +106,7 @@ def options_of(shape: RunShape) -> AgentActivityOptions:
         model_as_local_activity=shape.model_as_local_activity,
         fuse_tools_with_next_model_step=shape.fuse_tools_with_next_model_step,
         fused_step_as_local_activity=shape.fused_step_as_local_activity,
+        local_steps_per_task=shape.local_steps_per_task,
     )
 
 
@@ -113,7 +115,8 @@ def shape_suffix(shape: RunShape) -> str:
     steps = "fused" if shape.fuse_tools_with_next_model_step else "apart"
     if shape.fused_step_as_local_activity:
         steps += "_local"
-    return f"_shape_{model}_{steps}"
+    budget = "" if shape.local_steps_per_task == 4 else f"_{shape.local_steps_per_task}"
+    return f"_shape_{model}_{steps}{budget}"
 
 
 DEFAULT_SHAPE = DEFAULT_OPTIONS.shape()

@@ -49,16 +49,17 @@ async def test_a_run_continues_as_new_when_suggested_and_keeps_its_whole_result(
 ) -> None:
     async with server_suggesting_continue_as_new(tmp_path) as client:
         async with running_worker(client, test_app, storage, task_queue) as keel:
-            run_id = await keel.start_run("multi", "steps=6", thread_id="t-can")
+            # 20 steps: a workflow task chains 16 local steps, and a suggestion is seen when the next one starts.
+            run_id = await keel.start_run("multi", "steps=20", thread_id="t-can")
             result = await keel.result(run_id)
             carried = await carried_bytes(client, run_id)
             listed = [r.run_id for r in await keel.list_runs(agent_id="multi")]
     assert len(carried) >= 1, "the run never continued as new"
     assert listed.count(run_id) == 1
-    assert result.text == "done after 6 tool calls" and result.steps == 7
-    assert [c.payload.tool_call_id for c in result.tool_calls] == [f"call_{i}" for i in range(1, 7)]
+    assert result.text == "done after 20 tool calls" and result.steps == 21
+    assert [c.payload.tool_call_id for c in result.tool_calls] == [f"call_{i}" for i in range(1, 21)]
     messages, total = await storage.list_messages("t-can")
-    assert total == 1 + 6 * 2 + 1
+    assert total == 1 + 20 * 2 + 1
     assert len({m.id for m in messages}) == total
 
 
@@ -67,8 +68,8 @@ async def test_continuing_as_new_carries_a_few_kb_whatever_the_results(
 ) -> None:
     async with server_suggesting_continue_as_new(tmp_path) as client:
         async with running_worker(client, test_app, storage, task_queue) as keel:
-            run_id = await keel.start_run("bulky", "steps=6 size=100000")
+            run_id = await keel.start_run("bulky", "steps=20 size=100000")
             result = await keel.result(run_id)
             carried = await carried_bytes(client, run_id)
-    assert result.text == "saw 6 results of [100000] bytes" and len(result.tool_results) == 6
+    assert result.text == "saw 20 results of [100000] bytes" and len(result.tool_results) == 20
     assert carried and max(carried) < 4096, carried

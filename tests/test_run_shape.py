@@ -22,7 +22,7 @@ from keel.model_providers import (
     tool_results_since_last_user,
 )
 from keel.storage import Storage
-from keel.workflows.agent_run import MAX_LOCAL_ACTIVITIES_PER_TASK
+from keel.workflows.contracts import LOCAL_STEP_BYTES_PER_TASK, LOCAL_STEPS_PER_TASK
 from keel.workflows.options import AgentActivityOptions
 from keel.workflows.search_attributes import KEEL_AGENT_ID, KEEL_KIND, KEEL_STATUS, KEEL_THREAD_ID
 from tests.apps import app as test_app
@@ -98,11 +98,26 @@ async def test_a_long_turn_chains_a_bounded_number_of_local_activities_per_workf
     client: Client, storage: Storage, task_queue: str, data_dir: Path
 ) -> None:
     async with running_worker(client, test_app, storage, task_queue) as keel:
-        result = await keel.result(await keel.start_run("multi", "steps=10"))
-    assert result.text == "done after 10 tool calls" and result.steps == 11
+        result = await keel.result(await keel.start_run("multi", "steps=20", max_steps=21))
+    assert result.text == "done after 20 tool calls" and result.steps == 21
     history = await client.get_workflow_handle(result.run_id).fetch_history()
     per_task = local_activities_per_task(history)
-    assert max(per_task) == MAX_LOCAL_ACTIVITIES_PER_TASK, per_task
+    assert max(per_task) == LOCAL_STEPS_PER_TASK, per_task
+    assert sum(per_task) + sum((await scheduled_activities(client, result.run_id)).values()) == 21
+
+
+async def test_local_steps_of_one_workflow_task_return_a_bounded_number_of_bytes(
+    client: Client, storage: Storage, task_queue: str, data_dir: Path
+) -> None:
+    # Each step's answer carries 200 KB of text: past 1 MiB in one workflow task, a step runs as an activity.
+    async with running_worker(client, test_app, storage, task_queue) as keel:
+        result = await keel.result(await keel.start_run("multi", "steps=10 talk=200000", max_steps=11))
+    assert result.text == "done after 10 tool calls"
+    history = await client.get_workflow_handle(result.run_id).fetch_history()
+    per_task = local_activities_per_task(history)
+    assert max(per_task) == -(-LOCAL_STEP_BYTES_PER_TASK // 200_000), (
+        per_task
+    )  # the step that crosses 1 MiB is the last
     assert sum(per_task) + sum((await scheduled_activities(client, result.run_id)).values()) == 11
 
 

@@ -38,6 +38,8 @@ from keel.protocol import (
 )
 from keel.workflows.contracts import (
     ALL_SHAPES,
+    LEGACY_LOCAL_STEPS_PER_TASK,
+    LOCAL_STEP_BYTES_PER_TASK,
     MAX_FILE_READS,
     MAX_PROCESSES,
     AgentRunInput,
@@ -95,10 +97,6 @@ DECLINED_REASON = "Tool call was not approved by the user"
 MAX_PENDING_RESULT_BYTES = 128 * 1024 * 1024
 """Tool results a step hands to the next one to persist (tools that ran as activities of their own); more become
 errors for the model, so no activity input the workflow builds grows past what the payload store takes."""
-MAX_LOCAL_ACTIVITIES_PER_TASK = 4
-"""Local activities a run chains before a regular one: their results travel in one workflow task completion
-(at most 256 KiB each inline; larger ones go by reference), and a continue-as-new suggestion is only seen at a
-workflow task's start, so a long turn still crosses workflow tasks."""
 MAX_REJECTED_SIGNALS = 20
 MAX_INBOX = 100
 """User messages delivered into a run and not yet read by a model step; past it, one is refused (recorded)."""
@@ -281,6 +279,7 @@ class _Loop:
         self.legacy = pinned is None
         self.carry = input.carry or RunCarry(step=0, message_seq=0)
         self.local_in_task = 0  # local activities since the run last waited on the server (in this task)
+        self.local_bytes_in_task = 0  # what they returned, as JSON (shapes past the legacy budget bound it)
         self.carry.shape = self.shape
         if input.carry is None:
             messages = input.messages
@@ -363,7 +362,9 @@ class _Loop:
         # fewer); a regular one is the choice for model calls that may outlive a workflow task timeout.
         step_input = self._next_model_input()
         summary = f"model step {self.carry.step}"
-        if self.shape.model_as_local_activity:
+        # Shapes with the legacy budget ran every such step locally; later ones keep to their budget.
+        within = self.shape.local_steps_per_task == LEGACY_LOCAL_STEPS_PER_TASK or self._local_step_allowed()
+        if self.shape.model_as_local_activity and within:
             if self.legacy:
                 legacy: ModelStepResult = await workflow.execute_local_activity(
                     names.MODEL_STEP,
@@ -384,6 +385,7 @@ class _Loop:
                 self.opts.model_retry.initial_interval,
             )
             if local is not None:
+                self._count_local(local)
                 return local
         result: ModelStepResult = await workflow.execute_activity(
             names.MODEL_STEP,
@@ -393,9 +395,25 @@ class _Loop:
             retry_policy=self.opts.model_retry,
             summary=summary,
         )
-        self.local_in_task = 0
+        self._crossed_task()
         workflow.set_current_details("")
         return result
+
+    def _local_step_allowed(self) -> bool:
+        """Whether the next step may run locally in this workflow task (the pinned budget; see `RunShape`)."""
+        if self.local_in_task >= self.shape.local_steps_per_task:
+            return False
+        legacy = self.shape.local_steps_per_task == LEGACY_LOCAL_STEPS_PER_TASK
+        return legacy or self.local_bytes_in_task < LOCAL_STEP_BYTES_PER_TASK
+
+    def _count_local(self, result: ModelStepResult | ToolsThenModelResult) -> None:
+        if self.shape.local_steps_per_task != LEGACY_LOCAL_STEPS_PER_TASK:
+            self.local_bytes_in_task += len(result.model_dump_json())
+
+    def _crossed_task(self) -> None:
+        """The run waited on the server: a new workflow task, and a fresh local budget."""
+        self.local_in_task = 0
+        self.local_bytes_in_task = 0
 
     async def _run_tools(self, step: ModelStepResult) -> ModelStepResult | None:
         """Run the step's tool calls and record their results; returns the next model step's result when it ran
@@ -404,7 +422,7 @@ class _Loop:
         decisions: dict[str, ToolApproval] = {}
         if needs_approval:
             decisions = await self.wf.wait_for_decisions(needs_approval, self.carry.step)
-            self.local_in_task = 0
+            self._crossed_task()
         outcomes: dict[str, ToolCallResult] = {}
         runnable: list[PlannedToolCall] = []
         for call in step.tool_calls:
@@ -430,7 +448,7 @@ class _Loop:
             # repeats a side effect.
             for result in await asyncio.gather(*(self._run_tool(t) for t in runnable)):
                 outcomes[result.tool_call_id] = result
-            self.local_in_task = 0
+            self._crossed_task()
         return next_step
 
     def _fuse(self, runnable: list[PlannedToolCall]) -> bool:
@@ -457,7 +475,7 @@ class _Loop:
         )
         timeout = self.opts.tool_start_to_close + self.opts.model_start_to_close
         summary = f"{ran}, then model step {self.carry.step}"
-        if self.shape.fused_step_as_local_activity and locally and self.local_in_task < MAX_LOCAL_ACTIVITIES_PER_TASK:
+        if self.shape.fused_step_as_local_activity and locally and self._local_step_allowed():
             self.local_in_task += 1
             local = await _once_locally(
                 names.TOOLS_THEN_MODEL,
@@ -468,6 +486,7 @@ class _Loop:
                 self.opts.model_retry.initial_interval,
             )
             if local is not None:
+                self._count_local(local)
                 return local
         result: ToolsThenModelResult = await workflow.execute_activity(
             names.TOOLS_THEN_MODEL,
@@ -478,7 +497,7 @@ class _Loop:
             retry_policy=self.opts.model_retry,
             summary=summary,
         )
-        self.local_in_task = 0
+        self._crossed_task()
         workflow.set_current_details("")
         return result
 

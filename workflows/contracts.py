@@ -38,6 +38,16 @@ class PendingWrites(Contract):
 # --- AgentRun: the workflow's public contract -----------------------------------------------------------
 
 
+LEGACY_LOCAL_STEPS_PER_TASK = 4
+LOCAL_STEPS_PER_TASK = 16
+"""Local steps per workflow task of the shapes pinned now: a turn of up to 16 steps that all fuse is one workflow
+task (a step adds one marker to the history), and a longer one still crosses workflow tasks, where Temporal's
+continue-as-new suggestion is seen."""
+LOCAL_STEP_BYTES_PER_TASK = 1024 * 1024
+"""What the local steps of one workflow task may return in all (their results travel in its completion, each
+up to the 256 KiB that payloads take inline): past it, the next step is a regular activity."""
+
+
 class RunShape(Contract):
     """The settings that decide which commands a run issues. The worker that starts a run picks them (its
     `AgentActivityOptions`); they are recorded in the run's history as a marker and carried across
@@ -49,6 +59,9 @@ class RunShape(Contract):
     fuse_tools_with_next_model_step: bool = True
     fused_step_as_local_activity: bool = False
     """Runs pinned before this field existed ran a fused step as a regular activity: the default keeps them so."""
+    local_steps_per_task: int = LEGACY_LOCAL_STEPS_PER_TASK
+    """Local steps a run chains in one workflow task before a regular one; beyond the legacy 4, also at most
+    `LOCAL_STEP_BYTES_PER_TASK` of their results. Runs pinned before this field existed chained 4."""
 
     def marker(self) -> str:
         """The id of the `workflow.patched` marker that records this shape (visible in the UI's history)."""
@@ -56,13 +69,27 @@ class RunShape(Contract):
         steps = "fused" if self.fuse_tools_with_next_model_step else "apart"
         if self.fused_step_as_local_activity:
             steps += "-local-activity"
-        return f"keel-run-shape:model-{model},steps-{steps}"
+        budget = (
+            "" if self.local_steps_per_task == LEGACY_LOCAL_STEPS_PER_TASK else f",{self.local_steps_per_task}-local"
+        )
+        return f"keel-run-shape:model-{model},steps-{steps}{budget}"
+
+    @property
+    def any_local(self) -> bool:
+        return self.model_as_local_activity or self.fused_step_as_local_activity
 
 
 ALL_SHAPES = tuple(
-    RunShape(model_as_local_activity=local, fuse_tools_with_next_model_step=fused, fused_step_as_local_activity=la)
+    RunShape(
+        model_as_local_activity=local,
+        fuse_tools_with_next_model_step=fused,
+        fused_step_as_local_activity=la,
+        local_steps_per_task=budget,
+    )
     for local in (True, False)
     for fused, la in ((True, True), (True, False), (False, False))
+    for budget in (LOCAL_STEPS_PER_TASK, LEGACY_LOCAL_STEPS_PER_TASK)
+    if budget == LEGACY_LOCAL_STEPS_PER_TASK or local or la
 )
 """A fused step runs locally only where steps are fused."""
 

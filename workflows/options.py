@@ -19,7 +19,7 @@ from datetime import timedelta
 
 from temporalio.common import RetryPolicy
 
-from keel.workflows.contracts import RunShape
+from keel.workflows.contracts import LOCAL_STEPS_PER_TASK, RunShape
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,11 @@ class AgentActivityOptions:
     turn, with no activity task and no second workflow task per step. It is tried once locally; a retryable
     failure retries it as a regular activity, whose attempts the UI shows under Pending Activities. False runs it
     as a regular activity from the start. Ignored where steps are not fused."""
+
+    local_steps_per_task: int = LOCAL_STEPS_PER_TASK
+    """Pinned per run. Local steps chained in one workflow task (and at most 1 MiB of their results) before a
+    step runs as a regular activity, which crosses to the next workflow task (where Temporal's continue-as-new
+    suggestion is seen). 4 is what runs chained before this setting existed; ignored where nothing is local."""
 
     model_start_to_close: timedelta = timedelta(minutes=5)
     """Live. Upper bound of one model call attempt, streaming included."""
@@ -96,11 +101,14 @@ class AgentActivityOptions:
 
     def shape(self) -> RunShape:
         """The pinned-per-run fields: what a run started with these options records."""
-        return RunShape(
+        shape = RunShape(
             model_as_local_activity=self.model_as_local_activity,
             fuse_tools_with_next_model_step=self.fuse_tools_with_next_model_step,
             fused_step_as_local_activity=self.fuse_tools_with_next_model_step and self.fused_step_as_local_activity,
         )
+        if shape.any_local:
+            shape = shape.model_copy(update={"local_steps_per_task": self.local_steps_per_task})
+        return shape
 
 
 DEFAULT_OPTIONS = AgentActivityOptions()
