@@ -15,13 +15,14 @@ import inspect
 import typing
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
-from keel.model_providers import ChatModel, ToolSpec
-from keel.workspace_providers import Workspace
-from keel.workspace_providers.tools import ReadRecord, WorkspaceTool
+if TYPE_CHECKING:  # types only (`ToolSpec` is imported where a spec is built): a client imports `keel.app` for `App`
+    from keel.model_providers import ChatModel, ToolSpec
+    from keel.workspace_providers import Workspace
+    from keel.workspace_providers.tools import ReadRecord, WorkspaceTool
 
 
 class AppError(Exception):
@@ -118,6 +119,8 @@ class Tool:
     @functools.cached_property
     def spec(self) -> ToolSpec:
         """The tool as the model sees it (computed once: building a JSON schema costs ~1 ms)."""
+        from keel.model_providers import ToolSpec
+
         schema = dict(self.parameters) if self.parameters is not None else self.input_schema.model_json_schema()
         return ToolSpec(name=self.id, description=self.description, parameters=schema)
 

@@ -10,36 +10,25 @@ or tool call, Temporal, a worker or storage not there); 130 interrupted.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 import os
-import signal
 import sys
 from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass
-from importlib import metadata
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
-from keel.app import Agent, App, AppError, Tool, load_app
-from keel.app.agent_tools import agent_tool, agent_tools
-from keel.client import workflow_commands
-from keel.client.devserver import DevServer, DevServerConfig, is_listening, stop_detached, wait_for_ui
-from keel.client.errors import KeelClientError, RunFailed, RunNotFound, ToolFailed
-from keel.client.indexing import indexing_progress, indexing_result, start_indexing
-from keel.client.keel_client import KeelClient
-from keel.client.run_events import Shown, follow, read
-from keel.protocol import (
-    TextDeltaChunk,
-    TextEndChunk,
-    ToolCallApprovalChunk,
-    ToolCallChunk,
-    ToolErrorChunk,
-    ToolOutputDeniedChunk,
-    ToolResultChunk,
-)
-from keel.protocol.settings import Settings, SettingsError, load_settings
-from keel.storage import DatabaseNotFound, Storage, StorageError, open_storage
+from keel.client.errors import KeelClientError, RunFailed
+
+if TYPE_CHECKING:
+    from keel.app import Agent, App, Tool
+    from keel.client.keel_client import KeelClient
+    from keel.client.run_events import Shown
+    from keel.protocol.settings import Settings
+    from keel.storage import Storage
+
+# Each command imports what it needs when it runs: `keel --version` loads nothing of Keel but the command line,
+# `keel runs` no app, workspace, model, HTTP or worker code (tests/test_cli_imports.py). Only the parser is built
+# from what the top level imports.
 
 EXIT_CODES = """exit codes:
   0    done (also: the run waits for approval)
@@ -59,6 +48,8 @@ def _json(value: Any) -> str:
 
 def settings_of(args: argparse.Namespace) -> Settings:
     """The settings in effect for this command: the environment, then the command's flags."""
+    from keel.protocol.settings import load_settings
+
     return load_settings(
         temporal_address=getattr(args, "address", None),
         namespace=getattr(args, "namespace", None),
@@ -71,6 +62,8 @@ def settings_of(args: argparse.Namespace) -> Settings:
 
 async def connect_client(args: argparse.Namespace, app: App | None = None) -> KeelClient:
     """A client for the command's settings; `CliError` when Temporal cannot be reached."""
+    from keel.client.keel_client import KeelClient
+
     settings = settings_of(args)
     try:
         return await KeelClient.connect(
@@ -85,6 +78,8 @@ async def connect_client(args: argparse.Namespace, app: App | None = None) -> Ke
 async def open_store() -> Storage:
     """The storage of the settings, for reading: checked, never migrated (a reader may lack the rights, and
     migrating is the worker's or `keel migrate`'s job)."""
+    from keel.storage import open_storage
+
     store = open_storage()
     try:
         await store.check_schema()
@@ -100,6 +95,16 @@ DIM, RESET = ("\033[2m", "\033[0m") if sys.stdout.isatty() else ("", "")
 
 
 def _print_event(shown: Shown, run_id: str) -> None:
+    from keel.protocol.chunks import (
+        TextDeltaChunk,
+        TextEndChunk,
+        ToolCallApprovalChunk,
+        ToolCallChunk,
+        ToolErrorChunk,
+        ToolOutputDeniedChunk,
+        ToolResultChunk,
+    )
+
     event = shown.event
     if shown.retry:
         print(f"\n{DIM}  .. retrying (attempt {event.attempt}){RESET}", flush=True)
@@ -123,6 +128,8 @@ def _print_event(shown: Shown, run_id: str) -> None:
 
 async def _follow_run(keel: KeelClient, storage: Storage, run_id: str, offset: int) -> int:
     """Print a run's events until it finishes or waits for approval. Returns the exit code."""
+    from keel.client.run_events import follow
+
     queue = await keel.run_task_queue(run_id)
     quiet = 0
 
@@ -158,6 +165,8 @@ async def _follow_run(keel: KeelClient, storage: Storage, run_id: str, offset: i
 
 
 async def cmd_run(args: argparse.Namespace) -> int:
+    from keel.app import load_app
+
     app = load_app(args.app)
     keel = await connect_client(args, app)
     messages: Any = args.message
@@ -256,6 +265,8 @@ async def cmd_runs(args: argparse.Namespace) -> int:
 
 
 async def cmd_counts(args: argparse.Namespace) -> int:
+    from keel.app import load_app
+
     keel = await connect_client(args, load_app(args.app))
     counts = await keel.counts()
     if args.json:
@@ -286,6 +297,8 @@ def _tool_json(t: Tool) -> dict[str, Any]:
 
 
 async def _agent_json(app: App, agent: Agent) -> dict[str, Any]:
+    from keel.app.agent_tools import agent_tools
+
     workspace = app.workspace_of(agent)
     return {
         "id": agent.id,
@@ -299,6 +312,9 @@ async def _agent_json(app: App, agent: Agent) -> dict[str, Any]:
 
 
 async def cmd_agents(args: argparse.Namespace) -> int:
+    from keel.app import load_app
+    from keel.app.agent_tools import agent_tools
+
     app = load_app(args.app)
     if args.json:
         print(_json([await _agent_json(app, a) for a in app.agents.values()]))
@@ -317,6 +333,8 @@ async def cmd_agents(args: argparse.Namespace) -> int:
 
 
 async def cmd_workspaces(args: argparse.Namespace) -> int:
+    from keel.app import load_app
+
     app = load_app(args.app)
     infos = [
         await ws.get_info(include_file_count=args.file_count, resolve_dynamic_providers=False)
@@ -351,6 +369,10 @@ def _json_object(flag: str, raw: str | None) -> dict[str, Any] | None:
 
 
 async def cmd_tool(args: argparse.Namespace) -> int:
+    from keel.app import load_app
+    from keel.app.agent_tools import agent_tool
+    from keel.client.errors import ToolFailed
+
     app = load_app(args.app)
     agent = app.agent(args.agent_id)
     tool_args = _json_object("--args", args.args) or {}
@@ -371,6 +393,11 @@ async def cmd_tool(args: argparse.Namespace) -> int:
 
 
 async def cmd_index(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from keel.app import load_app
+    from keel.client.indexing import indexing_progress, indexing_result, start_indexing
+
     app = load_app(args.app)
     workspace = app.get_workspace(args.workspace_id)  # AppError (the known ids) before anything is sent
     if workspace.search_engine is None:
@@ -404,6 +431,9 @@ async def cmd_index(args: argparse.Namespace) -> int:
 
 
 async def cmd_events(args: argparse.Namespace) -> int:
+    from keel.client.errors import RunNotFound
+    from keel.client.run_events import follow, read
+
     storage = await open_store()
     try:
         keel = await connect_client(args) if args.follow else None
@@ -429,6 +459,9 @@ async def cmd_events(args: argparse.Namespace) -> int:
 
 async def until_interrupted() -> None:
     """Wait for Ctrl-C or SIGTERM."""
+    import asyncio
+    import signal
+
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -440,7 +473,15 @@ def api_banner(url: str) -> str:
     return f"HTTP API on {url}/api (OpenAPI {url}/api/openapi.json, docs {url}/api/docs)"
 
 
+async def cmd_workflows(args: argparse.Namespace) -> int:
+    from keel.client import workflow_commands
+    from keel.storage import open_storage
+
+    return await workflow_commands.run(args, connect_client, open_storage)
+
+
 async def cmd_serve(args: argparse.Namespace) -> int:
+    from keel.app import load_app
     from keel.client.api import api_for_settings
     from keel.client.api.server import serving
 
@@ -458,6 +499,8 @@ async def cmd_serve(args: argparse.Namespace) -> int:
 
 
 async def cmd_migrate(args: argparse.Namespace) -> int:
+    from keel.storage import DatabaseNotFound, open_storage
+
     store = open_storage()
     try:
         try:
@@ -486,6 +529,8 @@ async def cmd_config(args: argparse.Namespace) -> int:
 
 
 async def cmd_server(args: argparse.Namespace) -> int:
+    from keel.client.devserver import DevServer, DevServerConfig, is_listening, stop_detached, wait_for_ui
+
     cfg = DevServerConfig()
     if args.action == "start":
         server = await DevServer(cfg).start(detach=True)
@@ -504,13 +549,17 @@ async def cmd_server(args: argparse.Namespace) -> int:
 Option = Literal["temporal", "queue", "app", "join", "api"]
 
 
-@dataclass(frozen=True)
-class Command:
-    """A `keel` subcommand: its help, what it runs, its own arguments, and which shared options it takes."""
+def _no_arguments(parser: argparse.ArgumentParser) -> None:
+    pass
+
+
+class Command(NamedTuple):
+    """A `keel` subcommand: its help, what it runs, its own arguments, and which shared options it takes.
+    (A named tuple, not a dataclass: `dataclasses` imports `inspect`, which `keel --version` otherwise never loads.)"""
 
     help: str
     run: Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
-    arguments: Callable[[argparse.ArgumentParser], None] = lambda parser: None
+    arguments: Callable[[argparse.ArgumentParser], None] = _no_arguments
     options: tuple[Option, ...] = ()
 
 
@@ -604,6 +653,12 @@ def _index_args(p: argparse.ArgumentParser) -> None:
     _json_arg(p)
 
 
+def _workflows_args(p: argparse.ArgumentParser) -> None:
+    from keel.client import workflow_commands
+
+    workflow_commands.arguments(p, _add_options)
+
+
 def _events_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_id", help="the run")
     p.add_argument("--offset", type=int, default=0, help="the first event to print (default 0)")
@@ -646,8 +701,8 @@ COMMANDS: dict[str, Command] = {
     ),
     "workflows": Command(
         "stored workflow definitions: list, show, save FILE, delete, run, resume, runs, counts",
-        lambda args: workflow_commands.run(args, connect_client, open_storage),
-        lambda p: workflow_commands.arguments(p, _add_options),
+        cmd_workflows,
+        _workflows_args,
     ),
     "serve": Command(
         "serve the HTTP API (Mastra's routes) for an app until Ctrl-C; needs Temporal and a worker",
@@ -661,10 +716,26 @@ COMMANDS: dict[str, Command] = {
 
 
 def _version() -> str:
+    from importlib import metadata
+
     try:
         return metadata.version("keel")
     except metadata.PackageNotFoundError:
         return "unknown"
+
+
+class _VersionAction(argparse._VersionAction):
+    """argparse's `version` action, reading the version from the package metadata only when it is asked for."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        self.version = f"keel {_version()}"
+        super().__call__(parser, namespace, values, option_string)
 
 
 def build_parser(commands: dict[str, Command]) -> argparse.ArgumentParser:
@@ -674,7 +745,7 @@ def build_parser(commands: dict[str, Command]) -> argparse.ArgumentParser:
         epilog=EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"keel {_version()}")
+    parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, command in commands.items():
         p = sub.add_parser(
@@ -696,16 +767,37 @@ def one_line(message: str) -> str:
     return " ".join(message.split())
 
 
+_REPORTED: tuple[tuple[str, str], ...] = (
+    ("keel.app.definitions", "AppError"),
+    ("keel.storage.errors", "StorageError"),
+    ("keel.protocol.settings", "SettingsError"),
+)
+"""Besides `KeelClientError`, the errors a command reports as one line (module, class)."""
+
+
+def _reported_errors() -> tuple[type[BaseException], ...]:
+    """The error classes `main` reports as one line. A command imports only what it needs, and an error can only
+    come from a module it imported: the classes of the modules not loaded are left out instead of imported."""
+    loaded = [sys.modules.get(module) for module, _ in _REPORTED]
+    return (KeelClientError, *(getattr(m, name) for m, (_, name) in zip(loaded, _REPORTED, strict=True) if m))
+
+
 def main(argv: Sequence[str] | None = None, commands: dict[str, Command] | None = None) -> None:
     """Parse `argv` and run the command; errors are one line on stderr with the exit codes above."""
+    if list(sys.argv[1:] if argv is None else argv)[:1] == ["--version"]:
+        # What the parser would print and how it would exit, without first building the parser of every command.
+        print(f"keel {_version()}")
+        sys.exit(0)
     commands = commands or COMMANDS
     args = build_parser(commands).parse_args(argv)
     # The current directory is importable, so `--app myproject.app:app` works from the project (like uvicorn).
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
+    import asyncio
+
     try:
         code = asyncio.run(commands[args.command].run(args))
-    except (KeelClientError, AppError, StorageError, SettingsError) as err:
+    except _reported_errors() as err:
         print(f"error: {one_line(str(err))}", file=sys.stderr)
         code = exit_code(err)
     except KeyboardInterrupt:

@@ -20,15 +20,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import httpx
-from temporalio.api.enums.v1 import IndexedValueType
-from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSearchAttributesRequest
-from temporalio.client import Client
+from typing import TYPE_CHECKING
 
 from keel.client.errors import KeelClientError
 from keel.protocol.settings import load_settings
-from keel.workflows.search_attributes import ALL_KEYS
+
+if TYPE_CHECKING:  # imported when a server is started or waited for: `keel server status|stop` need none
+    from temporalio.client import Client
 
 TUNED_DYNAMIC_CONFIG = {"history.transferProcessorMaxPollRPS": "10000"}
 
@@ -84,6 +82,8 @@ def temporal_binary() -> Path:
 
 
 def server_command(cfg: DevServerConfig) -> list[str]:
+    from keel.workflows.search_attributes import ALL_KEYS
+
     cmd = [
         str(temporal_binary()),
         "server",
@@ -117,6 +117,11 @@ def is_listening(host: str, port: int) -> bool:
 
 async def ensure_search_attributes(client: Client, namespace: str) -> list[str]:
     """Register Keel's search attributes that the server lacks; returns the names added."""
+    from temporalio.api.enums.v1 import IndexedValueType
+    from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSearchAttributesRequest
+
+    from keel.workflows.search_attributes import ALL_KEYS
+
     existing = await client.operator_service.list_search_attributes(ListSearchAttributesRequest(namespace=namespace))
     known = set(existing.custom_attributes) | set(existing.system_attributes)
     missing = [k.name for k in ALL_KEYS if k.name not in known]
@@ -134,6 +139,8 @@ async def wait_until_ready(
     cfg: DevServerConfig, timeout: float = 30.0, proc: subprocess.Popen[bytes] | None = None
 ) -> Client:
     """Connect once the frontend answers and the namespace exists."""
+    from temporalio.client import Client
+
     deadline = time.monotonic() + timeout
     last: Exception | None = None
     while time.monotonic() < deadline:
@@ -151,6 +158,8 @@ async def wait_until_ready(
 
 async def wait_for_ui(cfg: DevServerConfig, timeout: float = 20.0) -> bool:
     """Wait until the Web UI answers API calls (it dials the frontend lazily, with backoff); False on timeout."""
+    import httpx
+
     url = f"{cfg.ui_url}/api/v1/namespaces/{cfg.namespace}/workflows"
     deadline = time.monotonic() + timeout
     async with httpx.AsyncClient(timeout=2) as http:

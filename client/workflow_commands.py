@@ -7,13 +7,13 @@ import json
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from keel.app import load_app
-from keel.app.workflow_checks import InvalidDefinition
 from keel.client.errors import KeelClientError
-from keel.client.workflows import RunStatus, Workflows
-from keel.storage import Storage, open_storage
+
+if TYPE_CHECKING:  # imported when an action runs: `keel` builds these actions' parsers for every command
+    from keel.client.workflows import RunStatus, Workflows
+    from keel.storage import Storage
 
 
 class WorkflowCommandError(KeelClientError):
@@ -68,6 +68,9 @@ def arguments(p: argparse.ArgumentParser, add_options: Callable[[argparse.Argume
 
 
 async def run(args: argparse.Namespace, connect: Callable[..., Any], settings_storage: Callable[[], Storage]) -> int:
+    from keel.app import load_app
+    from keel.client.workflows import Workflows
+
     app = load_app(args.app)
     storage = settings_storage()
     await storage.init()  # saving writes; a reader's listing works on a migrated database too
@@ -98,6 +101,8 @@ async def _show(w: Workflows, args: argparse.Namespace) -> int:
 
 
 async def _save(w: Workflows, args: argparse.Namespace) -> int:
+    from keel.app.workflow_checks import InvalidDefinition
+
     try:
         raw = json.loads(Path(args.file).read_text())
     except OSError as err:
@@ -200,4 +205,4 @@ _ACTIONS = {
     "runs": _runs,
     "counts": _counts,
 }
-__all__ = ["arguments", "open_storage", "run"]
+__all__ = ["arguments", "run"]

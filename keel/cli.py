@@ -7,10 +7,11 @@ from collections.abc import Sequence
 
 from keel import dev_stack
 from keel.client import cli as client_cli
-from keel.worker import run_worker
 
 
 async def cmd_worker(args: argparse.Namespace) -> int:
+    from keel.worker import run_worker
+
     await run_worker(args.app, args.address, args.namespace, args.task_queue, join=args.join)
     return 0
 

@@ -5,22 +5,26 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
-from keel.app import App, load_app
-from keel.client.api import api_for_settings
-from keel.client.api.server import serving
 from keel.client.cli import Command, api_banner, connect_client, settings_of, until_interrupted
-from keel.client.demo import run_demo
-from keel.client.devserver import DevServer, DevServerConfig, wait_for_ui
-from keel.client.keel_client import KeelClient
-from keel.storage import Storage, open_storage
-from keel.worker import build_worker, check_queue_free, quiet_activity_failures
 
-StackBody = Callable[[KeelClient, App, DevServer, Storage], Awaitable[int]]
+if TYPE_CHECKING:  # imported when a command runs: `keel --version` builds this module's commands too
+    from keel.app import App
+    from keel.client.devserver import DevServer
+    from keel.client.keel_client import KeelClient
+    from keel.storage import Storage
+
+StackBody = Callable[["KeelClient", "App", "DevServer", "Storage"], Awaitable[int]]
 
 
 async def with_stack(args: argparse.Namespace, body: StackBody) -> int:
     """Run `body` with a dev server (started or reused) and an in-process worker; stop what was started."""
+    from keel.app import load_app
+    from keel.client.devserver import DevServer, DevServerConfig
+    from keel.storage import open_storage
+    from keel.worker import build_worker, check_queue_free, quiet_activity_failures
+
     quiet_activity_failures()
     app = load_app(getattr(args, "app", None))
     server = DevServer(DevServerConfig())
@@ -39,6 +43,10 @@ async def with_stack(args: argparse.Namespace, body: StackBody) -> int:
 
 
 async def cmd_dev(args: argparse.Namespace) -> int:
+    from keel.client.api import api_for_settings
+    from keel.client.api.server import serving
+    from keel.client.devserver import wait_for_ui
+
     settings = settings_of(args)
 
     async def serve(keel: KeelClient, app: App, server: DevServer, storage: Storage) -> int:
@@ -56,6 +64,8 @@ async def cmd_dev(args: argparse.Namespace) -> int:
 
 
 async def cmd_demo(args: argparse.Namespace) -> int:
+    from keel.client.demo import run_demo
+
     async def demo(keel: KeelClient, app: App, server: DevServer, storage: Storage) -> int:
         return await run_demo(keel, app, server)
 

@@ -7,14 +7,15 @@ import posixpath
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Protocol
-
-import regex
+from typing import TYPE_CHECKING, Protocol
 
 from keel.workspace_providers.errors import FileNotFound, PermissionDenied, WorkspaceError
 from keel.workspace_providers.file_tree import Listing, root_ignore_filter
 from keel.workspace_providers.gitignore import IgnoreFilter
 from keel.workspace_providers.globs import GlobMatcher, glob_base, glob_matcher, is_glob
+
+if TYPE_CHECKING:  # imported by the first grep: loading an app with a workspace needs none
+    import regex
 
 MAX_PATTERN_LENGTH = 1000
 MAX_LINE_LENGTH = 500
@@ -55,6 +56,8 @@ _JS_CLASSES = {"d": "0-9", "w": "A-Za-z0-9_"}
 
 def js_regex(pattern: str, *, case_sensitive: bool) -> regex.Pattern[str]:
     """Compile a JavaScript regex: named groups, ``\\k<n>``, ASCII ``\\d``/``\\w``, ``[^]`` and ``[]``."""
+    import regex
+
     out, i, in_class = [], 0, False
     while i < len(pattern):
         char, rest = pattern[i], pattern[i:]
@@ -213,6 +216,8 @@ def grep(
     """Mastra's grep tool output (before any token limit); a bad pattern gives its ``Error: ...`` text."""
     if len(pattern) > MAX_PATTERN_LENGTH:
         return f"Error: Pattern too long ({len(pattern)} chars, max {MAX_PATTERN_LENGTH}). Use a shorter pattern."
+    import regex
+
     try:
         compiled = js_regex(pattern, case_sensitive=case_sensitive)
     except (re.error, regex.error) as err:

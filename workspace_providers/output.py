@@ -14,9 +14,10 @@ import os
 import re
 from importlib import resources
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import tiktoken
+if TYPE_CHECKING:  # imported with the encoding, by the first output that needs counting
+    import tiktoken
 
 DEFAULT_TAIL_LINES = 200
 DEFAULT_MAX_OUTPUT_TOKENS = 2_000
@@ -50,6 +51,8 @@ def apply_tail(output: str, tail: int | None) -> str:
 
 @functools.cache
 def _encoding() -> tiktoken.Encoding:
+    import tiktoken
+
     cache = Path(os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(Path.home() / ".cache" / "keel" / "tiktoken")))
     target = cache / hashlib.sha1(_ENCODING_URL.encode()).hexdigest()
     if not target.exists():

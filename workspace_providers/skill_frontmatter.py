@@ -13,16 +13,18 @@ Errors (part of the workspace tree, under `WorkspaceError`)::
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
-
-import yaml
+from typing import TYPE_CHECKING, Any
 
 from keel.workspace_providers.errors import WorkspaceError
+
+if TYPE_CHECKING:  # PyYAML is imported when the first SKILL.md is read (~25 ms): loading an app needs none
+    import yaml
 
 MAX_INSTRUCTION_TOKENS = 5000
 """Recommended: a warning (not an error) past ~5000 estimated tokens (words * 1.3)."""
@@ -120,6 +122,8 @@ def js_typeof(value: Any) -> str:
 
 
 def _construct_mapping(loader: Any, node: Any, deep: bool = False) -> Any:
+    import yaml
+
     seen: set[Any] = set()
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=True)
@@ -131,24 +135,31 @@ def _construct_mapping(loader: Any, node: Any, deep: bool = False) -> Any:
     return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
 
 
-_Loader: Any = type("_Loader", (yaml.SafeLoader,), {"construct_mapping": _construct_mapping})
-"""PyYAML's safe loader with js-yaml's differences: only true/false are booleans (``yes``, ``on`` stay strings),
-``1e3`` is a number, and a repeated key is an error."""
-_Loader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
-)
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:0|[1-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
-    list("-+0123456789"),
-)
+@functools.cache
+def _loader() -> Any:
+    """PyYAML's safe loader with js-yaml's differences: only true/false are booleans (``yes``, ``on`` stay
+    strings), ``1e3`` is a number, and a repeated key is an error."""
+    import yaml
+
+    loader: Any = type("_Loader", (yaml.SafeLoader,), {"construct_mapping": _construct_mapping})
+    loader.yaml_implicit_resolvers = {
+        first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+    loader.add_implicit_resolver(
+        "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+    )
+    loader.add_implicit_resolver(
+        "tag:yaml.org,2002:float",
+        re.compile(r"^[-+]?(?:0|[1-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+        list("-+0123456789"),
+    )
+    return loader
 
 
 def _yaml_message(err: yaml.YAMLError) -> str:
+    import yaml
+
     if isinstance(err, yaml.MarkedYAMLError) and err.problem_mark is not None:
         mark = err.problem_mark
         return f"{err.problem} at line {mark.line + 1}, column {mark.column + 1}"
@@ -156,8 +167,10 @@ def _yaml_message(err: yaml.YAMLError) -> str:
 
 
 def _load_yaml(text: str) -> Any:
+    import yaml
+
     try:
-        data = yaml.load(text, Loader=_Loader)  # a SafeLoader subclass
+        data = yaml.load(text, Loader=_loader())  # a SafeLoader subclass
     except yaml.YAMLError as err:
         raise ValueError(_yaml_message(err)) from None
     try:

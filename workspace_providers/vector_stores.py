@@ -10,12 +10,13 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Protocol
 
 from keel.workspace_providers import vector_filter
 from keel.workspace_providers.errors import SearchError
+
+if TYPE_CHECKING:  # numpy is imported where vectors are (~80 ms): loading an app with a workspace needs none
+    import numpy as np
 
 INDEX_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 MAX_INDEX_NAME = 63
@@ -99,6 +100,8 @@ class _Index:
     _matrix: np.ndarray | None = None
 
     def matrix(self) -> np.ndarray:
+        import numpy as np
+
         if self._matrix is None:
             self._matrix = np.vstack(self.vectors) if self.vectors else np.zeros((0, self.dimension))
         return self._matrix
@@ -263,6 +266,8 @@ class InMemoryVectorStore:
 def _best_rows(scores: np.ndarray, count: int) -> np.ndarray:
     """The rows of the `count` best scores, best first (equal scores by row): a partition, then a sort of those
     alone, not a sort of every score (at 100k vectors the full sort costs as much as the product)."""
+    import numpy as np
+
     if count >= len(scores):
         return np.argsort(-scores, kind="stable")
     kth = np.partition(-scores, count - 1)[count - 1]
@@ -291,6 +296,8 @@ def _hits(
 
 
 def _unit(vector: Sequence[float], dimension: int) -> np.ndarray:
+    import numpy as np
+
     row = np.asarray(vector, dtype=np.float32)
     if row.shape != (dimension,):
         raise SearchError(f"A vector of dimension {row.shape[-1] if row.ndim else 0} for an index of {dimension}")
