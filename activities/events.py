@@ -91,6 +91,9 @@ class StepWriter:
     async def _write_deltas(self) -> None:
         try:
             async with self._writing:
+                # Only delta writes pace deltas: a step's first delta goes out at once, even right after the
+                # step wrote its input messages.
+                self._last_flush = time.monotonic()
                 await self._write()
         except Exception as err:  # raised by the step's next delta or flush
             self._failed = err
@@ -129,7 +132,6 @@ class StepWriter:
     async def _write(
         self, messages: list[MessageRecord] | None = None, *, replace: bool = False, answer: StepAnswer | None = None
     ) -> None:
-        self._last_flush = time.monotonic()
         if not self._buffer and not messages and answer is None:
             return
         batch, self._buffer = _joined_deltas(self._buffer), []

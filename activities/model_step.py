@@ -45,6 +45,7 @@ from keel.protocol import (
     describe_validation_error,
 )
 from keel.storage import StepAnswer, StepRecord, Storage
+from keel.workflows.agent_thread import thread_run_log
 from keel.workflows.contracts import ModelStepInput, ModelStepResult, PlannedToolCall, thread_file_reads
 
 
@@ -72,7 +73,13 @@ class ModelSteps:
         if input.step == 1 and execution is None:  # a run started before run ids were claimed
             await self._storage.create_thread(input.thread_id, input.resource_id)
         elif input.step == 1 and execution is not None:
-            owner = await self._storage.begin_run(run_id, execution, input.thread_id, input.resource_id)
+            owner = await self._storage.begin_run(
+                run_id,
+                execution,
+                input.thread_id,
+                input.resource_id,
+                announce=thread_run_log(input.agent_id, input.thread_id),
+            )
             if owner != execution:
                 raise RunIdReused(
                     f"Run id {run_id!r} is already used by another run (execution {owner}): run ids are never "

@@ -59,9 +59,13 @@ class Storage(ThreadStore, EventStore, StepStore, DefinitionStore, abc.ABC):
         the database file; PostgreSQL: its `payloads` table)."""
 
     @abc.abstractmethod
-    async def begin_run(self, run_id: str, execution_id: str, thread_id: str, resource_id: str) -> str:
+    async def begin_run(
+        self, run_id: str, execution_id: str, thread_id: str, resource_id: str, *, announce: str | None = None
+    ) -> str:
         """A run's first write, in one transaction: claim `run_id` for `execution_id` (as `claim_run`) and, when
-        the claim is this execution's, create the thread (as `create_thread`). Returns the run id's owner."""
+        the claim is this execution's, create the thread (as `create_thread`) and append a `run-start` event
+        `{runId}` to the log `announce` (a thread's run log, which subscribers watch). Returns the run id's
+        owner."""
 
     @abc.abstractmethod
     async def write(

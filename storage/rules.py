@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 from pydantic import TypeAdapter
 
-from keel.protocol import Content
+from keel.protocol import Content, EventRecord
 from keel.storage.events import RunEvent
 from keel.storage.threads import StoredMessage, Thread
 
@@ -35,6 +35,11 @@ def check_page(offset: int, limit: int | None) -> None:
         raise ValueError(f"offset must be >= 0, got {offset}")
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be >= 0, got {limit}")
+
+
+def run_start(run_id: str) -> EventRecord:
+    """The event a run's first write appends to its thread's run log (`begin_run`'s `announce`)."""
+    return EventRecord(type="run-start", payload={"runId": run_id})
 
 
 def next_attempt(written: int, attempt: int) -> int:

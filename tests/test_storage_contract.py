@@ -459,6 +459,19 @@ async def test_beginning_a_run_claims_it_and_creates_its_thread_in_one_write(sto
     assert await storage.get_thread("t2") is None  # the refused run creates nothing
 
 
+async def test_beginning_a_run_announces_it_on_the_log_it_names_and_wakes_its_readers(storage: Storage) -> None:
+    async with storage.watch_events("thread-log") as watch:
+        await storage.begin_run("run-1", "exec-a", "t1", "user-1", announce="thread-log")
+        await asyncio.wait_for(watch.wait(60), 10)  # woken by the append, not by the wait running out
+    await storage.begin_run("run-2", "exec-c", "t1", "user-1", announce="thread-log")
+    await storage.begin_run("run-1", "exec-b", "t1", "user-1", announce="thread-log")  # refused: not announced
+    events = await storage.read_events("thread-log")
+    assert [(e.type, e.payload) for e in events] == [
+        ("run-start", {"runId": "run-1"}),
+        ("run-start", {"runId": "run-2"}),
+    ]
+
+
 # --- steps ----------------------------------------------------------------------------------------------------
 
 

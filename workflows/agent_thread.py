@@ -44,6 +44,12 @@ def thread_workflow_id(agent_id: str, thread_id: str) -> str:
     return f"keel-thread-{agent_id}-{thread_id}"
 
 
+def thread_run_log(agent_id: str, thread_id: str) -> str:
+    """The event log where each run of the agent on the thread announces its start (`run-start` {runId}), so
+    thread subscribers learn of it at once. Named as the thread's entity: no run can have that id."""
+    return thread_workflow_id(agent_id, thread_id)
+
+
 @workflow.defn(name=names.AGENT_THREAD, sandboxed=False)
 class AgentThread:
     def __init__(self) -> None:

@@ -8,7 +8,9 @@
 //   approval-cycle  agent approver generate -> finishReason suspended; approveToolCallGenerate -> text "saved"
 //   latency         agent ticker stream "ticks=20 gap=20": time to first chunk (ttfc) and to the first text-delta
 //                   (ttft), and per text-delta the receipt
-//                   wall-clock time minus the "<T>" stamp(s) the server put in it
+//                   wall-clock time minus the "<T>" stamp(s) the server put in it (and the first stamp's alone)
+//   thread-latency  agent ticker: subscribeToThread on a thread of its own, then sendMessage "ticks=20 gap=20"
+//                   per operation; the same stamps, read from the thread subscription
 //
 //   node http_load.mjs --base-url http://127.0.0.1:4111 --op generate --concurrency 20 --count 200 [--warmup 5]
 //     -> one JSON line on stdout: {"op":..,"concurrency":..,"count":..,"per_s":..,"ms":{"p50":..,"p95":..}, ...}
@@ -43,6 +45,7 @@ async function drain(response, onChunk = () => {}) {
 const ttfc = [];
 const ttft = [];
 const deltaLatency = [];
+const firstDeltaLatency = [];
 
 const OPS = {
   async generate() {
@@ -92,9 +95,38 @@ const OPS = {
       }
     });
     check(deltas === TICKS && types.at(-1) === "finish", `${TICKS} stamps and a final finish`, { deltas, types });
-    if (timed) ttfc.push(first), ttft.push(firstText), deltaLatency.push(...lat);
+    if (timed) ttfc.push(first), ttft.push(firstText), deltaLatency.push(...lat), firstDeltaLatency.push(lat[0]);
+  },
+  async "thread-latency"(i, timed) {
+    const agent = client.getAgent("ticker");
+    threadSubscription ??= await subscribeTicker(agent);
+    const lat = [];
+    const finished = new Promise((resolve) => (threadSubscription.onFinish = resolve));
+    threadSubscription.onDelta = (received, text) => {
+      for (const [, t] of String(text).matchAll(/<([\d.]+)>/g)) lat.push(received - Number(t));
+    };
+    await agent.sendMessage({ ...threadSubscription.thread, message: `ticks=${TICKS} gap=20` });
+    await finished;
+    check(lat.length === TICKS, `${TICKS} stamps`, { n: lat.length });
+    if (timed) deltaLatency.push(...lat), firstDeltaLatency.push(lat[0]);
   },
 };
+
+// One subscription to a thread of the ticker for every thread-latency operation: each run on the thread is
+// followed by it, from its first chunk.
+let threadSubscription;
+async function subscribeTicker(agent) {
+  const thread = { resourceId: `bench-${process.pid}`, threadId: `bench-thread-${process.pid}` };
+  const subscription = await agent.subscribeToThread(thread);
+  const state = { thread, onDelta: () => {}, onFinish: () => {}, subscription };
+  subscription.processDataStream({
+    onChunk: async (chunk) => {
+      if (chunk.type === "text-delta") state.onDelta(now(), chunk.payload?.text ?? "");
+      if (chunk.type === "finish") state.onFinish();
+    },
+  }).catch(() => {});
+  return state;
+}
 
 // C workers doing operations in a loop until `count` are done; returns per-op ms and the overall rate.
 async function bounded(count, inFlight, one) {
@@ -126,5 +158,12 @@ if (!op) throw new Error(`unknown --op ${OP}; one of ${Object.keys(OPS).join(", 
 await bounded(WARMUP, Math.min(WARMUP, CONCURRENCY), (i) => op(COUNT + i, false));
 const { ms, per_s } = await bounded(COUNT, CONCURRENCY, (i) => op(i, true));
 const out = { op: OP, concurrency: CONCURRENCY, count: COUNT, per_s: Number(per_s.toFixed(2)), ms: summary(ms) };
-if (OP === "latency") Object.assign(out, { ttfc: summary(ttfc), ttft: summary(ttft), delta_latency: { ...summary(deltaLatency), n: deltaLatency.length } });
+if (OP === "latency") Object.assign(out, { ttfc: summary(ttfc), ttft: summary(ttft) });
+if (OP === "latency" || OP === "thread-latency")
+  Object.assign(out, {
+    delta_latency: { ...summary(deltaLatency), n: deltaLatency.length },
+    first_delta_latency: { ...summary(firstDeltaLatency), n: firstDeltaLatency.length },
+  });
 console.log(JSON.stringify(out));
+threadSubscription?.subscription.unsubscribe();
+process.exit(0);

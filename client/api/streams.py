@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
@@ -23,6 +24,7 @@ from keel.client.run_events import POLL_SECONDS, WATCHED_WAIT_SECONDS, Shown, fo
 from keel.client.visibility import quoted
 from keel.protocol import names
 from keel.storage import Storage
+from keel.workflows.agent_thread import thread_run_log
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "Connection": "keep-alive", "X-Accel-Buffering": "no"}
 WORKFLOW_POLL_SECONDS = 0.05
@@ -121,29 +123,57 @@ async def thread_chunks(
     """Every chunk of the agent's runs on the thread, oldest run first, then each new run's as it comes: a
     subscription that does not end (the client unsubscribes). `skip` leaves out the first chunks, counted as
     the subscription shows them (a subscriber that reconnects gives how many it has). Each run is followed
-    from the log offset after the last chunk passed on, so a retried step cannot shift what is shown."""
+    from the log offset after the last chunk passed on, so a retried step cannot shift what is shown.
+
+    The runs that started before come from visibility; each run that starts later announces itself on the
+    thread's run log (its first step writes a `run-start` event there, `keel.workflows.thread_run_log`), whose
+    watch wakes the subscription at once, in this process or another. Visibility is asked again every
+    `THREAD_LIST_SECONDS` while idle, for runs of workers that do not announce them."""
     query = (
         f"WorkflowType='{names.AGENT_RUN}' AND KeelAgentId='{quoted(agent_id)}' AND KeelThreadId='{quoted(thread_id)}'"
     )
+    log = thread_run_log(agent_id, thread_id)
     offsets: dict[str, int] = {}  # each run's next log offset to read
+    runs: list[str] = []  # in the order they started
     ended: set[str] = set()
-    while True:
-        runs = sorted(
-            [e async for e in keel.temporal.list_workflows(query) if e.id not in ended],
-            key=lambda e: e.start_time,
-        )
-        for run in runs:
-            async for shown in follow(
-                storage, run.id, offset=offsets.get(run.id, 0), until=frozenset(), idle_check=_not_running(keel, run.id)
-            ):
-                offsets[run.id] = shown.event.offset + 1
-                if skip > 0:
-                    skip -= 1
-                    continue
-                yield chunk_json(shown)
-            if (await keel.describe(run.id)).status not in ("running", "suspended"):
-                ended.add(run.id)
-        await asyncio.sleep(THREAD_POLL_SECONDS)
+    log_offset = 0
+    listed_at = -float("inf")
+    async with storage.watch_events(log) as announced:
+        while True:
+            for event in await storage.read_events(log, offset=log_offset):
+                log_offset = event.offset + 1
+                run_id = event.payload.get("runId")
+                if isinstance(run_id, str) and run_id not in runs:
+                    runs.append(run_id)
+            open_runs = [r for r in runs if r not in ended]
+            if not open_runs and time.monotonic() - listed_at >= THREAD_LIST_SECONDS:
+                listed = sorted([e async for e in keel.temporal.list_workflows(query)], key=lambda e: e.start_time)
+                runs[:0] = [e.id for e in listed if e.id not in runs]  # older than any announced since
+                listed_at = time.monotonic()
+                open_runs = [r for r in runs if r not in ended]
+            if not open_runs:
+                await announced.wait(THREAD_LIST_SECONDS)
+                continue
+            for run_id in open_runs:
+                finished = False
+                async for shown in follow(
+                    storage,
+                    run_id,
+                    offset=offsets.get(run_id, 0),
+                    until=frozenset({"finish"}),
+                    idle_check=_not_running(keel, run_id),
+                ):
+                    offsets[run_id] = shown.event.offset + 1
+                    finished = shown.event.type == "finish"
+                    if skip > 0:
+                        skip -= 1
+                        continue
+                    yield chunk_json(shown)
+                if finished:  # it ends now, or goes on with a message delivered after its answer
+                    if not await _goes_on_after_finish(keel, storage, run_id, offsets[run_id]):
+                        ended.add(run_id)
+                elif (await keel.describe(run_id)).status not in ("running", "suspended"):
+                    ended.add(run_id)
 
 
 def _not_running(keel: KeelClient, run_id: str) -> Any:
@@ -153,7 +183,7 @@ def _not_running(keel: KeelClient, run_id: str) -> Any:
     return check
 
 
-THREAD_POLL_SECONDS = 0.25
+THREAD_LIST_SECONDS = 2.0
 
 
 def sse(chunks: AsyncGenerator[Any, None], *, keep_alive: float | None = None) -> StreamingResponse:

@@ -37,7 +37,9 @@ class PostgresStorage(PostgresThreads, PostgresEvents, PostgresSteps, PostgresDe
         return self
 
     @guarded
-    async def begin_run(self, run_id: str, execution_id: str, thread_id: str, resource_id: str) -> str:
+    async def begin_run(
+        self, run_id: str, execution_id: str, thread_id: str, resource_id: str, *, announce: str | None = None
+    ) -> str:
         pool = await self._get_pool()
         async with pool.acquire() as conn, conn.transaction():
             owner = await sql_events.claim(conn, run_id, execution_id)
@@ -49,6 +51,10 @@ class PostgresStorage(PostgresThreads, PostgresEvents, PostgresSteps, PostgresDe
                     resource_id,
                     datetime.now(UTC),
                 )
+                if announce is not None:
+                    await sql_events.append(conn, announce, [rules.run_start(run_id)], None, 1)
+        if announce is not None and owner == execution_id:
+            self._appended(announce)
         return owner
 
     @guarded

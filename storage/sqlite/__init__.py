@@ -33,16 +33,24 @@ class SQLiteStorage(SQLiteThreads, SQLiteEvents, SQLiteSteps, SQLiteDefinitions,
     def payloads(self) -> BlobStore:
         return DirectoryBlobStore(self.path.parent / "payloads")
 
-    async def begin_run(self, run_id: str, execution_id: str, thread_id: str, resource_id: str) -> str:
+    async def begin_run(
+        self, run_id: str, execution_id: str, thread_id: str, resource_id: str, *, announce: str | None = None
+    ) -> str:
         at = now()
+        started = sql_events.encode([rules.run_start(run_id)])
 
         def begin(conn: sqlite3.Connection) -> str:
             owner = sql_events.claim(conn, run_id, execution_id, at)
             if owner == execution_id:
                 sql_threads.insert_thread(conn, thread_id, resource_id, None, None, at)
+                if announce is not None:
+                    sql_events.append(conn, announce, started, None, 1, at)
             return owner
 
-        return await self._write_tx(begin)
+        owner = await self._write_tx(begin)
+        if announce is not None and owner == execution_id:
+            self._appended(announce)
+        return owner
 
     async def write(
         self,
