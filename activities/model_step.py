@@ -43,9 +43,9 @@ from keel.protocol import (
     ToolResultPart,
     Usage,
     describe_validation_error,
+    names,
 )
 from keel.storage import StepAnswer, StepRecord, Storage
-from keel.workflows.agent_thread import thread_run_log
 from keel.workflows.contracts import ModelStepInput, ModelStepResult, PlannedToolCall, thread_file_reads
 
 
@@ -78,7 +78,7 @@ class ModelSteps:
                 execution,
                 input.thread_id,
                 input.resource_id,
-                announce=thread_run_log(input.agent_id, input.thread_id),
+                announce=names.thread_run_log(input.agent_id, input.thread_id),
             )
             if owner != execution:
                 raise RunIdReused(

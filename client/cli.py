@@ -784,12 +784,24 @@ def _reported_errors() -> tuple[type[BaseException], ...]:
 
 def main(argv: Sequence[str] | None = None, commands: dict[str, Command] | None = None) -> None:
     """Parse `argv` and run the command; errors are one line on stderr with the exit codes above."""
-    if list(sys.argv[1:] if argv is None else argv)[:1] == ["--version"]:
+    given = list(sys.argv[1:] if argv is None else argv)
+    if given[:1] == ["--version"]:
         # What the parser would print and how it would exit, without first building the parser of every command.
         print(f"keel {_version()}")
         sys.exit(0)
     commands = commands or COMMANDS
-    args = build_parser(commands).parse_args(argv)
+    # A command named first needs only its own parser (the others cost ~10 ms to build); anything else (`--help`,
+    # a typo, no command) gets them all. Usage, help and errors read the same: the commands show as COMMAND.
+    if given and given[0] in commands:
+        commands = {given[0]: commands[given[0]]}
+    args = build_parser(commands).parse_args(given)
+    if args.command in COMMANDS and args.command != "serve":
+        # pydantic looks for plugins (the `pydantic` entry points of every installed distribution) when it builds
+        # its first model: ~6 ms of a command that only talks to Temporal or storage, and none of these uses one.
+        # The commands that run an app for long (`serve`, and `keel.cli`'s `worker`, `dev`, `demo`) keep them; so
+        # does an environment that sets the variable itself (empty: every plugin). Set before pydantic is imported:
+        # this module and the parser import none of it (tests/test_cli_imports.py).
+        os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     # The current directory is importable, so `--app myproject.app:app` works from the project (like uvicorn).
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())

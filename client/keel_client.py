@@ -2,6 +2,10 @@
 
 Everything goes through Temporal: a run is a workflow execution, a suspension is a workflow waiting on a
 signal or update, a count is a visibility query.
+
+The workflows and their contract models are imported by the methods that send or receive them, not with this
+module: listing and counting runs (`keel runs`, `keel counts`) needs only visibility, and building the contract
+models is a tenth of such a command (tests/test_cli_imports.py, bench/cli_startup.py).
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import ValidationError
 from temporalio.api.enums.v1 import TaskQueueType, WorkflowExecutionStatus
@@ -48,7 +52,6 @@ from temporalio.exceptions import (
 from temporalio.exceptions import TimeoutError as TimeoutError_
 from temporalio.service import RPCError, RPCStatusCode
 
-from keel.app import App
 from keel.client.connection import connect
 from keel.client.connection import task_queue as default_task_queue
 from keel.client.errors import (
@@ -63,20 +66,7 @@ from keel.client.errors import (
     ToolFailed,
 )
 from keel.client.visibility import quoted
-from keel.protocol import Content, describe_validation_error, names
-from keel.workflows import AgentRun, AgentRunInput, AgentRunResult, ApprovalAccepted, PendingToolCall, ToolApproval
-from keel.workflows.agent_run import RUN_ID_REUSED
-from keel.workflows.agent_thread import AgentThread, thread_workflow_id
-from keel.workflows.contracts import (
-    AgentThreadInput,
-    DeliveredMessage,
-    ExecuteToolInput,
-    ExecuteToolResult,
-    IfActive,
-    IfIdle,
-    ThreadMessage,
-    ThreadSendResult,
-)
+from keel.protocol import names
 from keel.workflows.search_attributes import (
     KEEL_AGENT_ID,
     KEEL_KIND,
@@ -84,6 +74,20 @@ from keel.workflows.search_attributes import (
     KEEL_STATUS,
     KEEL_THREAD_ID,
 )
+
+if TYPE_CHECKING:
+    from keel.app import App
+    from keel.protocol.messages import Content
+    from keel.workflows.contracts import (
+        AgentRunInput,
+        AgentRunResult,
+        ApprovalAccepted,
+        ExecuteToolResult,
+        IfActive,
+        IfIdle,
+        PendingToolCall,
+        ThreadSendResult,
+    )
 
 RunStatus = Literal["running", "suspended", "completed", "failed", "canceled", "terminated", "timed_out"]
 
@@ -222,6 +226,10 @@ class KeelClient:
             UnknownAgent: the app (when the client has one) defines no such agent.
             InvalidRunInput: the messages or options do not match the `AgentRun` contract.
         """
+        from keel.protocol.validation import describe_validation_error
+        from keel.workflows.agent_run import AgentRun
+        from keel.workflows.contracts import AgentRunInput
+
         if self.app is not None:
             self.app.agent(agent_id)  # raises UnknownAgent with the known ids
         fields: dict[str, object] = {"agentId": agent_id, "messages": messages, "threadId": thread_id}
@@ -257,6 +265,8 @@ class KeelClient:
     async def result(self, run_id: str) -> AgentRunResult:
         """Wait for the run to finish. Raises `RunFailed` with the run's error (`status` says whether it failed,
         was terminated, canceled or timed out)."""
+        from keel.workflows.agent_run import AgentRun
+
         try:
             return await self.temporal.get_workflow_handle_for(AgentRun.run, run_id).result()
         except WorkflowFailureError as err:
@@ -268,6 +278,8 @@ class KeelClient:
             raise self._rpc_error(run_id, err) from None
 
     async def _held_result(self, run_id: str, execution: str) -> AgentRunResult:
+        from keel.workflows.agent_run import AgentRun
+
         try:
             return await self.temporal.get_workflow_handle_for(AgentRun.run, run_id, run_id=execution).result()
         except WorkflowFailureError as err:
@@ -354,6 +366,8 @@ class KeelClient:
         Raises:
             NoWorker: no worker polls the run's task queue, or none answered in `WORKER_ANSWER_SECONDS`.
         """
+        from keel.workflows.agent_run import AgentRun
+
         handle = self.temporal.get_workflow_handle_for(AgentRun.run, run_id)
         try:
             return await handle.query(AgentRun.pending_tool_calls, rpc_timeout=timedelta(seconds=WORKER_ANSWER_SECONDS))
@@ -380,6 +394,9 @@ class KeelClient:
             ToolCallRejected: the run has no pending call with this id (or not that step's, or not with those
                 arguments), or it was already decided.
         """
+        from keel.workflows.agent_run import AgentRun
+        from keel.workflows.contracts import ToolApproval
+
         approval = ToolApproval(
             tool_call_id=tool_call_id, approved=approved, reason=reason, step=step, args_digest=args_digest
         )
@@ -408,6 +425,8 @@ class KeelClient:
     ) -> None:
         """Send the decision as the `tool_approval` signal: accepted by Temporal at once, applied when a worker
         runs the workflow (no answer: a rejected one is recorded in the `rejected_signals` query)."""
+        from keel.workflows.contracts import ToolApproval
+
         approval = ToolApproval(
             tool_call_id=tool_call_id, approved=approved, reason=reason, step=step, args_digest=args_digest
         )
@@ -445,6 +464,9 @@ class KeelClient:
         """A user message for the agent's thread, through the thread's `AgentThread` entity (update-with-start:
         one call, and concurrent senders are ordered): delivered into its active run, queued for the next,
         persisted, or waking a run (`if_active`, `if_idle`)."""
+        from keel.workflows.agent_thread import AgentThread, thread_workflow_id
+        from keel.workflows.contracts import AgentThreadInput, ThreadMessage, ThreadSendResult
+
         if self.app is not None:
             self.app.agent(agent_id)
         message = ThreadMessage(
@@ -474,6 +496,8 @@ class KeelClient:
 
     async def deliver(self, run_id: str, content: Content, *, message_id: str | None = None) -> str:
         """Deliver a user message into a running `AgentRun` (its `user_message` signal); the message's id."""
+        from keel.workflows.contracts import DeliveredMessage
+
         message_id = message_id or f"msg-{uuid.uuid4()}"
         info = await self.describe(run_id)
         if info.status not in ("running", "suspended"):
@@ -510,6 +534,8 @@ class KeelClient:
         (`App.tool`). Tried once: a tool may not be
         idempotent. Raises `NoWorker` when none polls, `ToolFailed` when it cannot run (unknown agent or tool,
         bad arguments); an error the tool answers with comes back as `is_error`."""
+        from keel.workflows.contracts import ExecuteToolInput, ExecuteToolResult
+
         await self.wait_for_worker()
         input = ExecuteToolInput(
             agent_id=agent_id or "", tool_name=tool_name, args=args or {}, request_context=request_context
@@ -628,6 +654,8 @@ def _run_failed(run_id: str, err: WorkflowFailureError) -> RunFailed:
 
 def _refused(err: WorkflowFailureError) -> bool:
     """Whether the execution failed because its run id was already held by another."""
+    from keel.workflows.agent_run import RUN_ID_REUSED
+
     return isinstance(err.cause, ApplicationError) and err.cause.type == RUN_ID_REUSED
 
 

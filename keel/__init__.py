@@ -10,7 +10,6 @@ workflow sandbox does for every workflow of a `keel.*` module) loads nothing els
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
 
 _EXPORTS: dict[str, str] = {
@@ -161,7 +160,9 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'keel' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    # `__import__`, not `importlib.import_module`: inside Temporal's workflow sandbox it goes through the sandbox's
+    # importer, which shares the passed-through modules instead of loading second copies of them.
+    value = getattr(__import__(module, fromlist=[name]), name)
     globals()[name] = value
     return value
 

@@ -63,6 +63,17 @@ KEEL_THREAD_ID: Final = "KeelThreadId"
 SEARCH_ATTRIBUTES: Final = (KEEL_KIND, KEEL_STATUS, KEEL_AGENT_ID, KEEL_WORKFLOW_ID, KEEL_RESOURCE_ID, KEEL_THREAD_ID)
 
 
+def thread_workflow_id(agent_id: str, thread_id: str) -> str:
+    """The id of the `AgentThread` entity of an agent's thread."""
+    return f"keel-thread-{agent_id}-{thread_id}"
+
+
+def thread_run_log(agent_id: str, thread_id: str) -> str:
+    """The event log where each run of the agent on the thread announces its start (`run-start` {runId}), so
+    thread subscribers learn of it at once. Named as the thread's entity: no run can have that id."""
+    return thread_workflow_id(agent_id, thread_id)
+
+
 def run_message_id(run_id: str, seq: int) -> str:
     """The id of a run's `seq`-th message (1-based: its input messages, then each answer and tool result).
     Fixed contract: a run's first answer is `run_message_id(run_id, len(input messages) + 1)`, the message id

@@ -1,12 +1,18 @@
-"""Storage for threads, messages and run events, and `open_storage` to pick a backend from a URL."""
+"""Storage for threads, messages and run events, and `open_storage` to pick a backend from a URL.
+
+The payload stores' base (`keel.storage.blobs`) and the errors are imported with the package; the other names,
+the backends among them, on first use: a client that only needs the payload store (`keel runs`, through
+`keel.client.connection`) does not load the storage models, nor SQLite's or PostgreSQL's code.
+"""
 
 from __future__ import annotations
 
+import importlib
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from keel.protocol import EventRecord
 from keel.protocol.settings import load_settings
-from keel.storage.base import Storage
 from keel.storage.blobs import BlobNotFound, BlobStore, DirectoryBlobStore, blob_key
 from keel.storage.errors import (
     DatabaseNotFound,
@@ -16,11 +22,21 @@ from keel.storage.errors import (
     StorageUnavailable,
     ThreadNotFound,
 )
-from keel.storage.events import EventStore, RunEvent
-from keel.storage.postgres import PostgresStorage
-from keel.storage.sqlite import SQLiteStorage
-from keel.storage.steps import StepAnswer, StepRecord, StepStore
-from keel.storage.threads import StoredMessage, Thread, ThreadStore
+
+_EXPORTS: dict[str, str] = {
+    "EventRecord": "keel.protocol",
+    "Storage": "keel.storage.base",
+    "EventStore": "keel.storage.events",
+    "RunEvent": "keel.storage.events",
+    "PostgresStorage": "keel.storage.postgres",
+    "SQLiteStorage": "keel.storage.sqlite",
+    "StepAnswer": "keel.storage.steps",
+    "StepRecord": "keel.storage.steps",
+    "StepStore": "keel.storage.steps",
+    "StoredMessage": "keel.storage.threads",
+    "Thread": "keel.storage.threads",
+    "ThreadStore": "keel.storage.threads",
+}
 
 __all__ = [
     "BlobNotFound",
@@ -49,7 +65,45 @@ __all__ = [
     "open_storage",
 ]
 
+if TYPE_CHECKING:
+    from keel.protocol import EventRecord
+    from keel.storage.base import Storage
+    from keel.storage.events import EventStore, RunEvent
+    from keel.storage.postgres import PostgresStorage
+    from keel.storage.sqlite import SQLiteStorage
+    from keel.storage.steps import StepAnswer, StepRecord, StepStore
+    from keel.storage.threads import StoredMessage, Thread, ThreadStore
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'keel.storage' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])
+
+
 _SQLITE_PREFIX = "sqlite:///"
+
+
+def _sqlite_path(url: str) -> str | None:
+    """The database file of a `sqlite:` URL; None for another scheme. Raises `StorageConfigError` for a `sqlite:`
+    URL without a path."""
+    if urlsplit(url).scheme.lower() != "sqlite":
+        return None
+    # Not urlsplit's path: "sqlite:///rel" and "sqlite:////abs" differ only in the slash count, the SQLAlchemy
+    # convention users know.
+    path = url[len(_SQLITE_PREFIX) :] if url.lower().startswith(_SQLITE_PREFIX) else ""
+    if not path:
+        raise StorageConfigError(
+            f"Bad SQLite storage URL {url!r}: use sqlite:///relative/path.db or sqlite:////abs/path.db"
+        )
+    return path
 
 
 def open_storage(url: str | None = None) -> Storage:
@@ -69,17 +123,14 @@ def open_storage(url: str | None = None) -> Storage:
     if url is None:
         url = load_settings().storage_url
         assert url is not None  # derived from the data directory when not set
-    scheme = urlsplit(url).scheme.lower()
-    if scheme == "sqlite":
-        # Not urlsplit's path: "sqlite:///rel" and "sqlite:////abs" differ only in the slash count, the
-        # SQLAlchemy convention users know.
-        path = url[len(_SQLITE_PREFIX) :] if url.lower().startswith(_SQLITE_PREFIX) else ""
-        if not path:
-            raise StorageConfigError(
-                f"Bad SQLite storage URL {url!r}: use sqlite:///relative/path.db or sqlite:////abs/path.db"
-            )
+    path = _sqlite_path(url)
+    if path is not None:
+        from keel.storage.sqlite import SQLiteStorage
+
         return SQLiteStorage(path)
-    if scheme in ("postgresql", "postgres"):
+    if urlsplit(url).scheme.lower() in ("postgresql", "postgres"):
+        from keel.storage.postgres import PostgresStorage
+
         return PostgresStorage(url)
     raise StorageConfigError(
         f"Unsupported storage URL {url!r}: expected sqlite:///path.db, postgresql://... or postgres://..."
@@ -96,7 +147,17 @@ def open_payload_store(url: str | None = None, *, storage_url: str | None = None
     """
     url = url or load_settings().payload_store
     if not url:
+        if storage_url is None:
+            storage_url = load_settings().storage_url
+            assert storage_url is not None  # derived from the data directory when not set
+        path = _sqlite_path(storage_url)
+        if path is not None:
+            # `SQLiteStorage(path).payloads()`, without loading the SQLite backend: a client (`keel runs`) needs
+            # only this folder (tests/test_cli_imports.py checks that both are the same).
+            return DirectoryBlobStore(Path(path).parent / "payloads")
         return open_storage(storage_url).payloads()
     if urlsplit(url).scheme.lower() in ("postgresql", "postgres"):
+        from keel.storage.postgres import PostgresStorage
+
         return PostgresStorage(url)
     return DirectoryBlobStore(url.removeprefix("file://"))

@@ -1,7 +1,8 @@
 """What each `keel` command imports (issue D3): what it needs and no more. `keel --version` and `keel --help` load
 nothing of Keel but the command line itself; the commands that talk to Temporal (`runs`, `result`, `pending`, ...)
 no HTTP, app, workspace, model provider or worker code; `counts` loads the app (it counts the app's agents) but
-none of the libraries its workspace and models use only when they run. How long a command takes is measured in
+none of the libraries its workspace and models use only when they run; `runs` (visibility only) not even the
+workflows, their contract models or a storage backend. How long a command takes is measured in
 bench/cli_startup.py, side by side with bare temporalio: here only what gets imported."""
 
 from __future__ import annotations
@@ -11,11 +12,12 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from keel.client.devserver import DevServer
-from keel.storage import Storage
+from keel.storage import SQLiteStorage, Storage, open_payload_store
 
 CHILD = """
 import json, os, sys
@@ -23,8 +25,10 @@ import json, os, sys
 out = sys.argv[1]
 
 def dump():
+    # pydantic's `_plugins` stays None until it looks for plugins (unless PYDANTIC_DISABLE_PLUGINS says not to)
+    looked_up = getattr(sys.modules.get("pydantic.plugin._loader"), "_plugins", None) is not None
     with open(out, "w") as f:
-        json.dump(sorted(sys.modules), f)
+        json.dump({"modules": sorted(sys.modules), "pydantic_plugins_looked_up": looked_up}, f)
 
 exit_now = os._exit
 os._exit = lambda code: (dump(), exit_now(code))  # how `keel` ends a command (sdk-python#300)
@@ -52,16 +56,34 @@ KEEL_NOT_FOR_CLIENT_COMMANDS = {
     "keel.workspace_providers", "keel.model_providers",
 }  # fmt: skip
 
+NOT_FOR_COUNTING = {
+    "keel.workflows.agent_run", "keel.workflows.agent_thread", "keel.workflows.contracts",
+    "keel.workflows.definition_run", "keel.protocol.workflow_definition", "jsonschema", "keel.storage.sqlite",
+    "keel.storage.postgres", "sqlite3",
+}  # fmt: skip
+"""What a visibility query (`keel runs`, `keel counts`) needs none of: the workflows and their contract models, the
+workflow definition schema and jsonschema, a storage backend (the payload store beside SQLite's file is a folder)."""
 
-def imported(args: list[str], env: dict[str, str], tmp_path: Path, exit_code: int = 0) -> set[str]:
-    """The modules loaded when `keel ARGS` ends (it must end with `exit_code`)."""
+NOT_FOR_LISTING = NOT_FOR_COUNTING | {"keel.app", "keel.protocol.chunks", "keel.storage.base"}
+"""`keel runs` lists runs without the app, the stream chunk models or the storage models."""
+
+
+def run_keel(args: list[str], env: dict[str, str], tmp_path: Path, exit_code: int = 0) -> dict[str, Any]:
+    """What `keel ARGS` had done when it ended (it must end with `exit_code`): the modules it loaded, and whether
+    pydantic looked for plugins."""
     out = tmp_path / "modules.json"
     proc = subprocess.run(
         [sys.executable, "-c", CHILD, str(out), *args], env=env, cwd=tmp_path, capture_output=True, text=True,
         timeout=60,
     )  # fmt: skip
     assert proc.returncode == exit_code, proc.stderr
-    return set(json.loads(out.read_text()))
+    found: dict[str, Any] = json.loads(out.read_text())
+    return found
+
+
+def imported(args: list[str], env: dict[str, str], tmp_path: Path, exit_code: int = 0) -> set[str]:
+    """The modules loaded when `keel ARGS` ends (it must end with `exit_code`)."""
+    return set(run_keel(args, env, tmp_path, exit_code)["modules"])
 
 
 def plain_env(**extra: str) -> dict[str, str]:
@@ -118,3 +140,33 @@ def test_keel_counts_loads_the_app_but_none_of_the_libraries_its_tools_and_model
     modules = imported(["counts", "--json"], env, tmp_path)
     assert "keel.app.demo" in modules  # the app counted: the demo's agents, unchanged
     assert loaded(modules, LIBRARIES_RUN_ONLY | {"keel.worker", "keel.activities", "keel.client.api"}) == []
+
+
+@pytest.mark.parametrize("args", [["runs"], ["runs", "--status", "suspended", "--json"]], ids=" ".join)
+def test_keel_runs_imports_no_workflow_contract_app_or_storage_backend(
+    args: list[str], dev_server: DevServer, storage: Storage, tmp_path: Path
+) -> None:
+    assert hasattr(storage, "path")
+    env = plain_env(KEEL_TEMPORAL_ADDRESS=dev_server.cfg.address, KEEL_STORAGE_URL=f"sqlite:///{storage.path}")
+    found = run_keel(args, env, tmp_path)
+    assert loaded(set(found["modules"]), NOT_FOR_LISTING) == []
+    assert not found["pydantic_plugins_looked_up"]  # PYDANTIC_DISABLE_PLUGINS, set by the command line
+
+
+def test_keel_counts_imports_no_workflow_contract_or_storage_backend(
+    dev_server: DevServer, storage: Storage, tmp_path: Path
+) -> None:
+    assert hasattr(storage, "path")
+    env = plain_env(KEEL_TEMPORAL_ADDRESS=dev_server.cfg.address, KEEL_STORAGE_URL=f"sqlite:///{storage.path}")
+    found = run_keel(["counts", "--json"], env, tmp_path)
+    assert loaded(set(found["modules"]), NOT_FOR_COUNTING) == []
+    assert not found["pydantic_plugins_looked_up"]
+
+
+@pytest.mark.parametrize("db", ["keel.db", "data/keel.db", "/srv/keel/keel.db"])
+def test_the_payload_store_a_client_opens_beside_sqlite_is_the_sqlite_storages_own(
+    db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`open_payload_store` finds SQLite's payload folder without loading the backend (see `keel runs` above)."""
+    monkeypatch.delenv("KEEL_PAYLOAD_STORE", raising=False)
+    assert open_payload_store(storage_url=f"sqlite:///{db}").location == SQLiteStorage(db).payloads().location

@@ -1,28 +1,36 @@
 """Deterministic orchestration: the agent run loop, the interpreter of stored workflow definitions, and the
 contract models of their inputs and outputs.
 
-Imports only the standard library, temporalio, pydantic, `keel.protocol` and the contract models.
+Imports only the standard library, temporalio, pydantic, `keel.protocol` and the contract models. The names
+below are imported on first use, so importing one module (`keel.workflows.agent_run`, the client's) does not
+load the others (`DefinitionRun`, and with it the workflow definition schema and jsonschema).
 """
 
-from keel.workflows.agent_run import AgentRun
-from keel.workflows.agent_thread import AgentThread, thread_workflow_id
-from keel.workflows.contracts import (
-    AgentRunInput,
-    AgentRunResult,
-    ApprovalAccepted,
-    IndexProgress,
-    IndexWorkspaceInput,
-    IndexWorkspaceResult,
-    PendingToolCall,
-    ToolApproval,
-)
-from keel.workflows.definition_run import DefinitionRun
-from keel.workflows.index_workspace import IndexWorkspace, index_workflow_id
-from keel.workflows.options import DEFAULT_OPTIONS, AgentActivityOptions
-from keel.workflows.resumable import Resumable
-from keel.workflows.search_attributes import ALL_KEYS as SEARCH_ATTRIBUTES
+from __future__ import annotations
 
-WORKFLOWS: list[type] = [AgentRun, AgentThread, DefinitionRun, IndexWorkspace]
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS: dict[str, tuple[str, str]] = {
+    "AgentRun": ("keel.workflows.agent_run", "AgentRun"),
+    "AgentThread": ("keel.workflows.agent_thread", "AgentThread"),
+    "thread_workflow_id": ("keel.workflows.agent_thread", "thread_workflow_id"),
+    "AgentRunInput": ("keel.workflows.contracts", "AgentRunInput"),
+    "AgentRunResult": ("keel.workflows.contracts", "AgentRunResult"),
+    "ApprovalAccepted": ("keel.workflows.contracts", "ApprovalAccepted"),
+    "IndexProgress": ("keel.workflows.contracts", "IndexProgress"),
+    "IndexWorkspaceInput": ("keel.workflows.contracts", "IndexWorkspaceInput"),
+    "IndexWorkspaceResult": ("keel.workflows.contracts", "IndexWorkspaceResult"),
+    "PendingToolCall": ("keel.workflows.contracts", "PendingToolCall"),
+    "ToolApproval": ("keel.workflows.contracts", "ToolApproval"),
+    "DefinitionRun": ("keel.workflows.definition_run", "DefinitionRun"),
+    "IndexWorkspace": ("keel.workflows.index_workspace", "IndexWorkspace"),
+    "index_workflow_id": ("keel.workflows.index_workspace", "index_workflow_id"),
+    "DEFAULT_OPTIONS": ("keel.workflows.options", "DEFAULT_OPTIONS"),
+    "AgentActivityOptions": ("keel.workflows.options", "AgentActivityOptions"),
+    "Resumable": ("keel.workflows.resumable", "Resumable"),
+    "SEARCH_ATTRIBUTES": ("keel.workflows.search_attributes", "ALL_KEYS"),
+}
+"""Each name and the (module, attribute) it is; `WORKFLOWS` is made from four of them."""
 
 __all__ = [
     "DEFAULT_OPTIONS",
@@ -45,3 +53,45 @@ __all__ = [
     "index_workflow_id",
     "thread_workflow_id",
 ]
+
+if TYPE_CHECKING:
+    from keel.workflows.agent_run import AgentRun
+    from keel.workflows.agent_thread import AgentThread, thread_workflow_id
+    from keel.workflows.contracts import (
+        AgentRunInput,
+        AgentRunResult,
+        ApprovalAccepted,
+        IndexProgress,
+        IndexWorkspaceInput,
+        IndexWorkspaceResult,
+        PendingToolCall,
+        ToolApproval,
+    )
+    from keel.workflows.definition_run import DefinitionRun
+    from keel.workflows.index_workspace import IndexWorkspace, index_workflow_id
+    from keel.workflows.options import DEFAULT_OPTIONS, AgentActivityOptions
+    from keel.workflows.resumable import Resumable
+    from keel.workflows.search_attributes import ALL_KEYS as SEARCH_ATTRIBUTES
+
+    WORKFLOWS: list[type]
+    """Keel's own workflows, as a worker registers them."""
+
+
+def __getattr__(name: str) -> Any:
+    if name == "WORKFLOWS":
+        value: Any = [__getattr__(n) for n in ("AgentRun", "AgentThread", "DefinitionRun", "IndexWorkspace")]
+    else:
+        try:
+            module, attribute = _EXPORTS[name]
+        except KeyError:
+            raise AttributeError(f"module 'keel.workflows' has no attribute {name!r}") from None
+        # `__import__`, not `importlib.import_module`: inside Temporal's workflow sandbox it is the sandbox's
+        # importer, which passes `keel.workflows.contracts` (and the other passthrough modules) through instead
+        # of loading a second copy of them (keel.plugin.SANDBOX_PASSTHROUGH).
+        value = getattr(__import__(module, fromlist=[attribute]), attribute)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

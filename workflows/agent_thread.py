@@ -40,14 +40,7 @@ MAX_QUEUED = 100
 STORAGE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
 
 
-def thread_workflow_id(agent_id: str, thread_id: str) -> str:
-    return f"keel-thread-{agent_id}-{thread_id}"
-
-
-def thread_run_log(agent_id: str, thread_id: str) -> str:
-    """The event log where each run of the agent on the thread announces its start (`run-start` {runId}), so
-    thread subscribers learn of it at once. Named as the thread's entity: no run can have that id."""
-    return thread_workflow_id(agent_id, thread_id)
+thread_workflow_id = names.thread_workflow_id
 
 
 @workflow.defn(name=names.AGENT_THREAD, sandboxed=False)

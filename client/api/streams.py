@@ -24,7 +24,6 @@ from keel.client.run_events import POLL_SECONDS, WATCHED_WAIT_SECONDS, Shown, fo
 from keel.client.visibility import quoted
 from keel.protocol import names
 from keel.storage import Storage
-from keel.workflows.agent_thread import thread_run_log
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "Connection": "keep-alive", "X-Accel-Buffering": "no"}
 WORKFLOW_POLL_SECONDS = 0.05
@@ -132,7 +131,7 @@ async def thread_chunks(
     query = (
         f"WorkflowType='{names.AGENT_RUN}' AND KeelAgentId='{quoted(agent_id)}' AND KeelThreadId='{quoted(thread_id)}'"
     )
-    log = thread_run_log(agent_id, thread_id)
+    log = names.thread_run_log(agent_id, thread_id)
     offsets: dict[str, int] = {}  # each run's next log offset to read
     runs: list[str] = []  # in the order they started
     ended: set[str] = set()
