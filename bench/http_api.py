@@ -2,8 +2,9 @@
 
     .venv/bin/python -m bench.http_api [--reps 2] [--count 40] [--count-concurrent 200] [--ops generate,stream]
 
-Keel: a fresh Temporal dev server, one worker (in this process; SQLite storage) and `keel serve` (a process of
-its own) on `bench/http_apps.py`. Mastra: `bench/mastra/server.mjs` (`@mastra/core` 1.71 served by
+Keel: a fresh Temporal dev server and `keel serve --worker` (the API and a worker in one process of their own,
+SQLite storage, so the API's runs start eagerly on that worker; `--keel serve`: `keel serve` alone, the worker in
+this process) on `bench/http_apps.py`. Mastra: `bench/mastra/server.mjs` (`@mastra/core` 1.71 served by
 `@mastra/hono`, LibSQL file storage) with the same scripted models, tools and stored definitions. For each
 operation and concurrency (1 and 20 clients) `bench/mastra/http_load.mjs` drives each server in turn, the order
 alternating per repetition; each Keel/Mastra ratio is the median of the ratios within a repetition.
@@ -72,7 +73,7 @@ async def serving(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
 
 
 @contextlib.asynccontextmanager
-async def keel_api(address: str, task_queue: str, db: Path, tmp: Path) -> AsyncIterator[str]:
+async def keel_api(address: str, task_queue: str, db: Path, tmp: Path, *, worker: bool) -> AsyncIterator[str]:
     port = free_port()
     env = {
         **os.environ,
@@ -84,7 +85,8 @@ async def keel_api(address: str, task_queue: str, db: Path, tmp: Path) -> AsyncI
         "PYTHONPATH": str(ROOT),
     }
     log = tmp / "keel-api.log"
-    with process([str(KEEL), "serve"], cwd=ROOT, env=env, log=log) as proc:
+    command = [str(KEEL), "serve", *(["--worker"] if worker else [])]
+    with process(command, cwd=ROOT, env=env, log=log) as proc:
         url = f"http://127.0.0.1:{port}"
         await serving(url, proc, log)
         yield url
@@ -133,9 +135,10 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             await stack.storage.save_definition(raw["id"], raw)
         queue = f"bench-http-{uuid.uuid4()}"
         address = stack.client.service_client.config.target_host
+        in_api = args.keel == "serve-worker"
         async with (
-            build_worker(stack.client, app, stack.storage, task_queue=queue),
-            keel_api(address, queue, stack.tmp / "keel.db", stack.tmp) as keel_url,
+            contextlib.nullcontext() if in_api else build_worker(stack.client, app, stack.storage, task_queue=queue),
+            keel_api(address, queue, stack.tmp / "keel.db", stack.tmp, worker=in_api) as keel_url,
             mastra_server(stack.tmp) as mastra_url,
         ):
             servers = {"keel": keel_url, "mastra": mastra_url}
@@ -205,6 +208,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--count", type=int, default=40, help="operations per measurement with 1 client")
     parser.add_argument("--count-concurrent", type=int, default=200, help="operations with 20 clients")
     parser.add_argument("--ops", default=",".join(OPS))
+    parser.add_argument(
+        "--keel",
+        choices=("serve-worker", "serve"),
+        default="serve-worker",
+        help="Keel as `keel serve --worker` (the API and a worker in one process: runs start eagerly) or as "
+        "`keel serve` with the worker in the bench's process",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "http_results.json")
     args = parser.parse_args(argv)
     result = asyncio.run(main_async(args))

@@ -111,3 +111,28 @@ async def test_a_new_api_process_serves_the_rest_of_a_stream_and_the_approval_af
                 toolCallId="large",
             )
         assert done["finishReason"] == "stop" and done["text"] == "pause={'paused': 2.0}, large={'paid': 500}"
+
+
+async def test_keel_serve_with_worker_runs_the_apps_runs_in_its_own_process(
+    dev_server: DevServer, task_queue: str, tmp_path: Path
+) -> None:
+    env = {
+        **os.environ,
+        "KEEL_TEMPORAL_ADDRESS": dev_server.cfg.address,
+        "KEEL_TASK_QUEUE": task_queue,
+        "KEEL_STORAGE_URL": f"sqlite:///{tmp_path / 'keel.db'}",
+        "KEEL_APP": "tests.http_api.apps:app",
+        "KEEL_API_PORT": str(free_port()),
+    }
+    url = f"http://127.0.0.1:{env['KEEL_API_PORT']}"
+    with open(tmp_path / "api.log", "ab") as log:  # no other worker polls the task queue
+        proc = subprocess.Popen([KEEL, "serve", "--worker"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        await until_serving(url)
+        async with httpx.AsyncClient(timeout=30) as http:
+            answer = (await http.post(f"{url}/api/agents/multi/generate", json={"messages": "steps=2"})).json()
+        assert answer["text"] == "done after 2 tool calls"
+        assert "worker on task queue" in (tmp_path / "api.log").read_text()
+    finally:
+        proc.terminate()
+        assert proc.wait(30) == 0  # Ctrl-C / SIGTERM stops both, cleanly
