@@ -230,3 +230,21 @@ async def test_a_re_executed_model_step_keeps_the_plan_it_stored_though_the_mode
     assert [p.tool_call_id for p in message.content if isinstance(p, ToolCallPart)] == [
         c.tool_call_id for c in first.tool_calls
     ]
+
+
+def test_step_results_leave_out_only_fields_that_default_to_none() -> None:
+    # A compact result drops its None fields: a field that may be None must read back as None when absent.
+    from keel.workflows import contracts
+
+    compact = [c for c in vars(contracts).values() if isinstance(c, type) and issubclass(c, contracts.CompactResult)]
+    assert {c.__name__ for c in compact} >= {"ModelStepResult", "ToolCallResult", "ToolsThenModelResult"}
+    for model in compact:
+        for name, field in model.model_fields.items():
+            if "None" in str(field.annotation):
+                assert field.default is None, f"{model.__name__}.{name} may be None but defaults to {field.default!r}"
+    step = contracts.ToolsThenModelResult(
+        tool_results=[contracts.ToolCallResult(tool_call_id="c", tool_name="t", result=None)],
+        model=contracts.ModelStepResult(message_id="m"),
+    )
+    assert "null" not in step.model_dump_json()
+    assert contracts.ToolsThenModelResult.model_validate_json(step.model_dump_json()) == step

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from keel.protocol import (
     Content,
@@ -26,6 +26,16 @@ from keel.protocol import (
 
 class Contract(WireModel):
     """Base of every contract model."""
+
+
+class CompactResult(Contract):
+    """A step's result, recorded in the history at every step: fields that are None are left out of its JSON
+    (each such field defaults to None, so the value read back is the same)."""
+
+    @model_serializer(mode="wrap")
+    def _without_nones(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        return {key: value for key, value in data.items() if value is not None}
 
 
 class PendingWrites(Contract):
@@ -242,7 +252,7 @@ class ApprovalAccepted(Contract):
 # --- Activities -----------------------------------------------------------------------------------------
 
 
-class PlannedToolCall(Contract):
+class PlannedToolCall(CompactResult):
     """A tool call the model asked for, with the policy the activity resolved for it."""
 
     tool_call_id: str
@@ -276,7 +286,7 @@ class ModelStepInput(Contract):
     instead of answering from a shorter conversation."""
 
 
-class RunLists(Contract):
+class RunLists(CompactResult):
     """A run's tool calls and results in order, rebuilt from storage by its last activity."""
 
     run_tool_calls: list[ToolCallChunk] | None = None
@@ -310,7 +320,7 @@ class ToolCallInput(Contract):
     read_record: FileReadRecord | None = None
 
 
-class ToolCallResult(Contract):
+class ToolCallResult(CompactResult):
     tool_call_id: str
     tool_name: str
     result: Any = None
@@ -393,7 +403,7 @@ class ToolsThenModelInput(Contract):
     model: ModelStepInput
 
 
-class ToolsThenModelResult(Contract):
+class ToolsThenModelResult(CompactResult):
     tool_results: list[ToolCallResult]
     model: ModelStepResult
 

@@ -113,6 +113,18 @@ async def test_a_new_api_process_serves_the_rest_of_a_stream_and_the_approval_af
         assert done["finishReason"] == "stop" and done["text"] == "pause={'paused': 2.0}, large={'paid': 500}"
 
 
+@contextlib.contextmanager
+def serve_with_worker(env: dict[str, str], log_path: Path) -> Iterator[subprocess.Popen[bytes]]:
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen([KEEL, "serve", "--worker"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
 async def test_keel_serve_with_worker_runs_the_apps_runs_in_its_own_process(
     dev_server: DevServer, task_queue: str, tmp_path: Path
 ) -> None:
@@ -125,14 +137,11 @@ async def test_keel_serve_with_worker_runs_the_apps_runs_in_its_own_process(
         "KEEL_API_PORT": str(free_port()),
     }
     url = f"http://127.0.0.1:{env['KEEL_API_PORT']}"
-    with open(tmp_path / "api.log", "ab") as log:  # no other worker polls the task queue
-        proc = subprocess.Popen([KEEL, "serve", "--worker"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    try:
+    with serve_with_worker(env, tmp_path / "api.log") as proc:  # no other worker polls the task queue
         await until_serving(url)
         async with httpx.AsyncClient(timeout=30) as http:
             answer = (await http.post(f"{url}/api/agents/multi/generate", json={"messages": "steps=2"})).json()
         assert answer["text"] == "done after 2 tool calls"
         assert "worker on task queue" in (tmp_path / "api.log").read_text()
-    finally:
         proc.terminate()
-        assert proc.wait(30) == 0  # Ctrl-C / SIGTERM stops both, cleanly
+        assert await asyncio.to_thread(proc.wait, 30) == 0  # SIGTERM stops both, cleanly
