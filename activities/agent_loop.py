@@ -19,6 +19,7 @@ from keel.activities.heartbeat import heartbeating
 from keel.activities.indexing import WorkspaceIndexing
 from keel.activities.model_step import ModelSteps
 from keel.activities.run_lists import run_lists
+from keel.activities.session import SessionActivities
 from keel.activities.tools import ToolCalls, stored_result
 from keel.activities.workflow_steps import WorkflowSteps
 from keel.app import App
@@ -56,6 +57,7 @@ class AgentActivities:
         self._tools = ToolCalls(app, storage, host_queue)
         self._workflow_steps = WorkflowSteps(app, storage)
         self._indexing = WorkspaceIndexing(app)
+        self._sessions = SessionActivities(app, storage)
 
     @activity.defn(name=names.MODEL_STEP)
     async def model_step(self, input: ModelStepInput) -> ModelStepResult:
@@ -125,6 +127,8 @@ class AgentActivities:
                 if outcome.result_bytes > INLINE_TOOL_RESULT_BYTES:  # stored: the workflow needs only its effects
                     outcome = outcome.by_reference(call.result_message_id)
                 results.append(outcome)
+            if any(r.suspended is not None for r in results):  # the model waits until the run resumes it
+                return ToolsThenModelResult(tool_results=results)
             model = await self._model.run(input.model, record=record)
         return ToolsThenModelResult(tool_results=results, model=model)
 
@@ -191,6 +195,7 @@ class AgentActivities:
             self.kill_processes,
             *self._workflow_steps.all(),
             *self._indexing.all(),
+            *self._sessions.all(),
         ]
 
 

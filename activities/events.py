@@ -9,8 +9,10 @@ from typing import Protocol
 
 from temporalio import activity
 
+from keel.activities.turn_events import TurnEvents
 from keel.protocol import Chunk, EventRecord, MessageRecord
 from keel.storage import StepAnswer, Storage, StoredMessage
+from keel.workflows.contracts import TurnConfig
 
 DELTA_FLUSH_SECONDS = 0.01
 """Streamed text deltas are written to the event log at most this often: a delta after a quiet spell is
@@ -41,6 +43,11 @@ def stored_messages(messages: list[MessageRecord], where: Where) -> list[StoredM
     ]
 
 
+def mirror_of(where: Where, turn: TurnConfig | None) -> TurnEvents | None:
+    """The session event translation of a turn's step (None outside sessions)."""
+    return TurnEvents(turn, where.run_id, where.thread_id) if turn is not None else None
+
+
 class StepWriter:
     """The chunks and messages of one activity execution, tagged with a source and an attempt.
 
@@ -50,10 +57,11 @@ class StepWriter:
     `flush`. The first write numbers the attempt after any earlier execution of the same source.
     """
 
-    def __init__(self, storage: Storage, where: Where, source: str) -> None:
+    def __init__(self, storage: Storage, where: Where, source: str, *, mirror: TurnEvents | None = None) -> None:
         self._storage = storage
         self._where = where
         self._source = source
+        self._mirror = mirror  # a session turn's step: its chunks as the session's events, in the same write
         self._attempt: int | None = None
         self._buffer: list[EventRecord] = []
         self._last_flush = 0.0
@@ -135,6 +143,9 @@ class StepWriter:
         if not self._buffer and not messages and answer is None:
             return
         batch, self._buffer = _joined_deltas(self._buffer), []
+        also = None
+        if self._mirror is not None and batch:
+            also = (self._mirror.turn.session_id, self._mirror.translate(batch))
         used = await self._storage.write(
             self.run_id,
             messages=stored_messages(messages, self._where) if messages else None,
@@ -144,6 +155,7 @@ class StepWriter:
             attempt=self._attempt or activity.info().attempt,
             renumber=self._attempt is None,
             answer=answer,
+            also=also,
         )
         if batch:
             self._attempt = used

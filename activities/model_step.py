@@ -7,12 +7,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from keel.activities.events import StepWriter
+from keel.activities.events import StepWriter, mirror_of
 from keel.activities.failures import MissingMessages, RunIdReused
 from keel.activities.run_lists import run_lists
 from keel.activities.thread_cache import ThreadCache
+from keel.activities.turn_tools import TurnTools
 from keel.app import App, Tool
 from keel.app.agent_tools import agent_instructions, agent_tools
+from keel.app.controller_tools import SUBAGENT
 from keel.model_providers import ModelError, ModelRequest
 from keel.protocol import (
     APPROVAL_RESUME_SCHEMA,
@@ -60,7 +62,7 @@ class ModelSteps:
     async def run(self, input: ModelStepInput, *, record: StepRecord | None = None) -> ModelStepResult:
         """Run the step, or return the answer an earlier execution of it stored (`record`: what the caller's
         `begin_step` found for `input.message_id`; looked up here when not given)."""
-        events = StepWriter(self._storage, input, f"model:{input.step}")
+        events = StepWriter(self._storage, input, f"model:{input.step}", mirror=mirror_of(input, input.turn))
         try:
             return await self._run(input, events, record)
         finally:
@@ -105,8 +107,14 @@ class ModelSteps:
         context = await self._threads.messages(input.thread_id, before=input.message_id)
         _check_context(input, context)
         rc = input.request_context or {}
-        tools = await agent_tools(self._app, agent, rc)
-        instructions = await agent_instructions(self._app, agent, rc)
+        turn = TurnTools(self._app, input.turn, rc) if input.turn is not None else None
+        if turn is not None:
+            await turn.load()
+            tools, instructions, model = turn.offered, turn.instructions, turn.model
+        else:
+            tools = await agent_tools(self._app, agent, rc)
+            instructions = await agent_instructions(self._app, agent, rc)
+            model = agent.model
         request = ModelRequest(instructions=instructions, messages=context, tools=[t.spec for t in tools])
         text_id = f"{input.message_id}-text"
         started = False
@@ -119,14 +127,14 @@ class ModelSteps:
             await events.delta(TextDeltaChunk(run_id=run_id, payload=TextDeltaPayload(id=text_id, text=text)))
 
         try:
-            response = await agent.model.generate(request, on_delta)
+            response = await model.generate(request, on_delta)
         except ModelError:
             await events.flush()  # what streamed before the failure stays visible, marked with this attempt
             raise
         if started:
             events.add(TextEndChunk(run_id=run_id, payload=TextEndPayload(id=text_id)))
 
-        planned = [await _plan(tools, c.id, c.name, c.args) for c in response.tool_calls]
+        planned = [await _plan(tools, c.id, c.name, c.args, turn) for c in response.tool_calls]
         _make_ids_unique(planned, taken=_tool_call_ids(context))
         parts: list[TextPart | ToolCallPart | ToolResultPart] = []
         if response.text:
@@ -187,20 +195,36 @@ class ModelSteps:
         return result
 
 
-async def _plan(tools: list[Tool], call_id: str, name: str, args: dict[str, Any]) -> PlannedToolCall:
-    """Resolve a requested call's tool and policy; problems become an `error` the model will see."""
+async def _plan(
+    tools: list[Tool], call_id: str, name: str, args: dict[str, Any], turn: TurnTools | None = None
+) -> PlannedToolCall:
+    """Resolve a requested call's tool and policy; problems become an `error` the model will see. In a session's
+    turn the session's permissions decide whether the call waits for approval."""
     planned = PlannedToolCall(tool_call_id=call_id, tool_name=name, args=args)
     tool = next((t for t in tools if t.id == name), None)
     if tool is None:
-        planned.error = f"Tool {name!r} not found. Available tools: {', '.join(t.id for t in tools)}"
+        if turn is not None and turn.denied(name):
+            planned.error = f"Tool {name!r} is denied by this session's permissions"
+        else:
+            planned.error = f"Tool {name!r} not found. Available tools: {', '.join(t.id for t in tools)}"
         return planned
     try:
-        tool.parse_args(args)
+        parsed = tool.parse_args(args)
     except ValidationError as err:
         planned.error = f"Invalid arguments for tool {name!r}: {describe_validation_error(err)}"
         return planned
     planned.idempotent = tool.idempotent
-    planned.requires_approval = await tool.needs_approval(args)
+    if turn is not None:
+        planned.category = turn.category(tool)
+        planned.requires_approval = turn.policy(tool) == "ask"
+        if name == SUBAGENT:
+            plan, problem = turn.subagent_plan(parsed)
+            if problem is not None:
+                planned.error = problem
+                return planned
+            planned.subagent = plan
+    else:
+        planned.requires_approval = await tool.needs_approval(args)
     if tool.workspace_tool is not None:
         planned.file_path = tool.workspace_tool.file_path(args)
         if tool.workspace_tool.pinned_to_host and isinstance(args.get("pid"), str | int):

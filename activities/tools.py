@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import ValidationError
@@ -10,10 +11,13 @@ from pydantic_core import to_json, to_jsonable_python
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from keel.activities.events import StepWriter
+from keel.activities.events import StepWriter, mirror_of
+from keel.activities.turn_tools import TurnTools
 from keel.app import App, Tool, ToolContext, UnknownTool
 from keel.app.agent_tools import agent_tool
+from keel.app.definitions import ToolSuspended
 from keel.protocol import (
+    EventRecord,
     MessageRecord,
     ToolErrorChunk,
     ToolErrorPayload,
@@ -28,8 +32,10 @@ from keel.workflows.contracts import (
     ExecuteToolResult,
     FileReadRecord,
     KillProcessesInput,
+    StepSuspension,
     ToolCallInput,
     ToolCallResult,
+    TurnConfig,
 )
 from keel.workspace_providers.tools import ReadRecord
 
@@ -61,7 +67,7 @@ class ToolCalls:
         tool asking Temporal for a retry (or, non-retryable, to give up) and propagates.
         """
         try:
-            tool = await self._tool(input.agent_id, input.tool_name, input.request_context)
+            tool = await self._tool(input.agent_id, input.tool_name, input.request_context, input.turn)
         except UnknownTool as err:  # gone since the model step planned the call (an app redeployed): tell the model
             return {"error": str(err)}, True, {}
         record = input.read_record
@@ -74,10 +80,14 @@ class ToolCalls:
             attempt=max(attempt or 1, activity.info().attempt),
             request_context=input.request_context or {},
             read_record=ReadRecord(record.path, record.scope, record.modified_at_ms) if record else None,
+            resume_data=input.resume_data,
+            session=ThreadSession(self._storage, input) if input.turn is not None else None,
         )
         try:
             result = to_jsonable_python(await tool.execute(tool.parse_args(input.args), ctx), by_alias=True)
             return result, False, ctx.effects
+        except ToolSuspended as suspended:  # it waits for resume data: the run asks for it, then calls it again
+            return StepSuspension(payload=suspended.payload, resume_schema=suspended.resume_schema), False, {}
         except ApplicationError:
             raise
         except Exception as err:  # a tool's own failure is an answer for the model, not a retry
@@ -89,6 +99,8 @@ class ToolCalls:
         effects: dict[str, Any] = {}
         try:
             result, is_error, effects = await asyncio.wait_for(self.call(input, attempt), timeout)
+            if isinstance(result, StepSuspension):  # nothing recorded: the call runs again once resumed
+                return ToolCallResult(tool_call_id=input.tool_call_id, tool_name=input.tool_name, suspended=result)
         except TimeoutError:
             result, is_error = {"error": f"Tool {input.tool_name} did not complete within {timeout:g} s"}, True
         except ApplicationError as err:
@@ -100,6 +112,8 @@ class ToolCalls:
     async def call_bounded(self, input: ToolCallInput) -> ToolCallResult:
         """Run the tool (a call of its own, not in a fused step); storage is left to the workflow's next step."""
         result, is_error, effects = await self.call(input)
+        if isinstance(result, StepSuspension):
+            return ToolCallResult(tool_call_id=input.tool_call_id, tool_name=input.tool_name, suspended=result)
         return self._with_effects(bounded(input, result, is_error), effects)
 
     async def execute(self, input: ExecuteToolInput) -> ExecuteToolResult:
@@ -129,8 +143,16 @@ class ToolCalls:
         outcome = await self.call_bounded(call)
         return ExecuteToolResult(result=outcome.result, is_error=outcome.is_error, host_queue=outcome.host_queue)
 
-    async def _tool(self, agent_id: str, name: str, request_context: dict[str, Any] | None) -> Tool:
-        """An agent's tool (its workspace's included), or with no agent one of the app's."""
+    async def _tool(
+        self, agent_id: str, name: str, request_context: dict[str, Any] | None, turn: TurnConfig | None = None
+    ) -> Tool:
+        """An agent's tool (its workspace's included), or with no agent one of the app's; in a session's turn,
+        one the turn may run (its mode's, not denied)."""
+        if turn is not None:
+            found = (await TurnTools(self._app, turn, request_context).load()).tool(name)
+            if found is None:
+                raise UnknownTool(name, agent_id)
+            return found
         if not agent_id:
             return self._app.tool(name)
         return await agent_tool(self._app, self._app.agent(agent_id), name, request_context)
@@ -159,7 +181,9 @@ class ToolCalls:
         `tool-error` chunk in one transaction."""
         outcome = self._with_effects(bounded(input, result, is_error), effects or {})
         result, is_error = outcome.result, outcome.is_error
-        events = StepWriter(self._storage, input, f"tool:{input.step}:{input.tool_call_id}")
+        events = StepWriter(
+            self._storage, input, f"tool:{input.step}:{input.tool_call_id}", mirror=mirror_of(input, input.turn)
+        )
         if is_error:
             error = ToolErrorPayload(
                 tool_call_id=input.tool_call_id, tool_name=input.tool_name, args=input.args, error=result
@@ -195,6 +219,29 @@ def stored_result(message: StoredMessage) -> ToolCallResult | None:
     )
     result.result_bytes = len(to_json(part.result))
     return result
+
+
+class ThreadSession:
+    """`ToolContext.session` of a turn's tool call: its thread's settings in storage (the thread's metadata) and
+    the session's event log."""
+
+    def __init__(self, storage: Storage, input: ToolCallInput) -> None:
+        assert input.turn is not None
+        self._storage = storage
+        self._input = input
+        self._log = input.turn.session_id
+
+    async def get_thread_setting(self, key: str) -> Any:
+        thread = await self._storage.get_thread(self._input.thread_id)
+        return (thread.metadata or {}).get(key) if thread is not None else None
+
+    async def set_thread_setting(self, key: str, value: Any) -> None:
+        await self._storage.merge_thread_metadata(self._input.thread_id, {key: value})
+
+    async def emit(self, event: Mapping[str, Any]) -> None:
+        source = f"{self._input.run_id}/tool:{self._input.step}:{self._input.tool_call_id}"
+        record = EventRecord(type=str(event["type"]), payload=dict(event))
+        await self._storage.append_events(self._log, [record], source=source, attempt=activity.info().attempt)
 
 
 def bounded(input: ToolCallInput, result: Any, is_error: bool) -> ToolCallResult:

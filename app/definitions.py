@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ValidationError
 
 if TYPE_CHECKING:  # types only (`ToolSpec` is imported where a spec is built): a client imports `keel.app` for `App`
+    from keel.app.controller import ControllerDefinition
     from keel.model_providers import ChatModel, ToolSpec
     from keel.workspace_providers import Workspace
     from keel.workspace_providers.tools import ReadRecord, WorkspaceTool
@@ -57,6 +58,17 @@ class ToolSuspended(Exception):
         self.resume_schema = dict(resume_schema) if resume_schema is not None else None
 
 
+class SessionAccess(typing.Protocol):
+    """What a tool of an AgentController session's turn can reach of its session (`ToolContext.session`):
+    settings of the session's thread (kept in storage with the thread) and the session's event log."""
+
+    async def get_thread_setting(self, key: str) -> Any: ...
+
+    async def set_thread_setting(self, key: str, value: Any) -> None: ...
+
+    async def emit(self, event: Mapping[str, Any]) -> None: ...
+
+
 @dataclass(frozen=True)
 class ToolContext:
     """What a running tool knows about its call. `attempt` > 1 means a retry after a crash or timeout."""
@@ -73,11 +85,14 @@ class ToolContext:
     effects: dict[str, Any] = field(default_factory=dict)
     """What a workspace tool reports back to the run: `read` (a `ReadRecord`), `cleared`, `process_started`."""
     resume_data: Any = None
-    """In a workflow step resumed after `suspend`: the data it was resumed with (validated against the schema)."""
+    """After `suspend`: the data the call was resumed with (validated against the schema)."""
+    session: SessionAccess | None = None
+    """In a turn of an AgentController session: its thread's settings and its event log."""
 
     def suspend(self, payload: Any = None, resume_schema: Mapping[str, Any] | None = None) -> typing.NoReturn:
-        """In a workflow tool step: stop here and wait (`KeelStatus=suspended`) for resume data matching
-        `resume_schema` (a JSON Schema); the tool then runs again with it in `resume_data`."""
+        """Stop here and wait (`KeelStatus=suspended`) for resume data matching `resume_schema` (a JSON Schema);
+        the tool then runs again with it in `resume_data`. In a workflow's tool step, or an agent run's tool call
+        (resumed with the run's `resume_tool` signal or `resume_tool_call` update)."""
         raise ToolSuspended(payload, resume_schema)
 
     @property
@@ -230,11 +245,18 @@ class App:
     too: `workflow_tools()`)."""
     workflows: tuple[type, ...] = ()
     classifiers: dict[str, Classifier] = field(default_factory=dict)
+    controllers: dict[str, ControllerDefinition] = field(default_factory=dict)
+    """AgentControllers by id: their sessions run on the app's workers (`keel.AgentController`)."""
     """Code workflows: `@workflow.defn` classes (subclass `keel.workflows.Resumable` for suspend points). The
     worker runs them (in Temporal's sandbox); they are listed, started and resumed like stored definitions."""
 
     def __post_init__(self) -> None:
-        found = [self.workspace, *self.workspaces.values(), *(a.workspace for a in self.agents.values())]
+        found = [
+            self.workspace,
+            *self.workspaces.values(),
+            *(a.workspace for a in self.agents.values()),
+            *(c.workspace for c in self.controllers.values()),
+        ]
         registry: dict[str, Workspace] = {}
         for ws in found:
             if ws is None:
@@ -252,13 +274,22 @@ class App:
         tools: Iterable[Tool] = (),
         workflows: Iterable[type] = (),
         classifiers: Iterable[Classifier] = (),
+        controllers: Iterable[ControllerDefinition] = (),
     ) -> App:
+        found = [getattr(c, "definition", c) for c in controllers]  # a `keel.AgentController` holds its definition
+        all_agents = {a.id: a for a in agents}
+        for controller in found:  # a controller's agent is one of the app's (its runs are AgentRuns)
+            if all_agents.setdefault(controller.agent.id, controller.agent) is not controller.agent:
+                raise AppError(
+                    f"Controller {controller.id!r}: another agent of the app has the id {controller.agent.id!r}"
+                )
         return cls(
-            agents={a.id: a for a in agents},
+            agents=all_agents,
             workspace=workspace,
             tools={t.id: t for t in tools},
             workflows=tuple(workflows),
             classifiers={c.id: c for c in classifiers},
+            controllers={c.id: c for c in found},
         )
 
     def code_workflows(self) -> dict[str, type]:
@@ -288,6 +319,13 @@ class App:
             raise UnknownTool(tool_id, None)
         return found
 
+    def controller(self, controller_id: str) -> ControllerDefinition:
+        try:
+            return self.controllers[controller_id]
+        except KeyError:
+            known = ", ".join(sorted(self.controllers)) or "none"
+            raise AppError(f"Unknown agent controller {controller_id!r} (known: {known})") from None
+
     def agent(self, agent_id: str) -> Agent:
         try:
             return self.agents[agent_id]
@@ -295,7 +333,14 @@ class App:
             raise UnknownAgent(agent_id, self.agents) from None
 
     def workspace_of(self, agent: Agent) -> Workspace | None:
-        return agent.workspace or self.workspace
+        """The agent's own workspace, else its controller's (an agent without one gets the controller's, as in
+        Mastra), else the app's."""
+        if agent.workspace is not None:
+            return agent.workspace
+        for controller in self.controllers.values():
+            if controller.agent.id == agent.id and controller.workspace is not None:
+                return controller.workspace
+        return self.workspace
 
     def get_workspace(self, workspace_id: str) -> Workspace:
         try:

@@ -64,6 +64,11 @@ _EXPORTS: dict[str, str] = {
     "WORKSPACE_TOOLS": "keel.workspace_providers",
     "WorkspaceError": "keel.workspace_providers",
     "ToolFailed": "keel.client",
+    # AgentController
+    "AgentController": "keel.controller",
+    "Mode": "keel.controller",
+    "Subagent": "keel.controller",
+    "Channels": "keel.controller",
     # workers
     "KeelPlugin": "keel.plugin",
     "build_worker": "keel.worker",
@@ -74,10 +79,12 @@ __all__ = [
     "WORKSPACE_TOOLS",
     "Agent",
     "AgentActivityOptions",
+    "AgentController",
     "AgentRunInput",
     "AgentRunResult",
     "App",
     "AppError",
+    "Channels",
     "ChatModel",
     "InvalidRunInput",
     "KeelClient",
@@ -86,6 +93,7 @@ __all__ = [
     "LocalFilesystem",
     "LocalSandbox",
     "MessageRecord",
+    "Mode",
     "ModelError",
     "ModelRequest",
     "ModelRequestError",
@@ -99,6 +107,7 @@ __all__ = [
     "RunInfo",
     "RunNotFound",
     "ScriptedModel",
+    "Subagent",
     "TextPart",
     "Tool",
     "ToolApproval",
@@ -148,6 +157,7 @@ if TYPE_CHECKING:
         last_user_text,
         tool_results_since_last_user,
     )
+    from keel.controller import AgentController, Channels, Mode, Subagent
     from keel.plugin import KeelPlugin
     from keel.protocol import MessageRecord, TextPart, ToolCallPart, ToolResultPart, Usage
     from keel.storage import open_storage

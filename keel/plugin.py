@@ -40,6 +40,7 @@ SANDBOX_PASSTHROUGH: dict[str, str] = {
     "annotated_types": "pydantic's constraint types",
     "keel.protocol": "models, names and an error formatter: no state, no I/O",
     "keel.workflows.contracts": "models only; re-importing them cost ~45 ms of schema building per new run",
+    "keel.workflows.session_contracts": "models only (AgentController sessions), as the run contracts",
     "keel.workflows.options": "the options each worker registered for its task queue: a fresh import has none",
     "keel.workflows.search_attributes": "constant search attribute keys",
     "keel.protocol.workflow_definition": "the definition models: no state",

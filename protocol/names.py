@@ -51,16 +51,69 @@ APPROVE_TOOL_CALL_UPDATE: Final = "approve_tool_call"
 PENDING_TOOL_CALLS_QUERY: Final = "pending_tool_calls"
 REJECTED_SIGNALS_QUERY: Final = "rejected_signals"
 
+# AgentController sessions
+AGENT_SESSION: Final = "AgentSession"
+"""One AgentController session: its mode, model, permissions, state and turns (`keel.workflows.agent_session`)."""
+SESSION_OPEN_UPDATE: Final = "open"
+SESSION_SEND_UPDATE: Final = "send_message"
+SESSION_ABORT_UPDATE: Final = "abort"
+SESSION_MODE_UPDATE: Final = "switch_mode"
+SESSION_MODEL_UPDATE: Final = "switch_model"
+SESSION_STATE_UPDATE: Final = "set_state"
+SESSION_PERMISSION_UPDATE: Final = "set_permission"
+SESSION_APPROVAL_UPDATE: Final = "respond_to_tool_approval"
+SESSION_SUSPENSION_UPDATE: Final = "respond_to_tool_suspension"
+SESSION_THREAD_UPDATE: Final = "change_thread"
+SESSION_SUBAGENT_MODEL_UPDATE: Final = "set_subagent_model"
+SESSION_GOAL_UPDATE: Final = "set_goal"
+SESSION_SETTLED_UPDATE: Final = "settled"
+SESSION_SNAPSHOT_QUERY: Final = "snapshot"
+TURN_WAITING_SIGNAL: Final = "turn_waiting"
+"""From a session's turn (an `AgentRun`) to its session: calls waiting for a decision or resume data."""
+TURN_DECIDED_SIGNAL: Final = "turn_decided"
+TURN_CONFIG_SIGNAL: Final = "turn_config"
+"""From a session to its running turn: the mode or permissions changed; later steps use the new ones."""
+RESUME_TOOL_SIGNAL: Final = "resume_tool"
+"""Resume data for a suspended tool call of an `AgentRun` (`{toolCallId, resumeData}`)."""
+RESUME_TOOL_UPDATE: Final = "resume_tool_call"
+SUSPENDED_TOOL_CALLS_QUERY: Final = "suspended_tool_calls"
+SESSION_CONFIG: Final = "keel.session_config"
+SESSION_EVENTS: Final = "keel.session_events"
+SESSION_THREAD: Final = "keel.session_thread"
+SESSION_SNAPSHOT: Final = "keel.session_snapshot"
+SESSION_JUDGE: Final = "keel.session_judge"
+FORK_THREAD: Final = "keel.fork_thread"
+
+
+def session_workflow_id(controller_id: str, resource_id: str, scope: str | None) -> str:
+    """The id of the session of (controller, resource, scope): any process derives the same one. Each part is
+    percent-encoded, so `:` separates them unambiguously."""
+    from urllib.parse import quote
+
+    parts = [quote(controller_id, safe=""), quote(resource_id, safe=""), quote(scope or "", safe="")]
+    return "keel-session:" + ":".join(parts)
+
+
 # Search attributes (all Keyword)
 KEEL_KIND: Final = "KeelKind"
-"""`agent` or `workflow`."""
+"""`agent`, `workflow` or `session`."""
 KEEL_STATUS: Final = "KeelStatus"
 """`running` or `suspended` while open; `completed` or `failed` once the run ends on its own."""
 KEEL_AGENT_ID: Final = "KeelAgentId"
 KEEL_WORKFLOW_ID: Final = "KeelWorkflowId"
 KEEL_RESOURCE_ID: Final = "KeelResourceId"
 KEEL_THREAD_ID: Final = "KeelThreadId"
-SEARCH_ATTRIBUTES: Final = (KEEL_KIND, KEEL_STATUS, KEEL_AGENT_ID, KEEL_WORKFLOW_ID, KEEL_RESOURCE_ID, KEEL_THREAD_ID)
+KEEL_CONTROLLER_ID: Final = "KeelControllerId"
+"""A session's AgentController."""
+SEARCH_ATTRIBUTES: Final = (
+    KEEL_KIND,
+    KEEL_STATUS,
+    KEEL_AGENT_ID,
+    KEEL_WORKFLOW_ID,
+    KEEL_RESOURCE_ID,
+    KEEL_THREAD_ID,
+    KEEL_CONTROLLER_ID,
+)
 
 
 def thread_workflow_id(agent_id: str, thread_id: str) -> str:

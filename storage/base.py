@@ -79,9 +79,13 @@ class Storage(ThreadStore, EventStore, StepStore, DefinitionStore, abc.ABC):
         attempt: int = 1,
         renumber: bool = False,
         answer: StepAnswer | None = None,
+        also: tuple[str, list[EventRecord]] | None = None,
+        once: bool = False,
     ) -> int:
         """Save messages (as `save_messages`) and append events (as `append_events`) in one transaction;
-        with `answer`, store a model step's answer too (`begin_step` finds it).
+        with `answer`, store a model step's answer too (`begin_step` finds it); with `also`, append events to a
+        second log (a session's, for its turn's steps) under the same source and attempt. With `once`, the events
+        are appended only if `source` wrote none to this log yet (a retried write of the same batch adds nothing).
 
         What an activity attempt writes, written at once: one round trip, and never the message without its
         events. With `renumber`, the events get `attempt`, or the next one after what `source` already wrote

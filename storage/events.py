@@ -112,6 +112,11 @@ class EventStore(abc.ABC):
         continue-as-new) unless it already belongs to one; returns the owner. Idempotent."""
 
     @abc.abstractmethod
+    async def log_end(self, run_id: str) -> int:
+        """The offset just past the log's last event (0 for an empty log): where a reader of what comes next
+        starts."""
+
+    @abc.abstractmethod
     async def read_events(self, run_id: str, *, offset: int = 0, limit: int | None = None) -> list[RunEvent]:
         """Events with `offset >= offset`, in order. Another process may read while one appends."""
 

@@ -8,6 +8,9 @@ from typing import Any
 
 from keel.protocol import Content, Role, WireModel
 
+FORKED_SUBAGENT = "forkedSubagent"
+"""Metadata of a thread copied for a forked subagent: a session's thread list leaves it out."""
+
 
 class Thread(WireModel):
     id: str
@@ -16,6 +19,16 @@ class Thread(WireModel):
     metadata: dict[str, Any] | None = None
     created_at: datetime
     updated_at: datetime
+
+    def controller_json(self) -> dict[str, Any]:
+        """Mastra's `AgentControllerThread`, as a session's events and thread routes give it."""
+        return {
+            "id": self.id,
+            "resourceId": self.resource_id,
+            "title": self.title or "",
+            "createdAt": self.created_at.isoformat(),
+            "updatedAt": self.updated_at.isoformat(),
+        }
 
 
 class StoredMessage(WireModel):
@@ -62,6 +75,11 @@ class ThreadStore(abc.ABC):
         resource_id: str | None = None,
     ) -> Thread:
         """Update the given fields and `updated_at`. Raises `ThreadNotFound`."""
+
+    @abc.abstractmethod
+    async def merge_thread_metadata(self, thread_id: str, updates: dict[str, Any]) -> dict[str, Any]:
+        """Set the given metadata keys (a None value removes the key) in one transaction, others untouched; the
+        metadata after. Raises `ThreadNotFound`. (A session's thread settings: mode, per-mode models, tasks.)"""
 
     @abc.abstractmethod
     async def delete_thread(self, thread_id: str) -> bool:

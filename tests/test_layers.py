@@ -18,10 +18,19 @@ MAY_IMPORT: dict[str, set[str]] = {
     "workspace_providers": {"protocol"},
     "app": {"protocol", "model_providers", "workspace_providers"},
     "workflows": {"protocol"},
-    "activities": {"protocol", "workflows.contracts", "app", "storage", "model_providers", "workspace_providers"},
+    "activities": {
+        "protocol",
+        "workflows.contracts",
+        "workflows.session_contracts",
+        "app",
+        "storage",
+        "model_providers",
+        "workspace_providers",
+    },
     "client": {"protocol", "workflows", "storage", "app", "model_providers"},
     "plugin": {"protocol", "workflows", "activities", "app", "storage", "client"},
     "worker": {"protocol", "workflows", "activities", "app", "storage", "client", "plugin"},
+    "controller": {"protocol", "workflows", "app", "storage", "client", "model_providers", "workspace_providers"},
 }
 """Each part of `keel` and the other parts it may import (a dotted entry allows that module only)."""
 

@@ -126,7 +126,7 @@ async def test_a_retried_step_reuses_stored_tool_results_and_runs_the_model_agai
     result = await h.attempt(2, step_input("a", "b"))
     assert sorted(h.runs) == ["a", "b"]  # not run again
     assert [r.result for r in result.tool_results] == ["did a", "did b"]
-    assert result.model.text == "did a; did b"
+    assert result.model is not None and result.model.text == "did a; did b"
     assert h.model_calls == 2
 
 
@@ -136,7 +136,7 @@ async def test_a_hanging_tool_becomes_a_tool_error_and_the_model_still_runs(stor
     hung, quick = result.tool_results
     assert hung.is_error and "did not complete within 0.2 s" in hung.result["error"]
     assert (quick.is_error, quick.result) == (False, "did quick")
-    assert h.model_calls == 1 and "did quick" in result.model.text
+    assert h.model_calls == 1 and result.model is not None and "did quick" in result.model.text
 
 
 async def test_a_tool_that_gives_up_is_reported_to_the_model(storage: Storage) -> None:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 _EXPORTS: dict[str, tuple[str, str]] = {
     "AgentRun": ("keel.workflows.agent_run", "AgentRun"),
     "AgentThread": ("keel.workflows.agent_thread", "AgentThread"),
+    "AgentSession": ("keel.workflows.agent_session", "AgentSession"),
     "thread_workflow_id": ("keel.workflows.agent_thread", "thread_workflow_id"),
     "AgentRunInput": ("keel.workflows.contracts", "AgentRunInput"),
     "AgentRunResult": ("keel.workflows.contracts", "AgentRunResult"),
@@ -30,7 +31,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "Resumable": ("keel.workflows.resumable", "Resumable"),
     "SEARCH_ATTRIBUTES": ("keel.workflows.search_attributes", "ALL_KEYS"),
 }
-"""Each name and the (module, attribute) it is; `WORKFLOWS` is made from four of them."""
+"""Each name and the (module, attribute) it is; `WORKFLOWS` is made from five of them."""
 
 __all__ = [
     "DEFAULT_OPTIONS",
@@ -40,6 +41,7 @@ __all__ = [
     "AgentRun",
     "AgentRunInput",
     "AgentRunResult",
+    "AgentSession",
     "AgentThread",
     "ApprovalAccepted",
     "DefinitionRun",
@@ -56,6 +58,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from keel.workflows.agent_run import AgentRun
+    from keel.workflows.agent_session import AgentSession
     from keel.workflows.agent_thread import AgentThread, thread_workflow_id
     from keel.workflows.contracts import (
         AgentRunInput,
@@ -79,7 +82,8 @@ if TYPE_CHECKING:
 
 def __getattr__(name: str) -> Any:
     if name == "WORKFLOWS":
-        value: Any = [__getattr__(n) for n in ("AgentRun", "AgentThread", "DefinitionRun", "IndexWorkspace")]
+        kinds = ("AgentRun", "AgentThread", "AgentSession", "DefinitionRun", "IndexWorkspace")
+        value: Any = [__getattr__(n) for n in kinds]
     else:
         try:
             module, attribute = _EXPORTS[name]

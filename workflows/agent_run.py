@@ -10,13 +10,14 @@ or the `approve_tool_call` update.
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import timedelta
 from typing import Any, TypeVar
 
 from pydantic import ValidationError
 from temporalio import workflow
 from temporalio.common import RawValue, RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, FailureError, TimeoutType
+from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError, FailureError, TimeoutType
 from temporalio.exceptions import TimeoutError as TemporalTimeout
 
 from keel.protocol import (
@@ -36,6 +37,7 @@ from keel.protocol import (
     describe_validation_error,
     names,
 )
+from keel.protocol.workflow_definition import schema_problems
 from keel.workflows.contracts import (
     ALL_SHAPES,
     LEGACY_LOCAL_STEPS_PER_TASK,
@@ -48,6 +50,7 @@ from keel.workflows.contracts import (
     DeliveredMessage,
     FinishRunInput,
     FinishRunResult,
+    ForkThreadInput,
     KillProcessesInput,
     ModelStepInput,
     ModelStepResult,
@@ -57,11 +60,16 @@ from keel.workflows.contracts import (
     PlannedToolCall,
     RunCarry,
     RunShape,
+    StepSuspension,
+    SubagentTurn,
+    SuspendedToolCall,
     ToolApproval,
     ToolCallInput,
     ToolCallResult,
+    ToolResume,
     ToolsThenModelInput,
     ToolsThenModelResult,
+    TurnConfig,
 )
 from keel.workflows.options import options_for
 from keel.workflows.search_attributes import (
@@ -116,6 +124,9 @@ class AgentRun:
         self._rejected: list[str] = []
         self._inbox: list[DeliveredMessage] = []  # delivered user messages no model step has read yet
         self._delivered: set[str] = set()  # their ids: a message delivered twice is read once
+        self._suspended: dict[str, SuspendedToolCall] = {}  # calls waiting for resume data
+        self._resumes: dict[str, ToolResume] = {}  # resume data for them
+        self._turn: TurnConfig | None = None  # a session's turn: its current mode and permissions
 
     # --- handlers ------------------------------------------------------------------------------------
 
@@ -176,6 +187,55 @@ class AgentRun:
         waiting = sorted(c for c in self._pending if c not in self._decisions)
         return f"no pending tool call {call_id!r} (pending: {', '.join(waiting) or 'none'})"
 
+    @workflow.query(name=names.SUSPENDED_TOOL_CALLS_QUERY)
+    def suspended_tool_calls(self) -> list[SuspendedToolCall]:
+        return [call for call_id, call in self._suspended.items() if call_id not in self._resumes]
+
+    @workflow.signal(name=names.RESUME_TOOL_SIGNAL)
+    def resume_tool(self, raw: RawValue) -> None:
+        try:
+            resume = workflow.payload_converter().from_payload(raw.payload, ToolResume)
+        except Exception as err:
+            self._reject(f"malformed resume_tool payload: {err}")
+            return
+        if not isinstance(resume, ToolResume):
+            self._reject("malformed resume_tool payload: expected a JSON object {toolCallId, resumeData}")
+            return
+        problem = self._resume_problem(resume)
+        if problem:
+            self._reject(problem)
+            return
+        self._resumes[resume.tool_call_id] = resume
+
+    @workflow.update(name=names.RESUME_TOOL_UPDATE)
+    def resume_tool_call(self, resume: ToolResume) -> ApprovalAccepted:
+        self._resumes[resume.tool_call_id] = resume
+        return ApprovalAccepted(tool_call_id=resume.tool_call_id)
+
+    @resume_tool_call.validator
+    def _validate_resume(self, resume: ToolResume) -> None:
+        if not isinstance(resume, ToolResume):
+            raise ValueError("resume_tool_call takes a JSON object {toolCallId, resumeData}")
+        problem = self._resume_problem(resume)
+        if problem:
+            raise ValueError(problem)
+
+    def _resume_problem(self, resume: ToolResume) -> str | None:
+        call = self._suspended.get(resume.tool_call_id)
+        if call is None or resume.tool_call_id in self._resumes:
+            waiting = sorted(c for c in self._suspended if c not in self._resumes)
+            return f"no suspended tool call {resume.tool_call_id!r} (suspended: {', '.join(waiting) or 'none'})"
+        problems = schema_problems(call.resume_schema, resume.resume_data) if call.resume_schema else []
+        if problems:
+            return f"resume data for {resume.tool_call_id!r} does not match its schema: {'; '.join(problems)}"
+        return None
+
+    @workflow.signal(name=names.TURN_CONFIG_SIGNAL)
+    def turn_config(self, turn: TurnConfig) -> None:
+        """From the session that runs this turn: its mode or permissions changed (later steps use them)."""
+        if self._turn is not None and isinstance(turn, TurnConfig) and turn.session_id == self._turn.session_id:
+            self._turn = turn
+
     @workflow.signal(name=names.USER_MESSAGE_SIGNAL)
     def user_message(self, raw: RawValue) -> None:
         try:
@@ -219,6 +279,7 @@ class AgentRun:
         # it started before it said so in the memo upserted them: their start events decide, so they replay.
         if not _set_at_start(attributes):
             workflow.upsert_search_attributes(attributes)
+        self._turn = input.turn
         loop = _Loop(self, input, run_id, thread_id, resource_id)
         try:
             result = await loop.run()
@@ -252,6 +313,7 @@ class AgentRun:
             )
         workflow.upsert_search_attributes([KEEL_STATUS.value_set("suspended")])
         workflow.set_current_details(_waiting_details(workflow.info().workflow_id, calls))
+        await self._tell_session(names.TURN_WAITING_SIGNAL, [self._pending_item("approval", c) for c in calls])
         await workflow.wait_condition(lambda: all(c.tool_call_id in self._decisions for c in calls))
         workflow.set_current_details("")
         workflow.upsert_search_attributes([KEEL_STATUS.value_set("running")])
@@ -259,7 +321,65 @@ class AgentRun:
         for call_id, decision in decided.items():
             self._pending.pop(call_id, None)
             self._decided[call_id] = decision.approved
+        await self._tell_session(names.TURN_DECIDED_SIGNAL, [c.tool_call_id for c in calls])
         return decided
+
+    async def wait_for_resumes(self, calls: list[tuple[PlannedToolCall, StepSuspension]], step: int) -> dict[str, Any]:
+        """Wait for resume data for each suspended call (the `resume_tool` signal or `resume_tool_call` update)."""
+        for call, suspension in calls:
+            self._suspended[call.tool_call_id] = SuspendedToolCall(
+                tool_call_id=call.tool_call_id,
+                tool_name=call.tool_name,
+                args=call.args,
+                step=step,
+                suspend_payload=suspension.payload,
+                resume_schema=suspension.resume_schema,
+            )
+        workflow.upsert_search_attributes([KEEL_STATUS.value_set("suspended")])
+        workflow.set_current_details(_suspended_details(workflow.info().workflow_id, calls))
+        items = [self._pending_item("suspension", c, s) for c, s in calls]
+        await self._tell_session(names.TURN_WAITING_SIGNAL, items)
+        await workflow.wait_condition(lambda: all(c.tool_call_id in self._resumes for c, _ in calls))
+        workflow.set_current_details("")
+        workflow.upsert_search_attributes([KEEL_STATUS.value_set("running")])
+        resumed = {c.tool_call_id: self._resumes.pop(c.tool_call_id).resume_data for c, _ in calls}
+        for c, _ in calls:
+            self._suspended.pop(c.tool_call_id, None)
+        await self._tell_session(names.TURN_DECIDED_SIGNAL, [c.tool_call_id for c, _ in calls])
+        return resumed
+
+    def _pending_item(self, kind: str, call: PlannedToolCall, suspension: StepSuspension | None = None) -> Any:
+        turn = self._turn
+        return {
+            "kind": kind,
+            "runId": workflow.info().workflow_id,
+            "toolCallId": call.tool_call_id,
+            "toolName": call.tool_name,
+            "args": call.args,
+            "category": call.category,
+            "suspendPayload": suspension.payload if suspension else None,
+            "resumeSchema": suspension.resume_schema if suspension else None,
+            "subagent": turn.subagent.parent_tool_call_id if turn is not None and turn.subagent else None,
+        }
+
+    async def _tell_session(self, signal: str, payload: Any) -> None:
+        """A session's turn tells its session what it waits on (best effort: a session that is gone cannot
+        answer, and the calls stay answerable on this run directly)."""
+        turn = self._turn
+        if turn is None:
+            return
+        body = (
+            {"items": payload}
+            if signal == names.TURN_WAITING_SIGNAL
+            else {
+                "runId": workflow.info().workflow_id,
+                "toolCallIds": payload,
+            }
+        )
+        try:
+            await workflow.get_external_workflow_handle(turn.session_id).signal(signal, body)
+        except Exception as err:  # the session is gone: the run goes on without it
+            workflow.logger.warning("Could not tell session %s (%s): %s", turn.session_id, signal, err)
 
 
 class _Loop:
@@ -326,7 +446,7 @@ class _Loop:
                 if (c.pending.messages or c.pending.events) and workflow.patched(PERSIST_BEFORE_CONTINUE_PATCH):
                     await self._persist_pending()
                 await workflow.wait_condition(workflow.all_handlers_finished)
-                workflow.continue_as_new(self.input.model_copy(update={"carry": c}))
+                workflow.continue_as_new(self.input.model_copy(update={"carry": c, "turn": self.wf._turn}))
 
     def _drain_inbox(self) -> None:
         """Delivered user messages join the pending writes (the next storage write stores them, in order)."""
@@ -351,6 +471,7 @@ class _Loop:
             requires=[c.last_message_id] if c.last_message_id else [],
             execution_id=workflow.info().first_execution_run_id,
             max_steps=self.input.max_steps or c.max_steps,
+            turn=self.wf._turn,
         )
         c.pending = PendingWrites()
         c.pending_bytes = 0
@@ -433,23 +554,95 @@ class _Loop:
                 outcomes[call.tool_call_id] = self._declined(call, decision.reason or DECLINED_REASON)
             else:
                 runnable.append(call)
+        subagents = [t for t in runnable if t.subagent is not None]
         next_step: ModelStepResult | None = None
-        if self._fuse(runnable):
+        suspended: list[tuple[PlannedToolCall, StepSuspension]] = []
+        if not subagents and self._fuse(runnable):
             # Right after an approval the step runs as an activity: the approving update is answered when the
             # workflow task completes, which a local step would hold back until it ends.
             fused = await self._tools_then_model(runnable, locally=not needs_approval)
-            outcomes.update((r.tool_call_id, r) for r in fused.tool_results)
+            by_id = {t.tool_call_id: t for t in runnable}
             for r in fused.tool_results:
+                if r.suspended is not None:
+                    suspended.append((by_id[r.tool_call_id], r.suspended))
+                    continue
+                outcomes[r.tool_call_id] = r
                 self._track(r)
+            if fused.model is None:  # a tool suspended: the model step waits for it (and did not run)
+                self.carry.step -= 1
             next_step = fused.model
         else:
             # Each tool's outcome reaches the history; the next activity that writes storage (a model step, or
             # the final persist, both retried for minutes) persists it, so a storage outage never loses or
-            # repeats a side effect.
-            for result in await asyncio.gather(*(self._run_tool(t) for t in runnable)):
-                outcomes[result.tool_call_id] = result
+            # repeats a side effect. A session's subagent calls are child runs, beside the other tools.
+            others = [t for t in runnable if t.subagent is None]
+            results = await asyncio.gather(
+                *(self._run_tool(t) for t in others), *(self._run_subagent(t) for t in subagents)
+            )
+            for call, result in zip([*others, *subagents], results, strict=True):
+                if result.suspended is not None:
+                    suspended.append((call, result.suspended))
+                else:
+                    outcomes[result.tool_call_id] = result
             self._crossed_task()
+        while suspended:  # each waits for its resume data, then runs again with it (and may suspend again)
+            resumed = await self.wf.wait_for_resumes(suspended, self.carry.step)
+            self._crossed_task()
+            calls = [call for call, _ in suspended]
+            again = await asyncio.gather(*(self._run_tool(c, resumed[c.tool_call_id]) for c in calls))
+            suspended = [(c, r.suspended) for c, r in zip(calls, again, strict=True) if r.suspended is not None]
         return next_step
+
+    async def _run_subagent(self, call: PlannedToolCall) -> ToolCallResult:
+        """A session's `subagent` call: a child `AgentRun` of the subagent kind (its own thread, or a copy of
+        this run's when forked), whose answer is the call's result."""
+        plan, turn = call.subagent, self.wf._turn
+        assert plan is not None and turn is not None
+        child_id = f"{self.run_id}-s{self.carry.step}-{call.tool_call_id}"
+        thread_id = child_id
+        if plan.forked:
+            await workflow.execute_activity(
+                names.FORK_THREAD,
+                ForkThreadInput(source_thread_id=self.thread_id, thread_id=thread_id, resource_id=self.resource_id),
+                start_to_close_timeout=self.opts.storage_start_to_close,
+                retry_policy=self.opts.storage_retry,
+                summary=f"fork thread {self.thread_id} for subagent {plan.agent_type}",
+            )
+        sub_turn = turn.model_copy(
+            update={
+                "subagent": SubagentTurn(
+                    parent_tool_call_id=call.tool_call_id,
+                    agent_type=plan.agent_type,
+                    task=plan.task,
+                    forked=plan.forked,
+                    model_id=plan.model_id,
+                ),
+                "subagent_id": None if plan.forked else plan.agent_type,
+                "model_id": plan.model_id or turn.model_id,
+            }
+        )
+        child = AgentRunInput(
+            agent_id=self.input.agent_id,
+            messages=plan.task,
+            thread_id=thread_id,
+            resource_id=self.resource_id,
+            max_steps=plan.max_steps,
+            request_context=self.input.request_context,
+            turn=sub_turn,
+        )
+        try:
+            result: AgentRunResult = await workflow.execute_child_workflow(
+                names.AGENT_RUN,
+                child,
+                id=child_id,
+                result_type=AgentRunResult,
+                static_summary=f"subagent {plan.agent_type}: {' '.join(plan.task.split())[:80]}",
+            )
+        except ChildWorkflowError as err:
+            cause = err.cause.cause if isinstance(err.cause, ApplicationError) and err.cause.cause else err.cause
+            message = f'Subagent "{plan.agent_type}" failed: {cause or err}'
+            return self._tool_outcome(call, {"content": message, "isError": True}, is_error=True)
+        return self._tool_outcome(call, {"content": result.text, "isError": False}, is_error=False)
 
     def _fuse(self, runnable: list[PlannedToolCall]) -> bool:
         """Whether the tool calls and the next model step run as one activity: one server round trip per step
@@ -501,13 +694,18 @@ class _Loop:
         workflow.set_current_details("")
         return result
 
-    async def _run_tool(self, call: PlannedToolCall) -> ToolCallResult:
+    async def _run_tool(self, call: PlannedToolCall, resume_data: Any = None) -> ToolCallResult:
+        """The call as an activity of its own. A suspended call comes back with `suspended` set and nothing
+        recorded; `resume_data` runs it again after a suspension."""
         # A background process's follow-up goes to the worker host that runs it, and waits only so long for it.
         host = self.carry.processes.get(call.process_id) if call.process_id is not None else None
+        tool_input = self._tool_input(call)
+        if resume_data is not None:
+            tool_input.resume_data = resume_data
         try:
             result: ToolCallResult = await workflow.execute_activity(
                 names.TOOL_CALL,
-                self._tool_input(call),
+                tool_input,
                 result_type=ToolCallResult,
                 task_queue=host,
                 schedule_to_start_timeout=self.opts.host_schedule_to_start if host else None,
@@ -530,6 +728,8 @@ class _Loop:
                     "is no longer running",
                 )
             return self._tool_error(call, f"Tool {call.tool_name} did not complete: {err.cause or err}")
+        if result.suspended is not None:
+            return result
         self._track(result)
         if self.carry.pending_bytes + result.result_bytes > MAX_PENDING_RESULT_BYTES:
             mib = result.result_bytes / (1024 * 1024)
@@ -588,6 +788,7 @@ class _Loop:
             args=call.args,
             result_message_id=self._tool_message_id(call),
             request_context=self.input.request_context,
+            turn=self.wf._turn,
         )
 
     def _tool_message_id(self, call: PlannedToolCall) -> str:
@@ -787,6 +988,19 @@ def _retryable(err: FailureError) -> bool:
     """Whether Temporal would retry the failure (a timeout, or an application error not marked otherwise)."""
     cause = _cause(err)
     return not (isinstance(cause, ApplicationError) and cause.non_retryable)
+
+
+def _suspended_details(run_id: str, calls: list[tuple[PlannedToolCall, StepSuspension]]) -> str:
+    """What the UI shows while calls wait for resume data."""
+    lines = ["**Waiting for resume data**", ""]
+    for call, suspension in calls:
+        payload = json.dumps(suspension.payload)[:300]
+        lines.append(
+            f"- `{call.tool_name}` (`{call.tool_call_id}`) asks `{payload}`: resume with the update "
+            f"`resume_tool_call` or the signal `resume_tool` "
+            f'`{{"toolCallId": "{call.tool_call_id}", "resumeData": ...}}`'
+        )
+    return "\n".join(lines)
 
 
 def _waiting_details(run_id: str, calls: list[PlannedToolCall]) -> str:

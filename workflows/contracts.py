@@ -138,6 +138,64 @@ class RunCarry(Contract):
     """Background process id → the task queue of the worker host it runs on (at most `MAX_PROCESSES`)."""
 
 
+Policy = Literal["allow", "ask", "deny"]
+
+
+class PermissionRules(Contract):
+    """Policies by category and by tool (a tool's beats its category's), and what the session granted."""
+
+    categories: dict[str, Policy] = Field(default_factory=dict)
+    tools: dict[str, Policy] = Field(default_factory=dict)
+    granted_categories: list[str] = Field(default_factory=list)
+    granted_tools: list[str] = Field(default_factory=list)
+    yolo: bool = False
+
+    def resolve(self, tool_name: str, category: str | None) -> Policy:
+        """Mastra's order: a tool `deny`, then yolo, then a tool rule, a tool grant, a category grant or rule;
+        `ask` when nothing says otherwise."""
+        rule = self.tools.get(tool_name)
+        if rule == "deny":
+            return "deny"
+        if self.yolo:
+            return "allow"
+        if rule is not None:
+            return rule
+        if tool_name in self.granted_tools:
+            return "allow"
+        if category is not None:
+            if category in self.granted_categories:
+                return "allow"
+            if category in self.categories:
+                return self.categories[category]
+        return "ask"
+
+
+class SubagentTurn(Contract):
+    """A turn that is a subagent of a session's turn: its events go to the session as `subagent_*`."""
+
+    parent_tool_call_id: str
+    agent_type: str
+    task: str
+    forked: bool = False
+    model_id: str | None = None
+
+
+class TurnConfig(Contract):
+    """What a session gives each turn (`AgentRunInput.turn`): the controller and mode whose instructions and tools
+    the turn has, the model, the permission policy, and where its events go (the session's log)."""
+
+    session_id: str
+    controller_id: str
+    mode_id: str
+    model_id: str | None = None
+    permissions: PermissionRules = Field(default_factory=PermissionRules)
+    subagent: SubagentTurn | None = None
+    subagent_id: str | None = None
+    """The subagent definition a subagent turn runs as (its instructions and allowed tools)."""
+    subagent_models: dict[str, str] = Field(default_factory=dict)
+    """The session's subagent model choices: by agent type, and `""` for every type."""
+
+
 class AgentRunInput(Contract):
     """Input of the `AgentRun` workflow (fixed contract)."""
 
@@ -148,6 +206,8 @@ class AgentRunInput(Contract):
     max_steps: int | None = Field(default=None, ge=1, le=1000)
     request_context: dict[str, Any] | None = None
     carry: RunCarry | None = None
+    turn: TurnConfig | None = None
+    """Set when the run is a turn of an AgentController session (`AgentSession` starts it)."""
 
 
 class AgentRunResult(Contract):
@@ -244,6 +304,33 @@ class ToolApproval(Contract):
     args_digest: str | None = None
 
 
+class StepSuspension(Contract):
+    """A tool call (or a workflow's tool step) waiting for resume data: what it asked, and the JSON Schema the
+    data must match."""
+
+    payload: Any = None
+    resume_schema: dict[str, Any] | None = None
+
+
+class SuspendedToolCall(Contract):
+    """One entry of `AgentRun`'s `suspended_tool_calls` query: a tool that called `ctx.suspend(...)`."""
+
+    tool_call_id: str
+    tool_name: str
+    args: dict[str, Any] = Field(default_factory=dict)
+    step: int | None = None
+    suspend_payload: Any = None
+    resume_schema: dict[str, Any] | None = None
+
+
+class ToolResume(Contract):
+    """Input of `AgentRun`'s `resume_tool` signal and `resume_tool_call` update: resume data for a suspended
+    call, checked against its resume schema."""
+
+    tool_call_id: str = Field(min_length=1)
+    resume_data: Any = None
+
+
 class ApprovalAccepted(Contract):
     accepted: Literal[True] = True
     tool_call_id: str
@@ -265,6 +352,20 @@ class PlannedToolCall(CompactResult):
     """A workspace read or write tool's file (read-tracker key): the run passes it its read record."""
     process_id: str | None = None
     """A follow-up of a background process: it runs on the host that started the process."""
+    category: str | None = None
+    """In a session's turn: the tool's permission category (what `always_allow_category` grants)."""
+    subagent: SubagentPlan | None = None
+    """A call of a session's `subagent` tool: the child run the turn starts for it."""
+
+
+class SubagentPlan(Contract):
+    """What the `subagent` tool's call resolved to: the kind of subagent and how its child run is made."""
+
+    agent_type: str
+    task: str
+    forked: bool = False
+    model_id: str | None = None
+    max_steps: int = 50
 
 
 class ModelStepInput(Contract):
@@ -284,6 +385,8 @@ class ModelStepInput(Contract):
     requires: list[str] = Field(default_factory=list)
     """Messages earlier activities of the run wrote: a thread without them fails the step (`MissingMessages`)
     instead of answering from a shorter conversation."""
+    turn: TurnConfig | None = None
+    """In a session's turn: its mode's instructions and tools, its model and permissions, its event log."""
 
 
 class RunLists(CompactResult):
@@ -318,6 +421,10 @@ class ToolCallInput(Contract):
     result_message_id: str
     request_context: dict[str, Any] | None = None
     read_record: FileReadRecord | None = None
+    resume_data: Any = None
+    """The data a suspended call was resumed with (the tool runs again with it in `ctx.resume_data`)."""
+    turn: TurnConfig | None = None
+    """In a session's turn: whose tools the call is of, and where its events go."""
 
 
 class ToolCallResult(CompactResult):
@@ -336,6 +443,8 @@ class ToolCallResult(CompactResult):
     """Set (to the call's tool message id) when `result` is left out: a step that stored the result returns it
     by reference above a size (`keel.activities.agent_loop.INLINE_TOOL_RESULT_BYTES`), since the workflow never
     reads a stored result, so the history does not grow with it."""
+    suspended: StepSuspension | None = None
+    """The tool called `ctx.suspend(...)`: no result yet; the run waits for resume data, then calls it again."""
 
     def by_reference(self, message_id: str) -> ToolCallResult:
         """This outcome with its result left out: it is in storage, as the tool message `message_id`."""
@@ -405,7 +514,16 @@ class ToolsThenModelInput(Contract):
 
 class ToolsThenModelResult(CompactResult):
     tool_results: list[ToolCallResult]
-    model: ModelStepResult
+    model: ModelStepResult | None = None
+    """None when a tool suspended: the model step waits until it is resumed."""
+
+
+class ForkThreadInput(Contract):
+    """A copy of a thread and its messages (a forked subagent's), made once: message ids derive from the copy's."""
+
+    source_thread_id: str
+    thread_id: str
+    resource_id: str
 
 
 class PersistWritesInput(Contract):
@@ -472,11 +590,6 @@ class WorkflowToolInput(Contract):
     """This call of the step (the run's first execution id and the call's number in the run): the activity
     counts its starts in storage under it, so a local attempt executed again after its workflow task was lost
     tells the tool its attempt is > 1. Absent in runs recorded before it existed."""
-
-
-class StepSuspension(Contract):
-    payload: Any = None
-    resume_schema: dict[str, Any] | None = None
 
 
 class WorkflowToolResult(Contract):
@@ -573,3 +686,6 @@ class IndexWorkspaceResult(Contract):
     resumed_from: int = 0
     """Files an earlier attempt had indexed (0 when the first attempt did it all)."""
     attempts: int = 1
+
+
+PlannedToolCall.model_rebuild()

@@ -13,5 +13,14 @@ KEEL_AGENT_ID = SearchAttributeKey.for_keyword(names.KEEL_AGENT_ID)
 KEEL_WORKFLOW_ID = SearchAttributeKey.for_keyword(names.KEEL_WORKFLOW_ID)
 KEEL_RESOURCE_ID = SearchAttributeKey.for_keyword(names.KEEL_RESOURCE_ID)
 KEEL_THREAD_ID = SearchAttributeKey.for_keyword(names.KEEL_THREAD_ID)
+KEEL_CONTROLLER_ID = SearchAttributeKey.for_keyword(names.KEEL_CONTROLLER_ID)
 
-ALL_KEYS = (KEEL_KIND, KEEL_STATUS, KEEL_AGENT_ID, KEEL_WORKFLOW_ID, KEEL_RESOURCE_ID, KEEL_THREAD_ID)
+ALL_KEYS = (
+    KEEL_KIND,
+    KEEL_STATUS,
+    KEEL_AGENT_ID,
+    KEEL_WORKFLOW_ID,
+    KEEL_RESOURCE_ID,
+    KEEL_THREAD_ID,
+    KEEL_CONTROLLER_ID,
+)

@@ -220,8 +220,7 @@ def sse(chunks: AsyncGenerator[Any, None], *, keep_alive: float | None = None) -
 
 async def log_end(storage: Storage, run_id: str) -> int:
     """The offset just past the run's last event (where a stream of what happens next starts)."""
-    events = await storage.read_events(run_id)
-    return events[-1].offset + 1 if events else 0
+    return await storage.log_end(run_id)
 
 
 # --- workflow runs ----------------------------------------------------------------------------------------

@@ -69,8 +69,12 @@ class PostgresStorage(PostgresThreads, PostgresEvents, PostgresSteps, PostgresDe
         attempt: int = 1,
         renumber: bool = False,
         answer: StepAnswer | None = None,
+        also: tuple[str, list[EventRecord]] | None = None,
+        once: bool = False,
     ) -> int:
-        if not messages and not events and answer is None:
+        if also is not None and not also[1]:
+            also = None
+        if not messages and not events and answer is None and also is None:
             return attempt
         pool = await self._get_pool()
         used = attempt
@@ -79,13 +83,21 @@ class PostgresStorage(PostgresThreads, PostgresEvents, PostgresSteps, PostgresDe
                 await sql_threads.save(conn, messages, replace)
             if answer is not None:
                 await store_answer(conn, run_id, answer.message_id, to_json(answer.answer).decode())
+            if events and once:
+                await sql_events.lock_run(conn, run_id)
+                if await sql_events.written_attempt(conn, run_id, source):
+                    return 0
             if events:
                 if renumber:
                     await sql_events.lock_run(conn, run_id)
                     used = rules.next_attempt(await sql_events.written_attempt(conn, run_id, source), attempt)
                 await sql_events.append(conn, run_id, events, source, used)
+            if also is not None:
+                await sql_events.append(conn, also[0], also[1], f"{run_id}/{source}", used)
         if events:
             self._appended(run_id)
+        if also is not None:
+            self._appended(also[0])
         return used
 
 

@@ -122,6 +122,12 @@ class PostgresEvents(PostgresPool, EventStore):
             return await claim(conn, run_id, execution_id)
 
     @guarded
+    async def log_end(self, run_id: str) -> int:
+        pool = await self._get_pool()
+        found = await pool.fetchval('SELECT coalesce(max("offset") + 1, 0) FROM run_events WHERE run_id = $1', run_id)
+        return int(found)
+
+    @guarded
     async def read_events(self, run_id: str, *, offset: int = 0, limit: int | None = None) -> list[RunEvent]:
         rules.check_page(offset, limit)
         pool = await self._get_pool()

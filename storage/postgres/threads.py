@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -146,6 +147,24 @@ class PostgresThreads(PostgresPool, ThreadStore):
         if row is None:
             raise ThreadNotFound(thread_id)
         return rules.thread(row)
+
+    @guarded
+    async def merge_thread_metadata(self, thread_id: str, updates: dict[str, Any]) -> dict[str, Any]:
+        pool = await self._get_pool()
+        removed = [k for k, v in updates.items() if v is None]
+        kept = {k: v for k, v in updates.items() if v is not None}
+        found = await pool.fetchval(
+            "UPDATE threads SET metadata = (coalesce(metadata, '{}'::jsonb) - $3::text[]) || $2::jsonb,"
+            " updated_at = $4 WHERE id = $1 RETURNING metadata::text",
+            thread_id,
+            to_json(kept).decode(),
+            removed,
+            datetime.now(UTC),
+        )
+        if found is None:
+            raise ThreadNotFound(thread_id)
+        metadata: dict[str, Any] = json.loads(found)
+        return metadata
 
     @guarded
     async def delete_thread(self, thread_id: str) -> bool:

@@ -63,12 +63,15 @@ class SQLiteStorage(SQLiteThreads, SQLiteEvents, SQLiteSteps, SQLiteDefinitions,
         attempt: int = 1,
         renumber: bool = False,
         answer: StepAnswer | None = None,
+        also: tuple[str, list[EventRecord]] | None = None,
+        once: bool = False,
     ) -> int:
         at = now()
         rows = sql_threads.message_rows(messages or [])
         encoded = sql_events.encode(events or [])
         answer_json = to_json(answer.answer).decode() if answer is not None else None
-        if not rows and not encoded and answer is None:
+        other = (also[0], sql_events.encode(also[1])) if also is not None and also[1] else None
+        if not rows and not encoded and answer is None and other is None:
             return attempt
 
         def write(conn: sqlite3.Connection) -> int:
@@ -77,15 +80,21 @@ class SQLiteStorage(SQLiteThreads, SQLiteEvents, SQLiteSteps, SQLiteDefinitions,
             if answer is not None and answer_json is not None:
                 store_answer(conn, run_id, answer.message_id, answer_json, at)
             used = attempt
+            if encoded and once and sql_events.written_attempt(conn, run_id, source):
+                return 0
             if encoded:
                 if renumber:
                     used = rules.next_attempt(sql_events.written_attempt(conn, run_id, source), attempt)
                 sql_events.append(conn, run_id, encoded, source, used, at)
+            if other is not None:
+                sql_events.append(conn, other[0], other[1], f"{run_id}/{source}", used, at)
             return used
 
         used = await self._write_tx(write)
         if encoded:
             self._appended(run_id)
+        if other is not None:
+            self._appended(other[0])
         return used
 
 

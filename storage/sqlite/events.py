@@ -101,6 +101,15 @@ class SQLiteEvents(SQLiteConnection, EventStore):
         at = now()
         return await self._write_tx(lambda conn: claim(conn, run_id, execution_id, at))
 
+    async def log_end(self, run_id: str) -> int:
+        def end(conn: sqlite3.Connection) -> int:
+            found: int = conn.execute(
+                'SELECT coalesce(max("offset") + 1, 0) FROM run_events WHERE run_id = ?', (run_id,)
+            ).fetchone()[0]
+            return found
+
+        return await self._run(end)
+
     async def read_events(self, run_id: str, *, offset: int = 0, limit: int | None = None) -> list[RunEvent]:
         rules.check_page(offset, limit)
 

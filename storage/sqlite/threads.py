@@ -116,6 +116,27 @@ class SQLiteThreads(SQLiteConnection, ThreadStore):
 
         return await self._write_tx(update)
 
+    async def merge_thread_metadata(self, thread_id: str, updates: dict[str, Any]) -> dict[str, Any]:
+        at = now()
+
+        def merge(conn: sqlite3.Connection) -> dict[str, Any]:
+            row = conn.execute("SELECT metadata FROM threads WHERE id = ?", (thread_id,)).fetchone()
+            if row is None:
+                raise ThreadNotFound(thread_id)
+            metadata = json.loads(row[0]) if row[0] else {}
+            for key, value in updates.items():
+                if value is None:
+                    metadata.pop(key, None)
+                else:
+                    metadata[key] = value
+            conn.execute(
+                "UPDATE threads SET metadata = ?, updated_at = ? WHERE id = ?",
+                (to_json(metadata).decode(), at, thread_id),
+            )
+            return dict(metadata)
+
+        return await self._write_tx(merge)
+
     async def delete_thread(self, thread_id: str) -> bool:
         def delete(conn: sqlite3.Connection) -> bool:
             conn.execute("DELETE FROM messages WHERE thread_id = ?", (thread_id,))

@@ -1,0 +1,480 @@
+"""The client side of AgentController sessions: `Session`, a handle on one `AgentSession` workflow, and
+`ControllerClient`, which makes or finds sessions (update-with-start) and lists them from visibility.
+
+A handle keeps nothing of its own: every read is a query to the session or a read of storage, every change an
+update the session validates, so any number of processes may hold handles on one session, and a handle made
+after a restart continues where the session is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import uuid
+from collections.abc import AsyncIterator, Callable
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Literal
+
+from temporalio.client import WithStartWorkflowOperation, WorkflowUpdateFailedError
+from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.service import RPCError
+
+from keel.client.errors import KeelClientError
+from keel.client.run_events import follow, read
+from keel.client.visibility import quoted
+from keel.protocol import names
+from keel.protocol.controller_events import DisplayState
+
+if TYPE_CHECKING:
+    from keel.client.keel_client import KeelClient
+    from keel.storage import Storage
+    from keel.workflows.session_contracts import Accepted, SessionSnapshot, SessionThreadResult
+
+Listener = Callable[[dict[str, Any]], Any]
+WAIT_SECONDS = 30.0
+
+
+class SessionError(KeelClientError):
+    """A change the session refused (an unknown mode or tool call, a state that fails the schema, ...): the
+    session is unchanged."""
+
+    def __init__(self, message: str, kind: str | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class ControllerClient:
+    """Sessions of one controller, through Temporal (and the storage, for their event logs and threads)."""
+
+    def __init__(self, keel: KeelClient, storage: Storage, controller_id: str) -> None:
+        self.keel = keel
+        self.storage = storage
+        self.controller_id = controller_id
+
+    async def create_session(
+        self,
+        resource_id: str,
+        scope: str | None = None,
+        *,
+        thread_id: str | None = None,
+        tags: dict[str, Any] | None = None,
+    ) -> Session:
+        """The session of (this controller, `resource_id`, `scope`), made if there is none (Mastra's get-or-
+        create): two processes asking for the same get the same. With `thread_id` it is switched to that thread
+        (made if missing)."""
+        from keel.workflows.agent_session import AgentSession
+        from keel.workflows.session_contracts import SessionInput, SessionOpen, SessionSnapshot
+
+        session_id = names.session_workflow_id(self.controller_id, resource_id, scope)
+        start: WithStartWorkflowOperation[Any, Any] = WithStartWorkflowOperation(
+            AgentSession.run,
+            SessionInput(
+                controller_id=self.controller_id,
+                resource_id=resource_id,
+                scope=scope,
+                thread_id=thread_id,
+                tags=dict(tags or {}),
+            ),
+            id=session_id,
+            task_queue=self.keel.task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            static_summary=f"session of {resource_id}" + (f" ({scope})" if scope else "") + f" on {self.controller_id}",
+        )
+        await self.keel.wait_for_worker()
+        try:
+            await self.keel.temporal.execute_update_with_start_workflow(
+                names.SESSION_OPEN_UPDATE,
+                SessionOpen(thread_id=thread_id),
+                start_workflow_operation=start,
+                result_type=SessionSnapshot,
+            )
+        except WorkflowUpdateFailedError as err:
+            raise _refused(err) from None
+        return Session(self, session_id, resource_id, scope)
+
+    def session(self, resource_id: str, scope: str | None = None) -> Session:
+        """A handle on the session of (`resource_id`, `scope`) without making it (its calls fail if none)."""
+        return Session(self, names.session_workflow_id(self.controller_id, resource_id, scope), resource_id, scope)
+
+    async def sessions(self, resource_id: str | None = None, *, limit: int = 100) -> list[dict[str, Any]]:
+        """Open sessions of this controller (of one resource), from visibility: id, resource, status."""
+        query = f"KeelKind='session' AND KeelControllerId='{quoted(self.controller_id)}' AND CloseTime IS NULL"
+        if resource_id is not None:
+            query += f" AND KeelResourceId='{quoted(resource_id)}'"
+        found = []
+        async for ex in self.keel.temporal.list_workflows(query, limit=limit):
+            attrs = ex.typed_search_attributes
+            from keel.workflows.search_attributes import KEEL_RESOURCE_ID, KEEL_STATUS, KEEL_THREAD_ID
+
+            found.append(
+                {
+                    "sessionId": ex.id,
+                    "resourceId": attrs.get(KEEL_RESOURCE_ID),
+                    "status": attrs.get(KEEL_STATUS),
+                    "threadId": attrs.get(KEEL_THREAD_ID),
+                    "startedAt": ex.start_time.isoformat() if ex.start_time else None,
+                }
+            )
+        return found
+
+
+class Session:
+    """One session (Mastra's `Session`). Reads are queries to the session or reads of storage; changes are
+    validated updates (`SessionError` when refused)."""
+
+    def __init__(self, controller: ControllerClient, session_id: str, resource_id: str, scope: str | None) -> None:
+        self.controller = controller
+        self.id = session_id
+        self.resource_id = resource_id
+        self.scope = scope
+        self.thread = _Threads(self)
+        self.mode = _Mode(self)
+        self.model = _Model(self)
+        self.state = _State(self)
+        self.permissions = _Permissions(self)
+        self.subagents = _Subagents(self)
+        self.display_state = _DisplayStateReader(self)
+        self.goal = _Goal(self)
+
+    @property
+    def _storage(self) -> Storage:
+        return self.controller.storage
+
+    # --- messages and runs --------------------------------------------------------------------------------
+
+    async def send_message(self, content: Any, *, wait: bool = True, message_id: str | None = None) -> Accepted:
+        """Send a message: it starts a turn (the session is idle), or goes into the running one. With `wait`
+        (Mastra's behaviour) this returns once that turn has ended or waits on a person."""
+        accepted = await self._send(content, "send", message_id)
+        if wait and accepted.run_id is not None:
+            await self.settled(accepted.run_id)
+        return accepted
+
+    async def steer(self, content: Any, *, wait: bool = False) -> Accepted:
+        """Abort the running turn and start one with this message."""
+        accepted = await self._send(content, "steer", None)
+        if wait and accepted.run_id is not None:
+            await self.settled(accepted.run_id)
+        return accepted
+
+    async def follow_up(self, content: Any) -> Accepted:
+        """A message for the turn after the running one (or a turn now, when idle)."""
+        return await self._send(content, "follow_up", None)
+
+    async def _send(
+        self, content: Any, mode: Literal["send", "steer", "follow_up"], message_id: str | None
+    ) -> Accepted:
+        from keel.workflows.session_contracts import Accepted, SendMessage
+
+        message = SendMessage(content=content, mode=mode, id=message_id or f"msg-{uuid.uuid4()}")
+        result: Accepted = await self._update(names.SESSION_SEND_UPDATE, message, Accepted)
+        return result
+
+    async def abort(self) -> Accepted:
+        from keel.workflows.session_contracts import Accepted
+
+        result: Accepted = await self._update(names.SESSION_ABORT_UPDATE, None, Accepted)
+        return result
+
+    async def settled(self, run_id: str | None = None) -> SessionSnapshot:
+        """Once the turn `run_id` (default: the latest) has ended, or waits on a person."""
+        from keel.workflows.session_contracts import SessionSnapshot, Settle
+
+        result: SessionSnapshot = await self._update(
+            names.SESSION_SETTLED_UPDATE, Settle(run_id=run_id), SessionSnapshot, wait=timedelta(hours=1)
+        )
+        return result
+
+    async def respond_to_tool_approval(
+        self,
+        tool_call_id: str,
+        decision: Literal["approve", "decline", "always_allow_category"] = "approve",
+        *,
+        reason: str | None = None,
+    ) -> Accepted:
+        from keel.workflows.session_contracts import Accepted, ToolApprovalResponse
+
+        response = ToolApprovalResponse(tool_call_id=tool_call_id, decision=decision, reason=reason)
+        result: Accepted = await self._update(names.SESSION_APPROVAL_UPDATE, response, Accepted)
+        return result
+
+    async def respond_to_tool_suspension(self, tool_call_id: str, resume_data: Any) -> Accepted:
+        from keel.workflows.session_contracts import Accepted, ToolSuspensionResponse
+
+        response = ToolSuspensionResponse(tool_call_id=tool_call_id, resume_data=resume_data)
+        result: Accepted = await self._update(names.SESSION_SUSPENSION_UPDATE, response, Accepted)
+        return result
+
+    async def snapshot(self) -> SessionSnapshot:
+        """Everything the session holds now: thread, mode, model, permissions, state, pending calls."""
+        from keel.workflows.session_contracts import SessionSnapshot
+
+        try:
+            result: SessionSnapshot = await self._handle.query(
+                names.SESSION_SNAPSHOT_QUERY, result_type=SessionSnapshot, rpc_timeout=timedelta(seconds=WAIT_SECONDS)
+            )
+        except RPCError as err:
+            raise KeelClientError(f"Session {self.id}: {err.message}") from None
+        return result
+
+    # --- events -----------------------------------------------------------------------------------------------
+
+    async def events(self, offset: int | None = None, *, display_state: bool = True) -> AsyncIterator[dict[str, Any]]:
+        """The session's events from `offset` (default: from now), as they are written, each once; with
+        `display_state`, each followed by `display_state_changed` (Mastra's stream). Each event carries its
+        `offset`: a reader that reconnects with the last one + 1 misses nothing and sees nothing twice."""
+        snapshot = await self.snapshot()
+        start = offset if offset is not None else await self._storage.log_end(self.id)
+        state = await self._fold_until(start, snapshot.snapshot_offset)
+        async for shown in follow(self._storage, self.id, offset=start, until=frozenset()):
+            event = {**shown.event.payload, "type": shown.event.type, "offset": shown.event.offset}
+            state.apply(event)
+            if event["type"] == "display_state":
+                continue
+            yield event
+            if display_state:
+                yield {"type": "display_state_changed", "displayState": state.snapshot(), "offset": event["offset"]}
+
+    def subscribe(self, listener: Listener, offset: int | None = None) -> Callable[[], None]:
+        """Call `listener` with each event (Mastra's `subscribe`); returns the unsubscribe function. From
+        `offset` when given (a listener that reconnects gets what it missed), else from now."""
+
+        async def pump() -> None:
+            async for event in self.events(offset):
+                outcome = listener(event)
+                if asyncio.iscoroutine(outcome):
+                    await outcome
+
+        task = asyncio.ensure_future(pump())
+
+        def unsubscribe() -> None:
+            task.cancel()
+
+        return unsubscribe
+
+    async def _fold_until(self, offset: int, snapshot_offset: int | None) -> DisplayState:
+        state = DisplayState()
+        begin = snapshot_offset if snapshot_offset is not None and snapshot_offset <= offset else 0
+        for shown in await read(self._storage, self.id, offset=begin):
+            if shown.event.offset >= offset:
+                break
+            state.apply({**shown.event.payload, "type": shown.event.type})
+        return state
+
+    # --- plumbing ---------------------------------------------------------------------------------------------
+
+    @property
+    def _handle(self) -> Any:
+        return self.controller.keel.temporal.get_workflow_handle(self.id)
+
+    async def _update(self, name: str, arg: Any, result_type: type, *, wait: timedelta | None = None) -> Any:
+        try:
+            args = [] if arg is None else [arg]
+            return await self._handle.execute_update(
+                name, *args, result_type=result_type, rpc_timeout=wait or timedelta(seconds=WAIT_SECONDS)
+            )
+        except WorkflowUpdateFailedError as err:
+            raise _refused(err) from None
+        except RPCError as err:
+            raise KeelClientError(f"Session {self.id}: {err.message}") from None
+
+
+class _Threads:
+    def __init__(self, session: Session) -> None:
+        self._s = session
+
+    async def get_id(self) -> str | None:
+        return (await self._s.snapshot()).thread_id
+
+    async def create(self, title: str | None = None) -> dict[str, Any]:
+        return (await self._change("create", title=title)).thread or {}
+
+    async def switch(self, thread_id: str) -> None:
+        await self._change("switch", thread_id=thread_id)
+
+    async def rename(self, title: str, thread_id: str | None = None) -> None:
+        await self._change("rename", thread_id=thread_id, title=title)
+
+    async def clone(self, source_thread_id: str | None = None, title: str | None = None) -> dict[str, Any]:
+        return (await self._change("clone", source_thread_id=source_thread_id, title=title)).thread or {}
+
+    async def delete(self, thread_id: str) -> None:
+        await self._change("delete", thread_id=thread_id)
+
+    async def list(self) -> list[dict[str, Any]]:
+        """The resource's threads (newest first), from storage; a forked subagent's left out."""
+        from keel.storage.threads import FORKED_SUBAGENT
+
+        threads, _ = await self._s._storage.list_threads(self._s.resource_id)
+        return [t.controller_json() for t in threads if not (t.metadata or {}).get(FORKED_SUBAGENT)]
+
+    async def list_messages(
+        self, thread_id: str | None = None, limit: int | None = None
+    ) -> builtins.list[dict[str, Any]]:
+        """A thread's messages (the current one's by default), oldest first; the newest `limit`."""
+        target = thread_id or await self.get_id()
+        if target is None:
+            return []
+        thread = await self._s._storage.get_thread(target)
+        if thread is None or thread.resource_id != self._s.resource_id:
+            raise SessionError(f"Thread not found: {target}", "ThreadNotFound")
+        messages, _ = await self._s._storage.list_messages(target)
+        if limit is not None:
+            messages = messages[-limit:]
+        return [m.model_dump(mode="json", by_alias=True) for m in messages]
+
+    async def _change(self, op: str, **fields: Any) -> SessionThreadResult:
+        from keel.workflows.session_contracts import SessionThreadResult, ThreadChange
+
+        change = ThreadChange.model_validate({"op": op, **fields})
+        result: SessionThreadResult = await self._s._update(names.SESSION_THREAD_UPDATE, change, SessionThreadResult)
+        return result
+
+
+class _Mode:
+    def __init__(self, session: Session) -> None:
+        self._s = session
+
+    async def get(self) -> str:
+        return (await self._s.snapshot()).mode_id
+
+    async def switch(self, mode_id: str) -> None:
+        from keel.workflows.session_contracts import SessionSnapshot, SwitchMode
+
+        await self._s._update(names.SESSION_MODE_UPDATE, SwitchMode(mode_id=mode_id), SessionSnapshot)
+
+    async def resolve(self) -> dict[str, Any]:
+        """The current mode's definition (id, name, default model, transitions)."""
+        snapshot = await self._s.snapshot()
+        return {"id": snapshot.mode_id}
+
+
+class _Model:
+    def __init__(self, session: Session) -> None:
+        self._s = session
+
+    async def get(self) -> str:
+        return (await self._s.snapshot()).model_id or ""
+
+    async def switch(
+        self, model_id: str, *, scope: Literal["thread", "global"] = "thread", mode_id: str | None = None
+    ) -> None:
+        from keel.workflows.session_contracts import SessionSnapshot, SwitchModel
+
+        request = SwitchModel(model_id=model_id, scope=scope, mode_id=mode_id)
+        await self._s._update(names.SESSION_MODEL_UPDATE, request, SessionSnapshot)
+
+
+class _State:
+    def __init__(self, session: Session) -> None:
+        self._s = session
+
+    async def get(self) -> dict[str, Any]:
+        return dict((await self._s.snapshot()).state)
+
+    async def set(self, updates: dict[str, Any]) -> dict[str, Any]:
+        from keel.workflows.session_contracts import SessionSnapshot, SetState
+
+        snapshot: SessionSnapshot = await self._s._update(
+            names.SESSION_STATE_UPDATE, SetState(updates=updates), SessionSnapshot
+        )
+        return dict(snapshot.state)
+
+
+class _Permissions:
+    def __init__(self, session: Session) -> None:
+        self._s = session
+
+    async def get(self) -> dict[str, Any]:
+        rules = (await self._s.snapshot()).permissions
+        return {"categories": dict(rules.categories), "tools": dict(rules.tools)}
+
+    async def grants(self) -> dict[str, list[str]]:
+        rules = (await self._s.snapshot()).permissions
+        return {"categories": list(rules.granted_categories), "tools": list(rules.granted_tools)}
+
+    async def set_for_category(self, category: str, policy: str) -> None:
+        from keel.workflows.session_contracts import SessionSnapshot, SetPermission
+
+        request = SetPermission.model_validate({"category": category, "policy": policy})
+        await self._s._update(names.SESSION_PERMISSION_UPDATE, request, SessionSnapshot)
+
+    async def set_for_tool(self, tool_name: str, policy: str) -> None:
+        from keel.workflows.session_contracts import SessionSnapshot, SetPermission
+
+        request = SetPermission.model_validate({"toolName": tool_name, "policy": policy})
+        await self._s._update(names.SESSION_PERMISSION_UPDATE, request, SessionSnapshot)
+
+
+class _Subagents:
+    def __init__(self, session: Session) -> None:
+        self.model = _SubagentModel(session)
+
+
+class _SubagentModel:
+    def __init__(self, session: Session) -> None:
+        self._s = session
+
+    async def get(self, agent_type: str | None = None) -> str | None:
+        models = (await self._s.snapshot()).subagent_models
+        if agent_type is not None and f"subagentModelId_{agent_type}" in models:
+            return models[f"subagentModelId_{agent_type}"]
+        return models.get("subagentModelId")
+
+    async def set(self, model_id: str, agent_type: str | None = None) -> None:
+        from keel.workflows.session_contracts import SessionSnapshot, SetSubagentModel
+
+        request = SetSubagentModel(model_id=model_id, agent_type=agent_type)
+        await self._s._update(names.SESSION_SUBAGENT_MODEL_UPDATE, request, SessionSnapshot)
+
+
+class _DisplayStateReader:
+    def __init__(self, session: Session) -> None:
+        self._s = session
+
+    async def get(self) -> dict[str, Any]:
+        """The display state now: the session's log folded from its last snapshot (pending approvals and
+        suspensions included, after any restart)."""
+        snapshot = await self._s.snapshot()
+        end = await self._s._storage.log_end(self._s.id)
+        state = await self._s._fold_until(end, snapshot.snapshot_offset)
+        folded = state.snapshot()
+        folded["isRunning"] = snapshot.running
+        return folded
+
+
+class _Goal:
+    def __init__(self, session: Session) -> None:
+        self._s = session
+
+    async def get(self) -> dict[str, Any] | None:
+        goal = (await self._s.snapshot()).goal
+        return goal.model_dump(mode="json", by_alias=True) if goal else None
+
+    async def set(self, objective: str, *, judge_model_id: str | None = None, max_runs: int | None = None) -> None:
+        from keel.workflows.session_contracts import SessionSnapshot, SetGoal
+
+        request = SetGoal(objective=objective, judge_model_id=judge_model_id, max_runs=max_runs)
+        await self._s._update(names.SESSION_GOAL_UPDATE, request, SessionSnapshot)
+
+    async def update(
+        self, *, judge_model_id: str | None = None, max_runs: int | None = None, status: str | None = None
+    ) -> None:
+        from keel.workflows.session_contracts import SessionSnapshot, SetGoal
+
+        request = SetGoal.model_validate({"judgeModelId": judge_model_id, "maxRuns": max_runs, "status": status})
+        await self._s._update(names.SESSION_GOAL_UPDATE, request, SessionSnapshot)
+
+    async def clear(self) -> None:
+        from keel.workflows.session_contracts import SessionSnapshot, SetGoal
+
+        await self._s._update(names.SESSION_GOAL_UPDATE, SetGoal(clear=True), SessionSnapshot)
+
+
+def _refused(err: WorkflowUpdateFailedError) -> SessionError:
+    cause = err.cause
+    message = str(getattr(cause, "message", None) or cause or err)
+    return SessionError(message, getattr(cause, "type", None))
+
+
+__all__ = ["ControllerClient", "Session", "SessionError"]

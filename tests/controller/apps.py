@@ -1,0 +1,127 @@
+"""The controllers the session tests run: a scripted model that answers from the conversation, so each test
+says what it wants in its message (`text`, `tool NAME ARGS`, `ask`, `plan`, `tasks`, `sub TYPE`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from keel import AgentController, Mode, Subagent
+from keel.app import Agent, App, ToolContext, tool
+from keel.model_providers import (
+    ModelRequest,
+    ModelResponse,
+    ModelToolCall,
+    ScriptedModel,
+    last_user_text,
+    tool_results_since_last_user,
+)
+from keel.workspace_providers import LocalFilesystem, Workspace
+
+
+class Note(BaseModel):
+    text: str
+
+
+def _data_dir() -> Path:
+    return Path(os.environ.get("KEEL_DATA_DIR", ".keel"))
+
+
+@tool("save_note")
+async def save_note(args: Note, ctx: ToolContext) -> dict[str, Any]:
+    """Save a note (a custom tool: category `edit`)."""
+    root = _data_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / "notes.log", "a") as f:
+        f.write(f"{args.text}\n")
+    return {"saved": args.text}
+
+
+@tool("search_docs")
+async def search_docs(args: Note, ctx: ToolContext) -> dict[str, Any]:
+    """Search the docs (a controller tool: category `read`)."""
+    return {"found": f"docs about {args.text}"}
+
+
+def script(request: ModelRequest) -> ModelResponse:
+    """`text X` answers X; `tool NAME {json}` calls NAME (one call per turn, then says what came back);
+    `tools NAME NAME ...` calls each; `ask`: ask_user; `plan PATH`: submit_plan; `sub TYPE TASK`: a subagent."""
+    said = last_user_text(request)
+    results = tool_results_since_last_user(request)
+    if results:
+        return ModelResponse(text="got: " + " | ".join(json.dumps(r.result, sort_keys=True) for r in results))
+    words = said.split(" ", 2)
+    kind = words[0]
+    if kind == "tool":
+        args = json.loads(words[2]) if len(words) > 2 else {}
+        return ModelResponse(tool_calls=[ModelToolCall(id="call_1", name=words[1], args=args)])
+    if kind == "tools":
+        names = said.split()[1:]
+        calls = [ModelToolCall(id=f"call_{i}", name=n, args={"text": n}) for i, n in enumerate(names, 1)]
+        return ModelResponse(tool_calls=calls)
+    if kind == "ask":
+        args = {"question": "Which database?", "options": [{"label": "SQLite"}, {"label": "PostgreSQL"}]}
+        return ModelResponse(tool_calls=[ModelToolCall(id="ask_1", name="ask_user", args=args)])
+    if kind == "plan":
+        return ModelResponse(tool_calls=[ModelToolCall(id="plan_1", name="submit_plan", args={"path": words[1]})])
+    if kind == "sub":
+        args = {"agentType": words[1], "task": words[2] if len(words) > 2 else "look around"}
+        return ModelResponse(tool_calls=[ModelToolCall(id="sub_1", name="subagent", args=args)])
+    if kind == "instructions":
+        return ModelResponse(text=request.instructions)
+    if kind == "offered":
+        return ModelResponse(text=",".join(sorted(t.name for t in request.tools)))
+    return ModelResponse(text=f"echo: {said}")
+
+
+WORKSPACE_DIR = Path(tempfile.gettempdir()) / f"keel-tests-controller-{os.getpid()}"
+
+agent = Agent(
+    id="assistant",
+    model=ScriptedModel(script, name="controller", chunk_size=4),
+    instructions="Agent instructions.",
+    tools=(save_note,),
+)
+
+class SessionState(BaseModel):
+    counter: int = 0
+    project: str | None = None
+
+
+controller = AgentController(
+    "assistant-controller",
+    agent,
+    workspace=Workspace(id="controller-ws", filesystem=LocalFilesystem(WORKSPACE_DIR)),
+    instructions="Controller instructions.",
+    modes=[
+        Mode("plan", name="Plan", default=True, instructions="Plan mode instructions.", transitions_to="build"),
+        Mode("build", name="Build", instructions="Build mode instructions."),
+        Mode(
+            "review",
+            name="Review",
+            instructions="Review mode.",
+            available_tools=("mastra_workspace_read_file", "ask_user", "save_note", "search_docs"),
+        ),
+    ],
+    tools=(search_docs,),
+    subagents=[
+        Subagent(
+            id="explore",
+            name="Explorer",
+            description="Looks around the workspace.",
+            instructions="You explore.",
+            allowed_controller_tools=("search_docs",),
+            allowed_workspace_tools=("mastra_workspace_list_files",),
+        )
+    ],
+    tool_category_resolver=lambda name: {"save_note": "edit", "search_docs": "read"}.get(name),
+    state_schema=SessionState,
+    initial_state={"project": "demo"},
+)
+
+app = App.of(controllers=[controller])

@@ -1,0 +1,813 @@
+"""`AgentSession`: one AgentController session (Mastra's `Session`) as an entity workflow.
+
+One per (controller, resource id, scope), id `keel.protocol.names.session_workflow_id(...)`, made or found by the
+`open` update (update-with-start): any process that asks for the same session gets this one. It owns, as workflow
+state: the current thread, mode and model, the permission rules and the grants of `always_allow_category`, the
+session's state (checked against the controller's schema), the goal, the messages waiting for a turn, and the
+calls its turns wait on. Each turn is a child `AgentRun` with the mode's instructions and tools and the session's
+permissions (`TurnConfig`); the run tells the session what it waits on (`turn_waiting`), and the session forwards
+decisions and resume data to it, so a turn keeps every property of an agent run (durable steps, approvals by
+signal or update on the run itself).
+
+Every mutation is an update with a validator (an unknown mode, a state that fails the schema, an unknown or
+decided tool call id: refused, the session unchanged) and writes its events to the session's log (`keel.session_events`,
+each batch once), the log subscribers read from any offset. The session continues as new when Temporal suggests
+it, between turns, after storing a display-state snapshot so readers need not fold the log from its start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, ChildWorkflowError
+from temporalio.workflow import ChildWorkflowHandle, ParentClosePolicy
+
+from keel.protocol import InputMessage, names
+from keel.protocol.workflow_definition import schema_problems
+from keel.workflows.contracts import AgentRunInput, AgentRunResult, ToolApproval, ToolResume, TurnConfig
+from keel.workflows.search_attributes import (
+    KEEL_AGENT_ID,
+    KEEL_CONTROLLER_ID,
+    KEEL_KIND,
+    KEEL_RESOURCE_ID,
+    KEEL_STATUS,
+    KEEL_THREAD_ID,
+)
+from keel.workflows.session_contracts import (
+    Accepted,
+    Goal,
+    JudgeInput,
+    JudgeResult,
+    PendingItem,
+    QueuedMessage,
+    SendMessage,
+    SessionCarry,
+    SessionConfig,
+    SessionConfigInput,
+    SessionEventsInput,
+    SessionInput,
+    SessionOpen,
+    SessionSnapshot,
+    SessionSnapshotInput,
+    SessionThreadInput,
+    SessionThreadResult,
+    SetGoal,
+    SetPermission,
+    SetState,
+    SetSubagentModel,
+    Settle,
+    SwitchMode,
+    SwitchModel,
+    ThreadChange,
+    ToolApprovalResponse,
+    ToolSuspensionResponse,
+    TurnDecided,
+    TurnWaiting,
+)
+
+MAX_QUEUED = 100
+MAX_PENDING = 100
+MAX_DECIDED = 200
+TURN_MAX_STEPS = 1000
+"""Mastra's controller runs a turn with `maxSteps: 1000`."""
+STORAGE = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=30))
+DEFAULT_REASON = "Tool call was not approved by the user"
+INTERRUPTED = "The pending tool approval was declined because the user sent a new message."
+ABORTED = "Aborted by the user"
+
+
+def refused(kind: str, message: str) -> ApplicationError:
+    """A refused update: the caller gets the message, the session is unchanged."""
+    return ApplicationError(message, type=kind, non_retryable=True)
+
+
+@workflow.defn(name=names.AGENT_SESSION, sandboxed=False)
+class AgentSession:
+    def __init__(self) -> None:
+        self._input: SessionInput | None = None
+        self._c = SessionCarry()
+        self._ready = False
+        self._lock = asyncio.Lock()
+        self._turn: ChildWorkflowHandle[Any, AgentRunResult] | None = None
+        self._turn_id: str | None = None
+        self._aborting = False
+        self._ended: set[str] = set()  # turns that ended in this execution
+
+    # --- the session's life ------------------------------------------------------------------------------------
+
+    @workflow.run
+    async def run(self, input: SessionInput) -> None:
+        self._input = input
+        self._c = input.carry or SessionCarry()
+        if input.carry is None:
+            workflow.upsert_search_attributes(
+                [
+                    KEEL_KIND.value_set("session"),
+                    KEEL_STATUS.value_set("idle"),
+                    KEEL_CONTROLLER_ID.value_set(input.controller_id),
+                    KEEL_RESOURCE_ID.value_set(input.resource_id),
+                ]
+            )
+        if self._c.config is None:
+            self._c.config = await workflow.execute_local_activity(
+                names.SESSION_CONFIG,
+                SessionConfigInput(controller_id=input.controller_id),
+                result_type=SessionConfig,
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=STORAGE,
+            )
+            workflow.upsert_search_attributes([KEEL_AGENT_ID.value_set(self._c.config.agent_id)])
+        if input.carry is None:
+            await self._begin(input)
+        self._ready = True
+        while True:
+            await workflow.wait_condition(
+                lambda: bool(self._c.queued) or workflow.info().is_continue_as_new_suggested()
+            )
+            if self._c.queued:
+                message = self._c.queued.pop(0)
+                self._turn_id = message.run_id  # the current turn from now on (its child starts below)
+                await self._run_turn(message)
+                continue
+            await workflow.wait_condition(workflow.all_handlers_finished)
+            if self._c.queued or self._turn is not None:
+                continue
+            await self._snapshot()
+            workflow.continue_as_new(input.model_copy(update={"carry": self._c}))
+
+    async def _begin(self, input: SessionInput) -> None:
+        """A new session: the controller's default mode and initial state, and a thread: the one asked for
+        (made if missing), else the resource's latest that matches the session's tags, else a new one."""
+        config = self._config
+        self._c.mode_id = config.default_mode_id
+        self._c.model_id = self._mode(config.default_mode_id).default_model_id
+        self._c.state = dict(config.initial_state)
+        change = (
+            ThreadChange(op="switch", thread_id=input.thread_id, create_missing=True)
+            if input.thread_id
+            else ThreadChange(op="latest", thread_id=str(workflow.uuid4()))
+        )
+        await self._thread_change(change)
+
+    @property
+    def _config(self) -> SessionConfig:
+        assert self._c.config is not None
+        return self._c.config
+
+    @property
+    def _id(self) -> str:
+        return workflow.info().workflow_id
+
+    # --- turns ------------------------------------------------------------------------------------------------
+
+    async def _run_turn(self, message: QueuedMessage) -> None:
+        async with self._lock:
+            if self._c.thread_id is None:
+                await self._thread_change(ThreadChange(op="create", thread_id=str(workflow.uuid4())))
+            run_id = message.run_id
+            self._c.turns += 1
+            data = {"id": message.id, "type": "user", "tagName": "user", "contents": message.content}
+            user = {
+                "id": message.id,
+                "role": "signal",
+                "content": {"format": 2, "parts": [{"type": "data-user-message", "data": data}]},
+                "threadId": self._c.thread_id,
+            }
+            await self._emit(
+                [
+                    {"type": "agent_start", "runId": run_id},
+                    {"type": "message_start", "message": user},
+                    {"type": "message_end", "id": message.id},
+                ]
+            )
+            self._turn = await workflow.start_child_workflow(
+                names.AGENT_RUN,
+                AgentRunInput(
+                    agent_id=self._config.agent_id,
+                    messages=[InputMessage(role="user", content=message.content)],
+                    thread_id=self._c.thread_id,
+                    resource_id=self._resource_id,
+                    max_steps=TURN_MAX_STEPS,
+                    turn=self._turn_config(),
+                ),
+                id=run_id,
+                result_type=AgentRunResult,
+                parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
+                static_summary=f"turn {self._c.turns} of session {self._id}",
+            )
+            self._status()
+        reason, error = "complete", None
+        try:
+            await self._turn
+        except ChildWorkflowError as err:
+            cancelled = isinstance(err.cause, CancelledError) or self._aborting
+            reason = "aborted" if cancelled else "error"
+            if not cancelled:
+                error = str(getattr(err.cause, "message", None) or err.cause or err)
+        async with self._lock:
+            self._turn, self._turn_id, self._aborting = None, None, False
+            self._ended.add(run_id)
+            left = [p for p in self._c.pending if p.run_id == run_id or p.run_id.startswith(f"{run_id}-")]
+            self._c.pending = [p for p in self._c.pending if p not in left]
+            events: list[dict[str, Any]] = []
+            for item in left:
+                if item.kind == "suspension":
+                    events.append(self._cancelled(item, ABORTED if reason == "aborted" else error or reason))
+                else:
+                    events.append({"type": "tool_end", "toolCallId": item.tool_call_id, "result": ABORTED})
+                    events[-1] |= {"isError": False, "denied": True}
+            if error is not None:
+                events.append({"type": "error", "error": {"name": "Error", "message": error}, "runId": run_id})
+            events.append({"type": "agent_end", "reason": reason, "runId": run_id})
+            await self._emit(events)
+            if reason == "complete":
+                await self._judge(run_id)
+            self._status()
+
+    def _turn_config(self) -> TurnConfig:
+        settings = self._c.thread_settings
+        subagent_models = {
+            key.removeprefix("subagentModelId").removeprefix("_"): str(value)
+            for key, value in settings.items()
+            if key.startswith("subagentModelId") and isinstance(value, str)
+        }
+        assert self._c.mode_id is not None
+        return TurnConfig(
+            session_id=self._id,
+            controller_id=self._config.controller_id,
+            mode_id=self._c.mode_id,
+            model_id=self._c.model_id,
+            permissions=self._c.permissions,
+            subagent_models=subagent_models,
+        )
+
+    async def _tell_turn(self) -> None:
+        """The running turn's later steps use the session's current mode and permissions."""
+        if self._turn_id is not None:
+            await self._signal(self._turn_id, names.TURN_CONFIG_SIGNAL, self._turn_config())
+
+    async def _judge(self, run_id: str) -> None:
+        goal = self._c.goal
+        if goal is None or goal.status != "active":
+            return
+        goal.runs += 1
+        await self._emit([{"type": "goal_evaluation", "payload": {"status": "pending", "runId": run_id}}])
+        verdict: JudgeResult = await workflow.execute_activity(
+            names.SESSION_JUDGE,
+            JudgeInput(
+                session_id=self._id,
+                controller_id=self._config.controller_id,
+                thread_id=self._c.thread_id,
+                objective=goal.objective,
+                judge_model_id=goal.judge_model_id,
+                run=goal.runs,
+            ),
+            result_type=JudgeResult,
+            start_to_close_timeout=timedelta(minutes=5),
+            retry_policy=STORAGE,
+            summary=f"judge the goal after turn {goal.runs}",
+        )
+        goal.last_evaluation = {"done": verdict.done, "reason": verdict.reason, "run": goal.runs}
+        if verdict.done:
+            goal.status = "done"
+        status = "done" if verdict.done else "continue" if goal.runs < goal.max_runs else "max_runs"
+        payload = {"status": status, "done": verdict.done, "reason": verdict.reason, "runs": goal.runs}
+        await self._emit([{"type": "goal_evaluation", "payload": payload | {"maxRuns": goal.max_runs}}])
+        if status == "continue":
+            text = f"Continue working toward the goal: {goal.objective}\n\nThe judge said: {verdict.reason}"
+            self._enqueue(f"{self._id}-goal-{goal.runs}", text)
+
+    def _enqueue(self, message_id: str, content: Any) -> QueuedMessage:
+        run_id = f"{self._id}-turn-{self._c.next_turn + 1}"
+        self._c.next_turn += 1
+        queued = QueuedMessage(id=message_id, content=content, run_id=run_id)
+        self._c.queued.append(queued)
+        return queued
+
+    # --- updates ----------------------------------------------------------------------------------------------
+
+    @workflow.update(name=names.SESSION_OPEN_UPDATE)
+    async def open(self, request: SessionOpen) -> SessionSnapshot:
+        await workflow.wait_condition(lambda: self._ready)
+        if request.thread_id and request.thread_id != self._c.thread_id:
+            async with self._lock:
+                await self._thread_change(ThreadChange(op="switch", thread_id=request.thread_id, create_missing=True))
+        return self.snapshot()
+
+    @workflow.update(name=names.SESSION_SEND_UPDATE)
+    async def send_message(self, message: SendMessage) -> Accepted:
+        await workflow.wait_condition(lambda: self._ready)
+        await workflow.wait_condition(self._not_starting)
+        message_id = message.id or str(workflow.uuid4())
+        async with self._lock:
+            if self._turn_id is not None and message.mode == "send":
+                # Into the running turn, as Mastra delivers a message while a run is active; a call waiting for a
+                # decision is declined (the user moved on).
+                for item in [p for p in self._c.pending if p.kind == "approval" and p.run_id == self._turn_id]:
+                    await self._decide(item, approved=False, reason=INTERRUPTED)
+                payload = {"id": message_id, "content": message.content}
+                await self._signal(self._turn_id, names.USER_MESSAGE_SIGNAL, payload)
+                return Accepted(run_id=self._turn_id, delivered=True)
+            if self._turn_id is not None and message.mode == "steer":
+                await self._abort()
+            queued = self._enqueue(message_id, message.content)
+            if self._turn_id is not None and message.mode == "follow_up":
+                await self._emit([{"type": "follow_up_queued", "count": len(self._c.queued)}])
+                return Accepted(run_id=queued.run_id, queued=True)
+            return Accepted(run_id=queued.run_id)
+
+    @send_message.validator
+    def _check_send(self, message: SendMessage) -> None:
+        if isinstance(message.content, str) and not message.content.strip():
+            raise ApplicationError("A message needs content", type="InvalidInput", non_retryable=True)
+        if len(self._c.queued) >= MAX_QUEUED:
+            raise ApplicationError(f"{MAX_QUEUED} messages already wait for a turn", non_retryable=True)
+
+    @workflow.update(name=names.SESSION_SETTLED_UPDATE)
+    async def settled(self, request: Settle) -> SessionSnapshot:
+        """Once the turn (default: the latest queued or running) has ended, or waits on a person."""
+        target = request.run_id or (self._c.queued[-1].run_id if self._c.queued else self._turn_id)
+
+        def settled() -> bool:
+            if target is None or target in self._ended:
+                return True
+            if self._turn_id == target:  # running: settled once it waits on a person
+                return any(p.run_id == target or p.run_id.startswith(f"{target}-") for p in self._c.pending)
+            return target not in {q.run_id for q in self._c.queued}  # not this execution's: long done
+
+        await workflow.wait_condition(settled)
+        return self.snapshot()
+
+    def _not_starting(self) -> bool:
+        """No turn is between leaving the queue and having its child run (a message then waits for the run)."""
+        return self._turn_id is None or self._turn is not None
+
+    @workflow.update(name=names.SESSION_ABORT_UPDATE)
+    async def abort(self) -> Accepted:
+        await workflow.wait_condition(self._not_starting)
+        async with self._lock:
+            run_id = self._turn_id
+            await self._abort()
+        if run_id is not None:
+            await workflow.wait_condition(lambda: run_id in self._ended)
+        return Accepted(run_id=run_id)
+
+    async def _abort(self) -> None:
+        if self._turn is None:
+            return
+        self._aborting = True
+        for item in [p for p in self._c.pending if p.kind == "suspension"]:
+            self._c.pending.remove(item)
+            await self._emit([self._cancelled(item, ABORTED)])
+        self._turn.cancel()
+
+    @workflow.update(name=names.SESSION_MODE_UPDATE)
+    async def switch_mode(self, request: SwitchMode) -> SessionSnapshot:
+        async with self._lock:
+            await self._switch_mode(request.mode_id)
+            await self._tell_turn()
+        return self.snapshot()
+
+    @switch_mode.validator
+    def _check_mode(self, request: SwitchMode) -> None:
+        self._mode(request.mode_id)
+
+    async def _switch_mode(self, mode_id: str) -> None:
+        previous, model = self._c.mode_id, self._c.model_id
+        settings: dict[str, Any] = {"currentModeId": mode_id}
+        if previous is not None and model:
+            settings[f"modeModelId_{previous}"] = model
+        self._c.mode_id = mode_id
+        incoming = self._c.thread_settings.get(f"modeModelId_{mode_id}") or self._mode(mode_id).default_model_id
+        events: list[dict[str, Any]] = [{"type": "mode_changed", "modeId": mode_id, "previousModeId": previous}]
+        if incoming:
+            self._c.model_id = str(incoming)
+            events.append({"type": "model_changed", "modelId": self._c.model_id})
+        await self._settings(settings, events)
+
+    @workflow.update(name=names.SESSION_MODEL_UPDATE)
+    async def switch_model(self, request: SwitchModel) -> SessionSnapshot:
+        async with self._lock:
+            target = request.mode_id or self._c.mode_id
+            if target == self._c.mode_id:
+                self._c.model_id = request.model_id
+            settings = {f"modeModelId_{target}": request.model_id} if request.scope == "thread" else {}
+            event = {"type": "model_changed", "modelId": request.model_id, "scope": request.scope, "modeId": target}
+            await self._settings(settings, [event])
+            await self._tell_turn()
+        return self.snapshot()
+
+    @switch_model.validator
+    def _check_model(self, request: SwitchModel) -> None:
+        if request.mode_id is not None:
+            self._mode(request.mode_id)
+        known = self._config.models
+        if known and request.model_id not in known:
+            raise ApplicationError(
+                f"Unknown model {request.model_id!r} (known models: {', '.join(known)})",
+                type="UnknownModel",
+                non_retryable=True,
+            )
+
+    @workflow.update(name=names.SESSION_STATE_UPDATE)
+    async def set_state(self, request: SetState) -> SessionSnapshot:
+        async with self._lock:
+            updates = dict(request.updates)
+            rules, yolo = updates.pop("permissionRules", None), updates.pop("yolo", None)
+            if isinstance(rules, dict):
+                self._c.permissions.categories = dict(rules.get("categories") or {})
+                self._c.permissions.tools = dict(rules.get("tools") or {})
+            if isinstance(yolo, bool):
+                self._c.permissions.yolo = yolo
+            self._c.state = {**self._c.state, **updates}
+            event = {"type": "state_changed", "state": self._state(), "changedKeys": list(request.updates)}
+            await self._emit([event])
+            if rules is not None or yolo is not None:
+                await self._tell_turn()
+        return self.snapshot()
+
+    @set_state.validator
+    def _check_state(self, request: SetState) -> None:
+        if not isinstance(request.updates, dict):
+            raise ApplicationError("state updates must be a JSON object", type="InvalidState", non_retryable=True)
+        schema = self._config.state_schema
+        merged = {**self._c.state, **request.updates}
+        merged.pop("permissionRules", None)
+        merged.pop("yolo", None)
+        problems = schema_problems(schema, merged) if schema else []
+        if problems:
+            raise ApplicationError(
+                f"Invalid state update: {'; '.join(problems)}", type="InvalidState", non_retryable=True
+            )
+
+    @workflow.update(name=names.SESSION_PERMISSION_UPDATE)
+    async def set_permission(self, request: SetPermission) -> SessionSnapshot:
+        async with self._lock:
+            rules = self._c.permissions
+            if request.tool_name is not None:
+                rules.tools[request.tool_name] = request.policy
+            elif request.category is not None:
+                rules.categories[request.category] = request.policy
+            event = {"type": "state_changed", "state": self._state(), "changedKeys": ["permissionRules"]}
+            await self._emit([event])
+            await self._tell_turn()
+        return self.snapshot()
+
+    @set_permission.validator
+    def _check_permission(self, request: SetPermission) -> None:
+        if (request.tool_name is None) == (request.category is None):
+            raise ApplicationError(
+                "Set a policy for a category or for a tool (one of them)", type="InvalidInput", non_retryable=True
+            )
+
+    @workflow.update(name=names.SESSION_APPROVAL_UPDATE)
+    async def respond_to_tool_approval(self, response: ToolApprovalResponse) -> Accepted:
+        async with self._lock:
+            item = self._pending_of(response.tool_call_id, "approval")
+            if response.decision == "always_allow_category" and item.category is not None:
+                if item.category not in self._c.permissions.granted_categories:
+                    self._c.permissions.granted_categories.append(item.category)
+                await self._tell_turn()
+                others = [p for p in self._c.pending if p.kind == "approval" and p.category == item.category]
+                for other in others:
+                    if other is not item:
+                        await self._decide(other, approved=True)
+            await self._decide(item, approved=response.decision != "decline", reason=response.reason)
+        return Accepted(run_id=item.run_id)
+
+    @respond_to_tool_approval.validator
+    def _check_approval(self, response: ToolApprovalResponse) -> None:
+        self._pending_of(response.tool_call_id, "approval")
+
+    @workflow.update(name=names.SESSION_SUSPENSION_UPDATE)
+    async def respond_to_tool_suspension(self, response: ToolSuspensionResponse) -> Accepted:
+        async with self._lock:
+            item = self._pending_of(response.tool_call_id, "suspension")
+            data = response.resume_data
+            if item.tool_name == "submit_plan" and isinstance(data, dict) and data.get("action") == "approved":
+                mode = self._mode(self._c.mode_id or self._config.default_mode_id)
+                target = mode.transitions_to or self._config.default_mode_id
+                if target != self._c.mode_id:
+                    await self._switch_mode(target)
+                    await self._tell_turn()
+            if item.tool_name == "request_access" and isinstance(data, dict) and data.get("granted"):
+                asked = item.suspend_payload if isinstance(item.suspend_payload, dict) else {}
+                if asked.get("category") and asked["category"] not in self._c.permissions.granted_categories:
+                    self._c.permissions.granted_categories.append(asked["category"])
+                if asked.get("toolName") and asked["toolName"] not in self._c.permissions.granted_tools:
+                    self._c.permissions.granted_tools.append(asked["toolName"])
+                await self._tell_turn()
+            self._c.pending.remove(item)
+            self._decided(item.tool_call_id)
+            await self._signal(
+                item.run_id, names.RESUME_TOOL_SIGNAL, ToolResume(tool_call_id=item.tool_call_id, resume_data=data)
+            )
+            self._status()
+        return Accepted(run_id=item.run_id)
+
+    @respond_to_tool_suspension.validator
+    def _check_suspension(self, response: ToolSuspensionResponse) -> None:
+        item = self._pending_of(response.tool_call_id, "suspension")
+        problems = schema_problems(item.resume_schema, response.resume_data) if item.resume_schema else []
+        if problems:
+            raise ApplicationError(
+                f"Resume data for {response.tool_call_id!r} does not match its schema: {'; '.join(problems)}",
+                type="InvalidResumeData",
+                non_retryable=True,
+            )
+
+    @workflow.update(name=names.SESSION_THREAD_UPDATE)
+    async def change_thread(self, change: ThreadChange) -> SessionThreadResult:
+        async with self._lock:
+            if change.op in ("create", "clone") and change.thread_id is None:
+                change = change.model_copy(update={"thread_id": str(workflow.uuid4())})
+            return await self._thread_change(change)
+
+    @change_thread.validator
+    def _check_thread(self, change: ThreadChange) -> None:
+        if change.op in ("latest", "settings"):
+            raise ApplicationError(f"Unknown thread operation {change.op!r}", type="InvalidInput", non_retryable=True)
+        if change.op in ("switch", "delete") and not change.thread_id:
+            raise ApplicationError(f"{change.op} needs a threadId", type="InvalidInput", non_retryable=True)
+        if change.op in ("switch", "delete", "clone") and self._turn_id is not None:
+            raise ApplicationError(
+                f"A turn is running on thread {self._c.thread_id}: abort it first",
+                type="SessionBusy",
+                non_retryable=True,
+            )
+
+    @workflow.update(name=names.SESSION_SUBAGENT_MODEL_UPDATE)
+    async def set_subagent_model(self, request: SetSubagentModel) -> SessionSnapshot:
+        async with self._lock:
+            key = f"subagentModelId_{request.agent_type}" if request.agent_type else "subagentModelId"
+            event = {"type": "subagent_model_changed", "modelId": request.model_id, "scope": "thread"}
+            if request.agent_type:
+                event["agentType"] = request.agent_type
+            await self._settings({key: request.model_id}, [event])
+            await self._tell_turn()
+        return self.snapshot()
+
+    @set_subagent_model.validator
+    def _check_subagent_model(self, request: SetSubagentModel) -> None:
+        if request.agent_type is not None and request.agent_type not in self._config.subagents:
+            known = ", ".join(self._config.subagents) or "none"
+            raise ApplicationError(
+                f"Unknown agent type {request.agent_type!r} (known: {known})",
+                type="UnknownAgentType",
+                non_retryable=True,
+            )
+
+    @workflow.update(name=names.SESSION_GOAL_UPDATE)
+    async def set_goal(self, request: SetGoal) -> SessionSnapshot:
+        async with self._lock:
+            if request.clear:
+                self._c.goal = None
+            elif request.objective is not None:
+                self._c.goal = Goal(
+                    objective=request.objective,
+                    judge_model_id=request.judge_model_id,
+                    max_runs=request.max_runs or 10,
+                )
+            else:
+                goal = self._c.goal
+                assert goal is not None
+                for key in ("judge_model_id", "max_runs", "status"):
+                    value = getattr(request, key)
+                    if value is not None:
+                        setattr(goal, key, value)
+            goal_json = self._c.goal.model_dump(mode="json", by_alias=True) if self._c.goal else None
+            await self._emit([{"type": "goal_evaluation", "payload": {"status": "set", "goal": goal_json}}])
+        return self.snapshot()
+
+    @set_goal.validator
+    def _check_goal(self, request: SetGoal) -> None:
+        if not request.clear and request.objective is None and self._c.goal is None:
+            raise ApplicationError("The session has no goal to update: set one first", non_retryable=True)
+
+    # --- from turns --------------------------------------------------------------------------------------------
+
+    @workflow.signal(name=names.TURN_WAITING_SIGNAL)
+    async def turn_waiting(self, waiting: TurnWaiting) -> None:
+        async with self._lock:
+            known = {p.tool_call_id for p in self._c.pending}
+            new = [i for i in waiting.items if i.tool_call_id not in known][: MAX_PENDING - len(self._c.pending)]
+            self._c.pending.extend(new)
+            events = []
+            granted = []
+            for item in new:
+                if item.kind == "suspension":
+                    events.append(
+                        {
+                            "type": "tool_suspended",
+                            "toolCallId": item.tool_call_id,
+                            "toolName": item.tool_name,
+                            "args": item.args,
+                            "suspendPayload": item.suspend_payload,
+                            "resumeSchema": item.resume_schema,
+                            "runId": item.run_id,
+                        }
+                    )
+                elif self._c.permissions.resolve(item.tool_name, item.category) == "allow":
+                    granted.append(item)  # allowed since the turn asked (a grant, a rule)
+                else:
+                    event: dict[str, Any] = {"type": "tool_approval_required", "toolCallId": item.tool_call_id}
+                    event |= {"toolName": item.tool_name, "args": item.args, "runId": item.run_id}
+                    if item.subagent:
+                        event["subagent"] = item.subagent
+                    events.append(event)
+            await self._emit(events)
+            for item in granted:
+                await self._decide(item, approved=True)
+            self._status()
+
+    @workflow.signal(name=names.TURN_DECIDED_SIGNAL)
+    def turn_decided(self, decided: TurnDecided) -> None:
+        """Calls decided or resumed on the run itself (the `temporal` CLI, say): no longer pending here."""
+        gone = set(decided.tool_call_ids)
+        self._c.pending = [p for p in self._c.pending if not (p.run_id == decided.run_id and p.tool_call_id in gone)]
+        for call_id in gone:
+            self._decided(call_id)
+        self._status()
+
+    # --- queries ----------------------------------------------------------------------------------------------
+
+    @workflow.query(name=names.SESSION_SNAPSHOT_QUERY)
+    def snapshot(self) -> SessionSnapshot:
+        assert self._input is not None
+        settings = self._c.thread_settings
+        subagent_models = {k: str(v) for k, v in settings.items() if k.startswith("subagentModelId")}
+        return SessionSnapshot(
+            session_id=self._id,
+            controller_id=self._input.controller_id,
+            resource_id=self._resource_id,
+            scope=self._input.scope,
+            thread_id=self._c.thread_id,
+            mode_id=self._c.mode_id or (self._c.config.default_mode_id if self._c.config else ""),
+            model_id=self._c.model_id,
+            permissions=self._c.permissions,
+            state=self._state(),
+            running=self._turn_id is not None,
+            run_id=self._turn_id,
+            pending=list(self._c.pending),
+            queued=len(self._c.queued),
+            goal=self._c.goal,
+            snapshot_offset=self._c.snapshot_offset,
+            subagent_models=subagent_models,
+        )
+
+    # --- helpers ----------------------------------------------------------------------------------------------
+
+    @property
+    def _resource_id(self) -> str:
+        assert self._input is not None
+        return self._input.resource_id
+
+    def _state(self) -> dict[str, Any]:
+        rules = self._c.permissions
+        return {
+            **self._c.state,
+            "permissionRules": {"categories": dict(rules.categories), "tools": dict(rules.tools)},
+            "yolo": rules.yolo,
+        }
+
+    def _mode(self, mode_id: str) -> Any:
+        for mode in self._config.modes:
+            if mode.id == mode_id:
+                return mode
+        raise ApplicationError(f"Mode not found: {mode_id}", type="UnknownMode", non_retryable=True)
+
+    def _pending_of(self, tool_call_id: str, kind: str) -> PendingItem:
+        for item in self._c.pending:
+            if item.tool_call_id == tool_call_id and item.kind == kind:
+                return item
+        if tool_call_id in self._c.decided:
+            raise ApplicationError(
+                f"Tool call {tool_call_id!r} was already decided", type="AlreadyDecided", non_retryable=True
+            )
+        waiting = ", ".join(p.tool_call_id for p in self._c.pending if p.kind == kind) or "none"
+        noun = "waiting for approval" if kind == "approval" else "suspended"
+        raise ApplicationError(
+            f"No tool call {tool_call_id!r} is {noun} (pending: {waiting})", type="UnknownToolCall", non_retryable=True
+        )
+
+    def _decided(self, tool_call_id: str) -> None:
+        self._c.decided = [*self._c.decided[-(MAX_DECIDED - 1) :], tool_call_id]
+
+    async def _decide(self, item: PendingItem, *, approved: bool, reason: str | None = None) -> None:
+        if item in self._c.pending:
+            self._c.pending.remove(item)
+        self._decided(item.tool_call_id)
+        approval = ToolApproval(
+            tool_call_id=item.tool_call_id, approved=approved, reason=reason or (None if approved else DEFAULT_REASON)
+        )
+        await self._signal(item.run_id, names.TOOL_APPROVAL_SIGNAL, approval)
+        self._status()
+
+    async def _signal(self, run_id: str, name: str, payload: Any) -> None:
+        try:
+            await workflow.get_external_workflow_handle(run_id).signal(name, payload)
+        except Exception as err:  # the run ended meanwhile: nothing to deliver to
+            workflow.logger.warning("Could not signal %s to %s: %s", name, run_id, err)
+
+    def _cancelled(self, item: PendingItem, reason: str) -> dict[str, Any]:
+        return {
+            "type": "tool_suspension_cancelled",
+            "toolCallId": item.tool_call_id,
+            "toolName": item.tool_name,
+            "reason": reason,
+        }
+
+    def _status(self) -> None:
+        status = "suspended" if self._c.pending else "running" if self._turn_id is not None else "idle"
+        workflow.upsert_search_attributes([KEEL_STATUS.value_set(status)])
+        waiting = [f"`{p.tool_name}` ({p.tool_call_id}): {p.kind}" for p in self._c.pending]
+        workflow.set_current_details("**Waiting for**\n\n- " + "\n- ".join(waiting) if waiting else "")
+
+    def _source(self) -> str:
+        self._c.seq += 1
+        return f"session:{self._c.seq}"
+
+    async def _emit(self, events: list[dict[str, Any]]) -> None:
+        if not events:
+            return
+        await workflow.execute_local_activity(
+            names.SESSION_EVENTS,
+            SessionEventsInput(session_id=self._id, events=events, source=self._source()),
+            start_to_close_timeout=timedelta(seconds=30),
+            retry_policy=STORAGE,
+        )
+
+    async def _settings(self, settings: dict[str, Any], events: list[dict[str, Any]]) -> None:
+        """Write settings on the current thread and emit the events that say so (one activity)."""
+        self._c.thread_settings.update(settings)
+        if not settings or self._c.thread_id is None:
+            await self._emit(events)
+            return
+        await self._thread_change(ThreadChange(op="settings"), settings=settings)
+        await self._emit(events)
+
+    async def _thread_change(
+        self, change: ThreadChange, *, settings: dict[str, Any] | None = None
+    ) -> SessionThreadResult:
+        assert self._input is not None
+        new_settings = {"currentModeId": self._c.mode_id}
+        if self._c.model_id:
+            new_settings[f"modeModelId_{self._c.mode_id}"] = self._c.model_id
+        try:
+            result: SessionThreadResult = await workflow.execute_activity(
+                names.SESSION_THREAD,
+                SessionThreadInput(
+                    session_id=self._id,
+                    controller_id=self._config.controller_id,
+                    resource_id=self._resource_id,
+                    change=change,
+                    source=self._source(),
+                    current_thread_id=self._c.thread_id,
+                    settings=settings or {},
+                    tags=dict(self._input.tags),
+                    new_thread_settings=new_settings,
+                ),
+                result_type=SessionThreadResult,
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=STORAGE,
+                summary=f"thread: {change.op} {change.thread_id or ''}".strip(),
+            )
+        except ActivityError as err:
+            cause = err.cause if isinstance(err.cause, ApplicationError) else None
+            if cause is not None:
+                raise ApplicationError(cause.message, type=cause.type, non_retryable=True) from None
+            raise
+        if change.op != "settings" and result.thread_id != self._c.thread_id:
+            self._c.thread_id = result.thread_id
+            self._c.thread_settings = dict(result.settings)
+            workflow.upsert_search_attributes([KEEL_THREAD_ID.value_set(result.thread_id or "")])
+            await self._restore()
+        return result
+
+    async def _restore(self) -> None:
+        """The thread's stored mode and the model chosen for it (Mastra's `loadMetadata`)."""
+        settings = self._c.thread_settings
+        mode_id = settings.get("currentModeId")
+        events: list[dict[str, Any]] = []
+        if isinstance(mode_id, str) and mode_id != self._c.mode_id and any(m.id == mode_id for m in self._config.modes):
+            events.append({"type": "mode_changed", "modeId": mode_id, "previousModeId": self._c.mode_id})
+            self._c.mode_id = mode_id
+        model = settings.get(f"modeModelId_{self._c.mode_id}")
+        if isinstance(model, str) and model != self._c.model_id:
+            self._c.model_id = model
+            events.append({"type": "model_changed", "modelId": model})
+        await self._emit(events)
+
+    async def _snapshot(self) -> None:
+        self._c.snapshot_offset = await workflow.execute_activity(
+            names.SESSION_SNAPSHOT,
+            SessionSnapshotInput(session_id=self._id, from_offset=self._c.snapshot_offset, source=self._source()),
+            result_type=int,
+            start_to_close_timeout=timedelta(minutes=2),
+            retry_policy=STORAGE,
+            summary="display state snapshot before continuing as new",
+        )
