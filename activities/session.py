@@ -238,8 +238,10 @@ def _on(thread: Thread) -> SessionThreadResult:
 
 
 def _matches(thread: Thread, tags: dict[str, Any]) -> bool:
+    """A thread a new session may take as its own: not a forked subagent's, marked with the session's tags,
+    and of the session's scope (none: a thread no scoped session made)."""
     metadata = thread.metadata or {}
-    if metadata.get(FORKED_SUBAGENT):
+    if metadata.get(FORKED_SUBAGENT) or metadata.get("sessionScope") != tags.get("sessionScope"):
         return False
     return all(metadata.get(k) == v for k, v in tags.items())
 

@@ -53,8 +53,7 @@ class TurnTools:
         return category_of(self.controller, tool)
 
     def policy(self, tool: Tool) -> Policy:
-        if self.turn.subagent is not None:  # a subagent asks nobody: its tools are what it was allowed
-            return "allow" if self.turn.permissions.tools.get(tool.id) != "deny" else "deny"
+        """The session's permissions decide, for a subagent's calls too (they wait in the parent session)."""
         return self.turn.permissions.resolve(tool.id, self.category(tool))
 
     def denied(self, name: str) -> bool:

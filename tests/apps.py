@@ -24,6 +24,7 @@ from keel.model_providers import (
     tool_results_since_last_user,
 )
 from keel.workspace_providers import LocalFilesystem, LocalSandbox, Workspace
+from tests.controller import apps as controller_apps
 from tests.workflows_json import apps as definition_apps
 from tests.workspace.apps import plan_agent
 
@@ -312,4 +313,5 @@ app = dataclasses.replace(App.of(
     demo, multi, listener, ledger, once, napper, mistakes, payer, reuser, bulky, flaky, workspace_agent,
     definition_apps.writer,
     tools=definition_apps.app.tools.values(), classifiers=definition_apps.app.classifiers.values(),
-), workspaces={search_workspace.id: search_workspace})  # fmt: skip
+    controllers=[controller_apps.controller],
+), workspaces={search_workspace.id: search_workspace, **controller_apps.app.workspaces})  # fmt: skip

@@ -27,6 +27,7 @@ from keel.client.connection import connect
 from keel.client.devserver import DevServer, DevServerConfig
 from keel.client.indexing import start_indexing
 from keel.client.workflows import Workflows
+from keel.protocol import names
 from keel.storage import SQLiteStorage
 from keel.worker import build_worker
 from keel.workflows import thread_workflow_id
@@ -244,6 +245,53 @@ async def _refused_run_id(keel: KeelClient, name: str) -> str:
     return name
 
 
+async def _session(keel: KeelClient, name: str) -> tuple[str, str, str, str]:
+    """A controller session (tests/controller/apps.py) through its turns: a tool call approved through the
+    session, an ask_user suspension resumed, a subagent whose call waits for approval in the session. Returns
+    the session's id and the three turns' run ids."""
+    from keel.client.controller import ControllerClient
+
+    sessions = ControllerClient(keel, _STORAGE[0], "assistant-controller")
+    session = await sessions.create_session(name)
+
+    async def answer(kind: str, data: Any = None) -> str:
+        while not (found := [p for p in (await session.snapshot()).pending if p.kind == kind]):
+            await asyncio.sleep(0.05)
+        if kind == "approval":
+            await session.respond_to_tool_approval(found[0].tool_call_id, "approve")
+        else:
+            await session.respond_to_tool_suspension(found[0].tool_call_id, data)
+        await session.settled()
+        return found[0].run_id
+
+    await session.send_message('tool save_note {"text": "recorded"}')
+    approved = await answer("approval")
+    await session.permissions.set_for_tool("ask_user", "allow")
+    await session.send_message("ask")
+    suspended = await answer("suspension", "SQLite")
+    await session.permissions.set_for_tool("subagent", "allow")
+    await session.send_message('sub explore tool search_docs {"text": "x"}')
+    subagent = await answer("approval")
+    return session.id, approved, suspended, subagent
+
+
+_SESSION_RUNS: dict[str, str] = {}
+
+WORKFLOW_IDS = {"session_entity": names.session_workflow_id("assistant-controller", "session_entity", None)}
+"""Histories whose workflow id is not their file's name (a session's id is derived from its controller,
+resource and scope): the replayer must see the recorded id, from which the session names its turns."""
+
+
+async def _recorded_turn(kind: str) -> str:
+    return _SESSION_RUNS[kind]
+
+
+async def _session_entity(keel: KeelClient, name: str) -> str:
+    session_id, approved, suspended, subagent = await _session(keel, name)
+    _SESSION_RUNS.update(approved=approved, suspended=suspended, subagent=subagent)
+    return session_id
+
+
 async def _index_workspace(keel: KeelClient, name: str) -> str:
     """Three files of the BM25 workspace indexed by `IndexWorkspace` (one heartbeat per batch)."""
     root = Path(search_workspace.filesystem.base_path)
@@ -296,6 +344,11 @@ SCENARIOS: dict[str, Scenario] = {
     "thread_entity": Scenario(_thread_entity, DEFAULT_SHAPE, ends=False),
     "index_workspace": Scenario(_index_workspace, DEFAULT_SHAPE),
     "refused_run_id": Scenario(_refused_run_id, DEFAULT_SHAPE, latest=True),
+    # An AgentController session and its turns (recorded by the first; the others are its children).
+    "session_entity": Scenario(_session_entity, DEFAULT_SHAPE, ends=False),
+    "session_turn_approved": Scenario(lambda keel, name: _recorded_turn("approved"), DEFAULT_SHAPE),
+    "session_turn_suspended": Scenario(lambda keel, name: _recorded_turn("suspended"), DEFAULT_SHAPE),
+    "session_turn_subagent": Scenario(lambda keel, name: _recorded_turn("subagent"), DEFAULT_SHAPE),
     "continued_as_new": Scenario(
         lambda keel, name: keel.start_run("bulky", "steps=4 size=1000", run_id=name),
         DEFAULT_SHAPE,

@@ -17,7 +17,7 @@ from keel.storage import DirectoryBlobStore
 from keel.workflows import options as run_options
 from keel.workflows.contracts import ALL_SHAPES, RunShape
 from tests.changed_workflow import ReorderedAgentRun
-from tests.record_histories import PAYLOADS, SCENARIOS, TASK_QUEUE, options_of
+from tests.record_histories import PAYLOADS, SCENARIOS, TASK_QUEUE, WORKFLOW_IDS, options_of
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 
@@ -32,7 +32,7 @@ def recorded_payloads(payload_store: DirectoryBlobStore) -> None:
 
 
 def load(path: Path) -> WorkflowHistory:
-    return WorkflowHistory.from_json(path.stem, path.read_text())
+    return WorkflowHistory.from_json(WORKFLOW_IDS.get(path.stem, path.stem), path.read_text())
 
 
 def test_the_expected_histories_are_recorded() -> None:

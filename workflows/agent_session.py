@@ -768,7 +768,7 @@ class AgentSession:
                     source=self._source(),
                     current_thread_id=self._c.thread_id,
                     settings=settings or {},
-                    tags=dict(self._input.tags),
+                    tags=self._thread_tags(),
                     new_thread_settings=new_settings,
                 ),
                 result_type=SessionThreadResult,
@@ -787,6 +787,14 @@ class AgentSession:
             workflow.upsert_search_attributes([KEEL_THREAD_ID.value_set(result.thread_id or "")])
             await self._restore()
         return result
+
+    def _thread_tags(self) -> dict[str, Any]:
+        """What the session's threads are marked with, and a new session binds the latest of: its tags and its
+        scope (Mastra binds a new scope to the resource's latest thread, whatever scope wrote it; Keel keeps a
+        scope's conversations apart)."""
+        assert self._input is not None
+        scope = {"sessionScope": self._input.scope} if self._input.scope else {}
+        return {**self._input.tags, **scope}
 
     async def _restore(self) -> None:
         """The thread's stored mode and the model chosen for it (Mastra's `loadMetadata`)."""

@@ -160,3 +160,65 @@ async def test_an_approved_plan_switches_to_the_modes_transition(ctl: AgentContr
     assert await session.mode.get() == "build"
     last = (await session.thread.list_messages())[-1]["content"][0]["text"]
     assert "Plan approved" in last
+
+
+async def test_a_subagent_runs_as_a_child_run_with_only_its_allowed_tools(ctl: AgentController) -> None:
+    session = await ctl.create_session(user())
+    await session.permissions.set_for_tool("subagent", "allow")
+    await session.send_message("sub explore offered")  # the subagent says which tools it was offered
+    snapshot = await session.settled()
+    assert snapshot.pending == [] and not snapshot.running
+    last = (await session.thread.list_messages())[-1]["content"][0]["text"]
+    assert "mastra_workspace_list_files" in last and "search_docs" in last
+    assert "save_note" not in last and "ask_user" not in last
+    events = await collect(session.events(offset=0, display_state=False), "agent_end")
+    kinds = [e["type"] for e in events]
+    assert "subagent_start" in kinds and "subagent_end" in kinds
+    [start] = [e for e in events if e["type"] == "subagent_start"]
+    assert (start["agentType"], start["toolCallId"]) == ("explore", "sub_1")
+    child = ctl.client.keel.temporal.get_workflow_handle(f"{snapshot.session_id}-turn-1-s1-sub_1")
+    assert (await child.describe()).status.name == "COMPLETED"  # a child workflow in the UI
+
+
+async def test_a_subagents_approval_waits_in_the_parent_session_and_is_answered_there(ctl: AgentController) -> None:
+    session = await ctl.create_session(user())
+    await session.permissions.set_for_tool("subagent", "allow")
+    await session.send_message('sub explore tool search_docs {"text": "retries"}')
+    [pending] = await wait_pending(session)
+    assert (pending.tool_name, pending.subagent) == ("search_docs", "sub_1")
+    shown = await session.display_state.get()
+    assert shown["pendingApprovals"][pending.tool_call_id]["subagent"] == "sub_1"
+    await session.respond_to_tool_approval(pending.tool_call_id, "approve")
+    await session.settled()
+    last = (await session.thread.list_messages())[-1]["content"][0]["text"]
+    assert "docs about retries" in last
+
+
+async def test_two_sessions_never_see_each_others_events_state_mode_or_grants(ctl: AgentController) -> None:
+    resource = user()
+    web = await ctl.create_session(resource, "web")
+    worker = await ctl.create_session(resource, "worker")
+    assert web.id != worker.id and (await ctl.create_session(resource, "web")).id == web.id
+    assert await web.thread.get_id() != await worker.thread.get_id()  # a scope's conversation is its own
+    await web.mode.switch("build")
+    await web.state.set({"project": "web-only"})
+    await web.send_message('tool save_note {"text": "web"}')
+    [call] = await wait_pending(web)
+    await web.respond_to_tool_approval(call.tool_call_id, "always_allow_category")
+    await web.settled()
+    await worker.send_message("text from the worker")
+    assert await worker.mode.get() == "plan"
+    assert (await worker.state.get())["project"] == "demo"
+    assert (await worker.permissions.grants())["categories"] == []
+    web_events = await collect(web.events(offset=0, display_state=False), "agent_end")
+    worker_events = await collect(worker.events(offset=0, display_state=False), "agent_end", limit=50)
+    assert not any("from the worker" in str(e) for e in web_events)
+    assert not any("web" in str(e.get("result", "")) for e in worker_events)
+
+
+async def test_fifty_sessions_each_run_a_turn_at_once(ctl: AgentController) -> None:
+    sessions = await asyncio.gather(*(ctl.create_session(user()) for _ in range(50)))
+    await asyncio.gather(*(s.send_message(f"text number {i}") for i, s in enumerate(sessions)))
+    for i, session in enumerate(sessions):
+        last = (await session.thread.list_messages())[-1]["content"][0]["text"]
+        assert last == f"echo: text number {i}"
