@@ -69,6 +69,13 @@ class SessionAccess(typing.Protocol):
     async def emit(self, event: Mapping[str, Any]) -> None: ...
 
 
+class HoldsControllerDefinition(typing.Protocol):
+    """A `keel.AgentController`: what `App.of(controllers=...)` takes besides a bare definition."""
+
+    @property
+    def definition(self) -> ControllerDefinition: ...
+
+
 @dataclass(frozen=True)
 class ToolContext:
     """What a running tool knows about its call. `attempt` > 1 means a retry after a crash or timeout."""
@@ -274,9 +281,12 @@ class App:
         tools: Iterable[Tool] = (),
         workflows: Iterable[type] = (),
         classifiers: Iterable[Classifier] = (),
-        controllers: Iterable[ControllerDefinition] = (),
+        controllers: Iterable[ControllerDefinition | HoldsControllerDefinition] = (),
     ) -> App:
-        found = [getattr(c, "definition", c) for c in controllers]  # a `keel.AgentController` holds its definition
+        found: list[ControllerDefinition] = [
+            c if not hasattr(c, "definition") else c.definition  # a `keel.AgentController` holds its definition
+            for c in controllers
+        ]
         all_agents = {a.id: a for a in agents}
         for controller in found:  # a controller's agent is one of the app's (its runs are AgentRuns)
             if all_agents.setdefault(controller.agent.id, controller.agent) is not controller.agent:

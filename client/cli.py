@@ -457,6 +457,55 @@ async def cmd_events(args: argparse.Namespace) -> int:
         await storage.close()
 
 
+async def cmd_chat(args: argparse.Namespace) -> int:
+    from keel.app import load_app
+    from keel.client.chat import run_chat
+
+    app = load_app(args.app)
+    definition = app.controller(args.controller)  # AppError (the known ids) before connecting
+    keel = await connect_client(args, app)
+    storage = await open_store()
+    try:
+        return await run_chat(
+            keel,
+            storage,
+            definition,
+            resource_id=args.resource or _default_resource(),
+            scope=args.scope,
+            thread_id=args.thread,
+            data_dir=settings_of(args).data_dir,
+        )
+    finally:
+        await storage.close()
+
+
+def _default_resource() -> str:
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "default"
+
+
+async def cmd_sessions(args: argparse.Namespace) -> int:
+    from keel.client.chat import list_sessions
+
+    keel = await connect_client(args)
+    sessions = await list_sessions(keel, args.controller, args.resource, limit=args.limit)
+    if args.json:
+        print(_json(sessions))
+        return 0
+    if not sessions:
+        print("no open sessions")
+    for s in sessions:
+        print(
+            f"{s['sessionId']}  {s['status'] or '-':<9}  controller={s['controllerId']}  resource={s['resourceId']}  "
+            f"thread={s['threadId']}"
+        )
+    return 0
+
+
 async def until_interrupted() -> None:
     """Wait for Ctrl-C or SIGTERM."""
     import asyncio
@@ -665,6 +714,20 @@ def _events_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--follow", action="store_true", help="keep printing new events until the run closes")
 
 
+def _chat_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("controller", help="the app's AgentController id")
+    p.add_argument("--resource", help="whose session: the resource id (default: your user name)")
+    p.add_argument("--scope", help="one of several sessions of the resource (default: none)")
+    p.add_argument("--thread", help="switch the session to this thread (made if missing)")
+
+
+def _sessions_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--controller", help="only this controller's sessions")
+    p.add_argument("--resource", help="only this resource's sessions")
+    p.add_argument("--limit", type=int, default=100, help="at most this many (default 100)")
+    _json_arg(p)
+
+
 COMMANDS: dict[str, Command] = {
     "run": Command(
         "start an agent run and follow it until it finishes or waits for approval",
@@ -682,6 +745,13 @@ COMMANDS: dict[str, Command] = {
     "runs": Command("list agent runs", cmd_runs, _runs_args, ("temporal",)),
     "counts": Command("running and suspended runs per agent", cmd_counts, _json_arg, ("temporal", "app")),
     "events": Command("print a run's event log from an offset", cmd_events, _events_args, ("temporal",)),
+    "chat": Command(
+        "chat with a session of an AgentController in the terminal (re-attaches: shows what you missed)",
+        cmd_chat,
+        _chat_args,
+        ("temporal", "queue", "app"),
+    ),
+    "sessions": Command("list open AgentController sessions", cmd_sessions, _sessions_args, ("temporal",)),
     "agents": Command("list the app's agents and their tools", cmd_agents, _json_arg, ("app",)),
     "workspaces": Command("list the app's workspaces", cmd_workspaces, _workspaces_args, ("app",)),
     "tool": Command(

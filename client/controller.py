@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from temporalio.client import WithStartWorkflowOperation, WorkflowUpdateFailedError
 from temporalio.common import WorkflowIDConflictPolicy
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from keel.client.errors import KeelClientError
 from keel.client.run_events import follow, read
@@ -41,6 +41,10 @@ class SessionError(KeelClientError):
     def __init__(self, message: str, kind: str | None = None) -> None:
         super().__init__(message)
         self.kind = kind
+
+
+class SessionNotFound(KeelClientError):
+    """No session is open for this (controller, resource id, scope): `ControllerClient.create_session` makes it."""
 
 
 class ControllerClient:
@@ -214,7 +218,7 @@ class Session:
                 names.SESSION_SNAPSHOT_QUERY, result_type=SessionSnapshot, rpc_timeout=timedelta(seconds=WAIT_SECONDS)
             )
         except RPCError as err:
-            raise KeelClientError(f"Session {self.id}: {err.message}") from None
+            raise _unanswered(self.id, err) from None
         return result
 
     # --- events -----------------------------------------------------------------------------------------------
@@ -228,6 +232,11 @@ class Session:
         state = await self._fold_until(start, snapshot.snapshot_offset)
         async for shown in follow(self._storage, self.id, offset=start, until=frozenset()):
             event = {**shown.event.payload, "type": shown.event.type, "offset": shown.event.offset}
+            message = event.get("message")
+            if event["type"] == "message_start" and isinstance(message, dict) and "createdAt" not in message:
+                # Mastra's messages carry it (client-js makes it a Date): when the log took it, if the session
+                # did not say
+                event["message"] = {**message, "createdAt": shown.event.created_at.isoformat()}
             state.apply(event)
             if event["type"] == "display_state":
                 continue
@@ -276,7 +285,7 @@ class Session:
         except WorkflowUpdateFailedError as err:
             raise _refused(err) from None
         except RPCError as err:
-            raise KeelClientError(f"Session {self.id}: {err.message}") from None
+            raise _unanswered(self.id, err) from None
 
 
 class _Threads:
@@ -471,10 +480,16 @@ class _Goal:
         await self._s._update(names.SESSION_GOAL_UPDATE, SetGoal(clear=True), SessionSnapshot)
 
 
+def _unanswered(session_id: str, err: RPCError) -> KeelClientError:
+    if err.status == RPCStatusCode.NOT_FOUND:
+        return SessionNotFound(f"Session {session_id}: {err.message}")
+    return KeelClientError(f"Session {session_id}: {err.message}")
+
+
 def _refused(err: WorkflowUpdateFailedError) -> SessionError:
     cause = err.cause
     message = str(getattr(cause, "message", None) or cause or err)
     return SessionError(message, getattr(cause, "type", None))
 
 
-__all__ = ["ControllerClient", "Session", "SessionError"]
+__all__ = ["ControllerClient", "Session", "SessionError", "SessionNotFound"]

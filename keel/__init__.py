@@ -143,6 +143,7 @@ if TYPE_CHECKING:
         ToolCallRejected,
         ToolFailed,
     )
+    from keel.controller import AgentController, Channels, Mode, Subagent
     from keel.model_providers import (
         ChatModel,
         ModelError,
@@ -157,7 +158,6 @@ if TYPE_CHECKING:
         last_user_text,
         tool_results_since_last_user,
     )
-    from keel.controller import AgentController, Channels, Mode, Subagent
     from keel.plugin import KeelPlugin
     from keel.protocol import MessageRecord, TextPart, ToolCallPart, ToolResultPart, Usage
     from keel.storage import open_storage

@@ -18,6 +18,7 @@ it, between turns, after storing a display-state snapshot so readers need not fo
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -87,10 +88,13 @@ def refused(kind: str, message: str) -> ApplicationError:
 
 @workflow.defn(name=names.AGENT_SESSION, sandboxed=False)
 class AgentSession:
-    def __init__(self) -> None:
-        self._input: SessionInput | None = None
-        self._c = SessionCarry()
-        self._ready = False
+    @workflow.init
+    def __init__(self, input: SessionInput) -> None:
+        # The carried session is in place before any handler runs: an update can arrive in a new execution's first
+        # task, and its validator reads the mode, state and pending calls.
+        self._input: SessionInput | None = input
+        self._c = input.carry or SessionCarry()
+        self._ready = input.carry is not None and input.carry.config is not None
         self._lock = asyncio.Lock()
         self._turn: ChildWorkflowHandle[Any, AgentRunResult] | None = None
         self._turn_id: str | None = None
@@ -101,8 +105,6 @@ class AgentSession:
 
     @workflow.run
     async def run(self, input: SessionInput) -> None:
-        self._input = input
-        self._c = input.carry or SessionCarry()
         if input.carry is None:
             workflow.upsert_search_attributes(
                 [
@@ -133,10 +135,13 @@ class AgentSession:
                 self._turn_id = message.run_id  # the current turn from now on (its child starts below)
                 await self._run_turn(message)
                 continue
-            await workflow.wait_condition(workflow.all_handlers_finished)
+            await self._snapshot()
+            # Nothing may be running when the run continues as new: a change that came in meanwhile finishes
+            # first (its events fold from the snapshot on, like any later one), and a message starts its turn.
+            # (A message that came in goes first: its sender may be waiting, in `settled`, for its turn to end.)
+            await workflow.wait_condition(lambda: workflow.all_handlers_finished() or bool(self._c.queued))
             if self._c.queued or self._turn is not None:
                 continue
-            await self._snapshot()
             workflow.continue_as_new(input.model_copy(update={"carry": self._c}))
 
     async def _begin(self, input: SessionInput) -> None:
@@ -146,12 +151,13 @@ class AgentSession:
         self._c.mode_id = config.default_mode_id
         self._c.model_id = self._mode(config.default_mode_id).default_model_id
         self._c.state = dict(config.initial_state)
-        change = (
-            ThreadChange(op="switch", thread_id=input.thread_id, create_missing=True)
-            if input.thread_id
-            else ThreadChange(op="latest", thread_id=str(workflow.uuid4()))
-        )
-        await self._thread_change(change)
+        if input.thread_id:
+            try:
+                await self._thread_change(ThreadChange(op="switch", thread_id=input.thread_id, create_missing=True))
+                return
+            except ApplicationError:
+                pass  # another resource's thread: the session starts as if none was asked; `open` refuses it
+        await self._thread_change(ThreadChange(op="latest", thread_id=str(workflow.uuid4())))
 
     @property
     def _config(self) -> SessionConfig:
@@ -342,6 +348,13 @@ class AgentSession:
         await workflow.wait_condition(settled)
         return self.snapshot()
 
+    async def _until_ready(self, check: Callable[[], None]) -> None:
+        """A change that came in before a new session had its config and thread waits for them, then is checked
+        as its validator would have (which let it through, knowing nothing yet)."""
+        if not self._ready:
+            await workflow.wait_condition(lambda: self._ready)
+            check()
+
     def _not_starting(self) -> bool:
         """No turn is between leaving the queue and having its child run (a message then waits for the run)."""
         return self._turn_id is None or self._turn is not None
@@ -367,6 +380,7 @@ class AgentSession:
 
     @workflow.update(name=names.SESSION_MODE_UPDATE)
     async def switch_mode(self, request: SwitchMode) -> SessionSnapshot:
+        await self._until_ready(lambda: self._check_mode(request))
         async with self._lock:
             await self._switch_mode(request.mode_id)
             await self._tell_turn()
@@ -374,6 +388,8 @@ class AgentSession:
 
     @switch_mode.validator
     def _check_mode(self, request: SwitchMode) -> None:
+        if not self._ready:
+            return
         self._mode(request.mode_id)
 
     async def _switch_mode(self, mode_id: str) -> None:
@@ -391,6 +407,7 @@ class AgentSession:
 
     @workflow.update(name=names.SESSION_MODEL_UPDATE)
     async def switch_model(self, request: SwitchModel) -> SessionSnapshot:
+        await self._until_ready(lambda: self._check_model(request))
         async with self._lock:
             target = request.mode_id or self._c.mode_id
             if target == self._c.mode_id:
@@ -403,6 +420,8 @@ class AgentSession:
 
     @switch_model.validator
     def _check_model(self, request: SwitchModel) -> None:
+        if not self._ready:
+            return
         if request.mode_id is not None:
             self._mode(request.mode_id)
         known = self._config.models
@@ -415,6 +434,7 @@ class AgentSession:
 
     @workflow.update(name=names.SESSION_STATE_UPDATE)
     async def set_state(self, request: SetState) -> SessionSnapshot:
+        await self._until_ready(lambda: self._check_state(request))
         async with self._lock:
             updates = dict(request.updates)
             rules, yolo = updates.pop("permissionRules", None), updates.pop("yolo", None)
@@ -432,6 +452,8 @@ class AgentSession:
 
     @set_state.validator
     def _check_state(self, request: SetState) -> None:
+        if not self._ready:
+            return
         if not isinstance(request.updates, dict):
             raise ApplicationError("state updates must be a JSON object", type="InvalidState", non_retryable=True)
         schema = self._config.state_schema
@@ -446,6 +468,7 @@ class AgentSession:
 
     @workflow.update(name=names.SESSION_PERMISSION_UPDATE)
     async def set_permission(self, request: SetPermission) -> SessionSnapshot:
+        await self._until_ready(lambda: self._check_permission(request))
         async with self._lock:
             rules = self._c.permissions
             if request.tool_name is not None:
@@ -459,6 +482,8 @@ class AgentSession:
 
     @set_permission.validator
     def _check_permission(self, request: SetPermission) -> None:
+        if not self._ready:
+            return
         if (request.tool_name is None) == (request.category is None):
             raise ApplicationError(
                 "Set a policy for a category or for a tool (one of them)", type="InvalidInput", non_retryable=True
@@ -466,6 +491,7 @@ class AgentSession:
 
     @workflow.update(name=names.SESSION_APPROVAL_UPDATE)
     async def respond_to_tool_approval(self, response: ToolApprovalResponse) -> Accepted:
+        await self._until_ready(lambda: self._check_approval(response))
         async with self._lock:
             item = self._pending_of(response.tool_call_id, "approval")
             if response.decision == "always_allow_category" and item.category is not None:
@@ -481,10 +507,13 @@ class AgentSession:
 
     @respond_to_tool_approval.validator
     def _check_approval(self, response: ToolApprovalResponse) -> None:
+        if not self._ready:
+            return
         self._pending_of(response.tool_call_id, "approval")
 
     @workflow.update(name=names.SESSION_SUSPENSION_UPDATE)
     async def respond_to_tool_suspension(self, response: ToolSuspensionResponse) -> Accepted:
+        await self._until_ready(lambda: self._check_suspension(response))
         async with self._lock:
             item = self._pending_of(response.tool_call_id, "suspension")
             data = response.resume_data
@@ -511,6 +540,8 @@ class AgentSession:
 
     @respond_to_tool_suspension.validator
     def _check_suspension(self, response: ToolSuspensionResponse) -> None:
+        if not self._ready:
+            return
         item = self._pending_of(response.tool_call_id, "suspension")
         problems = schema_problems(item.resume_schema, response.resume_data) if item.resume_schema else []
         if problems:
@@ -522,6 +553,7 @@ class AgentSession:
 
     @workflow.update(name=names.SESSION_THREAD_UPDATE)
     async def change_thread(self, change: ThreadChange) -> SessionThreadResult:
+        await self._until_ready(lambda: self._check_thread(change))
         async with self._lock:
             if change.op in ("create", "clone") and change.thread_id is None:
                 change = change.model_copy(update={"thread_id": str(workflow.uuid4())})
@@ -529,6 +561,8 @@ class AgentSession:
 
     @change_thread.validator
     def _check_thread(self, change: ThreadChange) -> None:
+        if not self._ready:
+            return
         if change.op in ("latest", "settings"):
             raise ApplicationError(f"Unknown thread operation {change.op!r}", type="InvalidInput", non_retryable=True)
         if change.op in ("switch", "delete") and not change.thread_id:
@@ -542,6 +576,7 @@ class AgentSession:
 
     @workflow.update(name=names.SESSION_SUBAGENT_MODEL_UPDATE)
     async def set_subagent_model(self, request: SetSubagentModel) -> SessionSnapshot:
+        await self._until_ready(lambda: self._check_subagent_model(request))
         async with self._lock:
             key = f"subagentModelId_{request.agent_type}" if request.agent_type else "subagentModelId"
             event = {"type": "subagent_model_changed", "modelId": request.model_id, "scope": "thread"}
@@ -553,6 +588,8 @@ class AgentSession:
 
     @set_subagent_model.validator
     def _check_subagent_model(self, request: SetSubagentModel) -> None:
+        if not self._ready:
+            return
         if request.agent_type is not None and request.agent_type not in self._config.subagents:
             known = ", ".join(self._config.subagents) or "none"
             raise ApplicationError(
@@ -563,6 +600,7 @@ class AgentSession:
 
     @workflow.update(name=names.SESSION_GOAL_UPDATE)
     async def set_goal(self, request: SetGoal) -> SessionSnapshot:
+        await self._until_ready(lambda: self._check_goal(request))
         async with self._lock:
             if request.clear:
                 self._c.goal = None
@@ -585,6 +623,8 @@ class AgentSession:
 
     @set_goal.validator
     def _check_goal(self, request: SetGoal) -> None:
+        if not self._ready:
+            return
         if not request.clear and request.objective is None and self._c.goal is None:
             raise ApplicationError("The session has no goal to update: set one first", non_retryable=True)
 

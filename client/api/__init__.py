@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from fastapi import FastAPI
 
 from keel.app import App
-from keel.client.api import agents, auth, errors, memory, tools, workflows
+from keel.client.api import agents, auth, controllers, errors, memory, tools, workflows
 from keel.client.api.context import ApiContext
 from keel.client.keel_client import KeelClient
 from keel.protocol.settings import Settings
@@ -27,7 +27,7 @@ def create_api(
     """The API for `app`; with `api_keys` (`auth.parse_keys`), every route needs a key with its scope."""
     api = FastAPI(
         title="Keel",
-        description="Mastra's server routes on Temporal: agents, workflows, tools and memory.",
+        description="Mastra's server routes on Temporal: agents, workflows, tools, memory and agent controllers.",
         openapi_url=f"{API_PREFIX}/openapi.json",
         docs_url=f"{API_PREFIX}/docs",
         redoc_url=None,
@@ -35,8 +35,9 @@ def create_api(
     api.state.keel = ApiContext(app, keel, storage)
     errors.install(api)
     auth.install(api, api_keys or {})
-    for module in (agents, workflows, tools, memory):
+    for module in (agents, workflows, tools, memory, controllers):
         api.include_router(module.router, prefix=API_PREFIX)
+    api.include_router(controllers.channels_router, prefix=API_PREFIX)
     return api
 
 

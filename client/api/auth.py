@@ -5,8 +5,9 @@ and the scope of what it does (403 without it):
     KEEL_API_KEYS='{"k-ops": ["*"], "k-reader": ["stored-workflows:read", "agents:read"]}'
 
 A scope is `<resource>:read` (GET) or `<resource>:write` (anything else), the resource being the first part of
-the path: `agents`, `workflows`, `stored-workflows` (for `/api/stored/workflows`), `tools`, `memory`; `*` is
-every scope, `<resource>:*` both of one resource."""
+the path: `agents`, `workflows`, `stored-workflows` (for `/api/stored/workflows`), `tools`, `memory`,
+`agent-controllers` (for `/api/agent-controller/...`, and the channel webhooks `/api/agent-controllers/...`, which
+a platform then calls with the key in `x-api-key`); `*` is every scope, `<resource>:*` both of one resource."""
 
 from __future__ import annotations
 
@@ -48,6 +49,8 @@ def required_scope(method: str, path: str) -> str:
     resource = parts[0] if parts else ""
     if resource == "stored" and len(parts) > 1:
         resource = f"stored-{parts[1]}"
+    if resource in ("agent-controller", "agent-controllers"):  # sessions, and the channel webhooks
+        resource = "agent-controllers"
     return f"{resource}:{'read' if method in ('GET', 'HEAD', 'OPTIONS') else 'write'}"
 
 

@@ -18,6 +18,9 @@ from keel.storage import StoredMessage, Thread
 
 router = APIRouter(prefix="/memory", tags=["memory"])
 
+MAX_PAGE = 1_000_000
+"""Pages beyond this are refused (400): page * perPage must fit the storage's 64-bit offsets."""
+
 
 class CreateThreadBody(Lenient):
     resource_id: str = Field(alias="resourceId", min_length=1)
@@ -142,7 +145,7 @@ async def _thread(ctx: Ctx, thread_id: str) -> Thread:
 async def list_threads(
     ctx: Ctx,
     resource_id: Annotated[str | None, Query(alias="resourceId")] = None,
-    page: Annotated[int, Query(ge=0)] = 0,
+    page: Annotated[int, Query(ge=0, le=MAX_PAGE)] = 0,
     per_page: Annotated[int, Query(alias="perPage", ge=1, le=1000)] = 100,
 ) -> dict[str, Any]:
     threads, total = await ctx.storage.list_threads(resource_id, offset=page * per_page, limit=per_page)
@@ -188,7 +191,7 @@ async def delete_thread(ctx: Ctx, thread_id: str) -> dict[str, Any]:
 async def list_messages(
     ctx: Ctx,
     thread_id: str,
-    page: Annotated[int, Query(ge=0)] = 0,
+    page: Annotated[int, Query(ge=0, le=MAX_PAGE)] = 0,
     per_page: Annotated[int, Query(alias="perPage", ge=1, le=1000)] = 100,
 ) -> dict[str, Any]:
     await _thread(ctx, thread_id)

@@ -13,7 +13,7 @@ import contextlib
 import json
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi.responses import StreamingResponse
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle, WorkflowQueryFailedError
@@ -183,37 +183,48 @@ def _not_running(keel: KeelClient, run_id: str) -> Any:
 
 
 THREAD_LIST_SECONDS = 2.0
+T = TypeVar("T")
+
+
+async def idle_marked(items: AsyncIterator[T], every: float | None) -> AsyncGenerator[T | None, None]:
+    """`items`, with a None each time nothing came for `every` seconds (a stream's cue for a comment frame, so a
+    long-lived subscription notices a client that went away). Closing this closes `items`."""
+    pending: asyncio.Future[T] | None = None
+    try:
+        while True:
+            if pending is None:
+                pending = asyncio.ensure_future(anext(items))
+            done, _ = await asyncio.wait({pending}, timeout=every)
+            if not done:
+                yield None
+                continue
+            finished, pending = pending, None
+            try:
+                yield finished.result()
+            except StopAsyncIteration:
+                return
+    finally:
+        if pending is not None:
+            pending.cancel()
+            with contextlib.suppress(BaseException):
+                await pending
+        close = getattr(items, "aclose", None)  # a generator: ends its log's follow, releasing the watch
+        if close is not None:
+            with contextlib.suppress(Exception):
+                await close()
 
 
 def sse(chunks: AsyncGenerator[Any, None], *, keep_alive: float | None = None) -> StreamingResponse:
-    """`keep_alive`: a comment frame (ignored by the client) when nothing was sent for that long, so a long-lived
-    subscription notices a client that went away."""
+    """`keep_alive`: a comment frame (ignored by the client) when nothing was sent for that long."""
 
     async def frames() -> AsyncIterator[bytes]:
-        iterator = chunks
-        pending: asyncio.Future[Any] | None = None
-        try:
-            while True:
-                if pending is None:
-                    pending = asyncio.ensure_future(anext(iterator))
-                done, _ = await asyncio.wait({pending}, timeout=keep_alive)
-                if not done:
+        async with contextlib.aclosing(idle_marked(chunks, keep_alive)) as marked:
+            async for chunk in marked:
+                if chunk is None:
                     yield b": keep-alive\n\n"
-                    continue
-                finished, pending = pending, None
-                try:
-                    chunk = finished.result()
-                except StopAsyncIteration:
-                    break
-                yield f"data: {json.dumps(chunk, separators=(',', ':'))}\n\n".encode()
-            yield b"data: [DONE]\n\n"
-        finally:
-            if pending is not None:
-                pending.cancel()
-                with contextlib.suppress(BaseException):
-                    await pending
-            with contextlib.suppress(Exception):
-                await iterator.aclose()  # ends the chunks' follow, releasing its watch
+                else:
+                    yield f"data: {json.dumps(chunk, separators=(',', ':'))}\n\n".encode()
+        yield b"data: [DONE]\n\n"
 
     return StreamingResponse(frames(), media_type="text/event-stream", headers=SSE_HEADERS)
 

@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from keel import AgentController, Mode, Subagent
 from keel.app import Agent, App, ToolContext, tool
+from keel.app.controller import Category
 from keel.model_providers import (
     ModelRequest,
     ModelResponse,
@@ -55,6 +56,9 @@ def script(request: ModelRequest) -> ModelResponse:
     results = tool_results_since_last_user(request)
     if results:
         return ModelResponse(text="got: " + " | ".join(json.dumps(r.result, sort_keys=True) for r in results))
+    if said.startswith("Goal:"):  # the goal's judge: met when the objective says "finish"
+        done = "finish" in said.split("\n")[0]
+        return ModelResponse(text=json.dumps({"done": done, "reason": "finished" if done else "keep going"}))
     words = said.split(" ", 2)
     kind = words[0]
     if kind == "tool":
@@ -72,10 +76,23 @@ def script(request: ModelRequest) -> ModelResponse:
     if kind == "sub":
         args = {"agentType": words[1], "task": words[2] if len(words) > 2 else "look around"}
         return ModelResponse(tool_calls=[ModelToolCall(id="sub_1", name="subagent", args=args)])
+    if kind == "subs":
+        calls = [
+            ModelToolCall(id="sub_1", name="subagent", args={"agentType": "explore", "task": "look one"}),
+            ModelToolCall(id="sub_2", name="subagent", args={"agentType": "explore", "task": "look two"}),
+            ModelToolCall(
+                id="sub_3", name="subagent", args={"agentType": "explore", "task": "history", "forked": True}
+            ),
+        ]
+        return ModelResponse(tool_calls=calls)
+    if kind == "history":  # what a forked subagent sees: the parent's conversation
+        return ModelResponse(text=" / ".join(str(m.content) for m in request.messages if m.role == "user"))
     if kind == "instructions":
         return ModelResponse(text=request.instructions)
     if kind == "offered":
         return ModelResponse(text=",".join(sorted(t.name for t in request.tools)))
+    if kind == "look":  # a subagent's task: a slow look around, so parallel ones overlap
+        return ModelResponse(text=f"echo: {said}")
     return ModelResponse(text=f"echo: {said}")
 
 
@@ -88,10 +105,13 @@ agent = Agent(
     tools=(save_note,),
 )
 
+
 class SessionState(BaseModel):
     counter: int = 0
     project: str | None = None
 
+
+CATEGORIES: dict[str, Category] = {"save_note": "edit", "search_docs": "read"}
 
 controller = AgentController(
     "assistant-controller",
@@ -119,7 +139,7 @@ controller = AgentController(
             allowed_workspace_tools=("mastra_workspace_list_files",),
         )
     ],
-    tool_category_resolver=lambda name: {"save_note": "edit", "search_docs": "read"}.get(name),
+    tool_category_resolver=CATEGORIES.get,
     state_schema=SessionState,
     initial_state={"project": "demo"},
 )

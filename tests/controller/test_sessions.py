@@ -7,6 +7,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from temporalio.client import WorkflowExecutionStatus
 
 from keel import AgentController
 from keel.client.controller import Session, SessionError
@@ -177,7 +178,7 @@ async def test_a_subagent_runs_as_a_child_run_with_only_its_allowed_tools(ctl: A
     [start] = [e for e in events if e["type"] == "subagent_start"]
     assert (start["agentType"], start["toolCallId"]) == ("explore", "sub_1")
     child = ctl.client.keel.temporal.get_workflow_handle(f"{snapshot.session_id}-turn-1-s1-sub_1")
-    assert (await child.describe()).status.name == "COMPLETED"  # a child workflow in the UI
+    assert (await child.describe()).status == WorkflowExecutionStatus.COMPLETED  # a child workflow in the UI
 
 
 async def test_a_subagents_approval_waits_in_the_parent_session_and_is_answered_there(ctl: AgentController) -> None:
@@ -222,3 +223,118 @@ async def test_fifty_sessions_each_run_a_turn_at_once(ctl: AgentController) -> N
     for i, session in enumerate(sessions):
         last = (await session.thread.list_messages())[-1]["content"][0]["text"]
         assert last == f"echo: text number {i}"
+
+
+async def test_threads_are_made_switched_renamed_cloned_and_deleted(ctl: AgentController) -> None:
+    session = await ctl.create_session(user())
+    first = await session.thread.get_id()
+    assert first is not None
+    await session.send_message("text in the first thread")
+    created = await session.thread.create("Second")
+    assert await session.thread.get_id() == created["id"] and created["title"] == "Second"
+    await session.thread.rename("Renamed")
+    listed = {t["id"]: t["title"] for t in await session.thread.list()}
+    assert listed[created["id"]] == "Renamed" and first in listed
+    await session.thread.switch(first)  # back: its messages are there
+    assert (await session.thread.list_messages())[-1]["content"][0]["text"] == "echo: text in the first thread"
+    copy = await session.thread.clone()
+    assert await session.thread.get_id() == copy["id"]
+    assert len(await session.thread.list_messages()) == 2
+    with pytest.raises(SessionError, match="Thread not found"):
+        await session.thread.switch("no-such-thread")
+    await session.thread.delete(created["id"])
+    assert created["id"] not in {t["id"] for t in await session.thread.list()}
+    other = await ctl.create_session(user())
+    with pytest.raises(SessionError, match="Thread not found"):  # another resource's thread
+        await other.thread.switch(first)
+    stranger = user()
+    with pytest.raises(SessionError, match="Thread not found"):  # a new session can't start on it either
+        await ctl.create_session(stranger, thread_id=first)
+    started = await ctl.create_session(stranger)  # and the session that refused it works
+    assert await started.thread.get_id() not in (None, first)
+    await started.send_message("text still here")
+
+
+async def test_a_follow_up_waits_for_the_running_turn_and_steer_replaces_it(ctl: AgentController) -> None:
+    session = await ctl.create_session(user())
+    await session.send_message('tool save_note {"text": "held"}')  # the turn waits for an approval
+    [held] = await wait_pending(session)
+    queued = await session.follow_up("text afterwards")
+    assert queued.queued
+    await session.respond_to_tool_approval(held.tool_call_id, "approve")
+    await session.settled(queued.run_id)
+    assert (await session.thread.list_messages())[-1]["content"][0]["text"] == "echo: text afterwards"
+    await session.send_message('tool save_note {"text": "steered away"}')
+    await wait_pending(session)
+    steered = await session.steer("text instead", wait=True)
+    assert not (await session.snapshot()).pending
+    assert (await session.thread.list_messages())[-1]["content"][0]["text"] == "echo: text instead"
+    ends = []
+    async for event in session.events(offset=0, display_state=False):
+        if event["type"] == "agent_end":
+            ends.append(event["reason"])
+            if len(ends) == 4:
+                break
+    assert ends == ["complete", "complete", "aborted", "complete"] and steered.run_id
+
+
+async def test_abort_ends_a_waiting_turn_and_its_calls_never_run(ctl: AgentController, data_dir: Path) -> None:
+    session = await ctl.create_session(user())
+    await session.send_message('tool save_note {"text": "aborted"}')
+    [held] = await wait_pending(session)
+    await session.abort()
+    snapshot = await session.snapshot()
+    assert not snapshot.running and snapshot.pending == []
+    assert not (data_dir / "notes.log").exists()
+    with pytest.raises(SessionError):
+        await session.respond_to_tool_approval(held.tool_call_id, "approve")
+
+
+async def test_parallel_subagent_calls_run_at_once_and_a_forked_one_works_on_a_copy(ctl: AgentController) -> None:
+    session = await ctl.create_session(user())
+    await session.state.set({"yolo": True})
+    await session.send_message("text remember the word zeppelin")
+    await session.send_message("subs")  # two explorers and a forked one, in one step
+    snapshot = await session.settled()
+    assert not snapshot.running
+    last = (await session.thread.list_messages())[-1]["content"][0]["text"]
+    assert last.count("echo: look") == 2 and "zeppelin" in last  # the fork saw the parent conversation
+    handles = [
+        ctl.client.keel.temporal.get_workflow_handle(f"{snapshot.session_id}-turn-2-s1-sub_{i}") for i in (1, 2, 3)
+    ]
+    spans = [await h.describe() for h in handles]
+    starts = sorted(d.start_time for d in spans if d.start_time)
+    closes = sorted(d.close_time for d in spans if d.close_time)
+    assert len(starts) == 3 and starts[-1] < closes[0]  # all three started before any ended
+    forked = await ctl.client.storage.list_messages(f"{snapshot.session_id}-turn-2-s1-sub_3")
+    assert any("zeppelin" in str(m.content) for m in forked[0])
+
+
+async def test_a_goal_is_judged_after_each_turn_and_drives_more_turns_until_met_or_max_runs(
+    ctl: AgentController,
+) -> None:
+    session = await ctl.create_session(user())
+    await session.goal.set("keep echoing", max_runs=2)
+    await session.send_message("text start")
+    evaluations = []
+    async for event in session.events(offset=0, display_state=False):
+        if event["type"] == "goal_evaluation" and event["payload"].get("status") not in ("set", "pending"):
+            evaluations.append(event["payload"])
+            if len(evaluations) == 2:
+                break
+    assert [e["status"] for e in evaluations] == ["continue", "max_runs"]
+    assert [e["done"] for e in evaluations] == [False, False]
+    await session.settled()
+    messages = await session.thread.list_messages()
+    assert "Continue working toward the goal: keep echoing" in str(messages)
+
+    other = await ctl.create_session(user())
+    await other.goal.set("finish the job")
+    await other.send_message("text go")
+    async for event in other.events(offset=0, display_state=False):
+        if event["type"] == "goal_evaluation" and event["payload"].get("status") == "done":
+            break
+    goal = await other.goal.get()
+    assert goal is not None and goal["status"] == "done"
+    await other.goal.clear()
+    assert await other.goal.get() is None

@@ -1,16 +1,20 @@
-"""The app the HTTP API tests serve: the test agents (`tests.apps`), the definition tools and classifiers, and
-a code workflow."""
+"""The app the HTTP API tests serve: the test agents (`tests.apps`), the definition tools and classifiers, a
+code workflow, and the test AgentController (`tests.controller.apps`) with chat channels for its webhooks."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+from typing import Any
 
 from pydantic import BaseModel
 
 from keel.app import Agent, App, ToolContext, tool
+from keel.app.controller import ChannelMessage, Channels
 from keel.model_providers import ModelRequest, ModelResponse, ModelToolCall, ScriptedModel, tool_results_since_last_user
 from tests.apps import app as test_app
 from tests.apps import pay
+from tests.controller.apps import controller
 from tests.workflows_json.code_workflows import Release
 
 
@@ -37,9 +41,35 @@ def slow_pay_script(request: ModelRequest) -> ModelResponse:
 
 slow_payer = Agent(id="slow_payer", model=ScriptedModel(slow_pay_script, name="slow_payer"), tools=(pause, pay))
 
+STARTED: list[tuple[str, str]] = []
+"""(session id, chat thread) of each channel session's `on_session_start` (the API runs in the test's process)."""
+
+
+async def on_session_start(session: Any, message: ChannelMessage) -> None:
+    STARTED.append((session.id, message.thread_id))
+    if message.text.startswith("explode"):
+        raise RuntimeError("on_session_start failed (on purpose)")
+
+
+def chatops(body: dict[str, Any]) -> ChannelMessage | None:
+    """A platform whose events are `{channel, message, user}` and that shows approval buttons; `{ping: true}`
+    events are not messages."""
+    if body.get("ping"):
+        return None
+    return ChannelMessage(platform="chatops", thread_id=body["channel"], text=body["message"], user_id=body.get("user"))
+
+
+channels = Channels(
+    adapters={"chatops": chatops},
+    resolve_resource_id=lambda message, default: f"user:{message.user_id}" if message.user_id else default,
+    on_session_start=on_session_start,
+    can_approve=("chatops",),
+)
+
 app = App(
     agents={**test_app.agents, slow_payer.id: slow_payer},
     tools=dict(test_app.tools),
     classifiers=dict(test_app.classifiers),
     workflows=(Release,),
+    controllers={controller.id: dataclasses.replace(controller.definition, channels=channels)},
 )

@@ -1,6 +1,8 @@
 """schemathesis against the served OpenAPI document: generated and malformed requests to every route are
 answered with a 2xx or a 4xx, never a 5xx (which `@mastra/client-js` would retry, POSTs included). Twice:
-with generated ids (mostly unknown: the 404 paths), and with ids that exist (the routes' own logic)."""
+with generated ids (mostly unknown: the 404 paths), and with ids that exist (the routes' own logic: with the
+known controller, its sessions are made, messaged, switched and decided on by generated bodies). The one 5xx a
+route answers on purpose, `GET .../om` (501: no observational memory), is left out of the check."""
 
 from __future__ import annotations
 
@@ -36,9 +38,13 @@ KNOWN_IDS = """
 "path.tool_id" = "double"
 "path.workflow_id" = "release"
 "path.thread_id" = "t-fuzz"
+"path.controller_id" = "assistant-controller"
+"path.resource_id" = "ann"
+"path.platform" = "generic"
 """
 
 
+@pytest.mark.timeout(480)  # the known ids' run drives real sessions: about two minutes on two cores
 @pytest.mark.parametrize("ids", ["generated", "known"])
 async def test_requests_to_every_route_get_no_server_error(
     api: Api, storage: Storage, tmp_path: Path, ids: str, schemathesis: str
@@ -52,6 +58,10 @@ async def test_requests_to_every_route_get_no_server_error(
         "--request-timeout", "60", "--workers", "1", "--no-color",
         # A subscription never ends (test_thread_messages subscribes to one); its bad input is checked there.
         "--exclude-path", "/api/agents/{agent_id}/threads/subscribe",
+        # So does a session's event stream (test_controllers reads it).
+        "--exclude-path", "/api/agent-controller/{controller_id}/sessions/{resource_id}/stream",
+        # A 501 on purpose (test_controllers checks it).
+        "--exclude-path", "/api/agent-controller/{controller_id}/sessions/{resource_id}/om",
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, cwd=tmp_path,
     )  # fmt: skip
     out, _ = await asyncio.wait_for(proc.communicate(), 600)

@@ -1,0 +1,58 @@
+"""A session continues as new when Temporal suggests it, between turns: its mode, state, grants and thread go
+on in the new execution, its log's offsets go on where they were, and readers fold from the display-state
+snapshot it stored first."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+from temporalio.api.enums.v1 import EventType
+
+from keel import AgentController
+from keel.client import KeelClient
+from keel.storage import Storage
+from keel.worker import build_worker
+from tests.controller.apps import app, controller
+from tests.controller.test_sessions import wait_pending
+from tests.test_continue_as_new import server_suggesting_continue_as_new
+
+
+async def test_a_session_continues_as_new_and_keeps_everything(
+    storage: Storage, task_queue: str, tmp_path: Path
+) -> None:
+    async with server_suggesting_continue_as_new(tmp_path) as client:
+        async with build_worker(client, app, storage, task_queue=task_queue):
+            ctl = AgentController.__new__(AgentController)
+            ctl.__dict__.update(controller.__dict__)
+            ctl._client = None
+            await ctl.init(KeelClient(client, task_queue=task_queue, app=app), storage)
+            session = await ctl.create_session(f"can-{uuid.uuid4().hex[:6]}")
+            await session.mode.switch("build")
+            await session.state.set({"project": "carried"})
+            await session.send_message('tool save_note {"text": "granted"}')
+            [call] = await wait_pending(session)
+            await session.respond_to_tool_approval(call.tool_call_id, "always_allow_category")
+            await session.settled()  # else the next message goes into this turn
+            for i in range(3):
+                await session.send_message(f"text turn {i}")
+            executions = [e async for e in client.list_workflows(f"WorkflowId='{session.id}'")]
+            assert len(executions) >= 2, "the session never continued as new"
+            first = min(executions, key=lambda e: e.start_time)
+            last_event = (await client.get_workflow_handle(session.id, run_id=first.run_id).fetch_history()).events[-1]
+            assert last_event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
+
+            snapshot = await session.snapshot()
+            assert (snapshot.mode_id, snapshot.state["project"]) == ("build", "carried")
+            assert snapshot.permissions.granted_categories == ["edit"] and snapshot.snapshot_offset is not None
+            await session.send_message('tool save_note {"text": "still granted"}')
+            assert (await session.settled()).pending == []
+            offsets, ends = [], 0
+            async for event in session.events(offset=0, display_state=False):
+                offsets.append(event["offset"])
+                ends += event["type"] == "agent_end"
+                if ends == 5:
+                    break
+            assert offsets == sorted(set(offsets))  # one log across executions, each event once
+            shown = await session.display_state.get()
+            assert shown["isRunning"] is False and shown["pendingApprovals"] == {}
