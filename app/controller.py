@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast, get_args
 
 from pydantic import BaseModel
 
@@ -47,7 +47,9 @@ WORKSPACE_TOOL_CATEGORIES: Mapping[str, Category] = {
 }
 """The category of each workspace tool by its Mastra name (a workspace that renames a tool keeps its category)."""
 
-ToolCategoryResolver = Callable[[str], "Category | None"]
+ToolCategoryResolver = Callable[[str], "str | None"]
+"""A tool name → its category (one of `Category`), or None for the default; any other answer is a
+`ControllerError` naming the tool."""
 
 
 class ControllerError(AppError):
@@ -184,6 +186,13 @@ class ControllerDefinition:
         ids = [s.id for s in self.subagents]
         if len(ids) != len(set(ids)):
             raise ControllerError(f"Controller {self.id!r} has two subagents with the same id")
+        named = [
+            *self.tools,
+            *self.agent.tools,
+            *(t for m in self.modes for t in (m.tools or m.additional_tools or ())),
+        ]
+        for tool_name in {t.id for t in named}:
+            self.category(tool_name)  # a resolver that answers no category fails here, not in a turn
 
     @property
     def default_mode(self) -> Mode:
@@ -202,7 +211,12 @@ class ControllerDefinition:
         if self.tool_category_resolver is not None:
             found = self.tool_category_resolver(tool_name)
             if found is not None:
-                return found
+                if found not in get_args(Category):
+                    raise ControllerError(
+                        f"tool_category_resolver gave {found!r} for tool {tool_name!r}: "
+                        f"a category is one of {', '.join(get_args(Category))}, or None"
+                    )
+                return cast(Category, found)
         return WORKSPACE_TOOL_CATEGORIES.get(workspace_name or tool_name)
 
     def state_json_schema(self) -> dict[str, Any] | None:

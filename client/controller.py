@@ -26,6 +26,7 @@ from keel.protocol import names
 from keel.protocol.controller_events import DisplayState
 
 if TYPE_CHECKING:
+    from keel.app.controller import ControllerDefinition
     from keel.client.keel_client import KeelClient
     from keel.storage import Storage
     from keel.workflows.session_contracts import Accepted, SessionSnapshot, SessionThreadResult
@@ -50,10 +51,17 @@ class SessionNotFound(KeelClientError):
 class ControllerClient:
     """Sessions of one controller, through Temporal (and the storage, for their event logs and threads)."""
 
-    def __init__(self, keel: KeelClient, storage: Storage, controller_id: str) -> None:
+    def __init__(
+        self, keel: KeelClient, storage: Storage, controller_id: str, definition: ControllerDefinition | None = None
+    ) -> None:
         self.keel = keel
         self.storage = storage
         self.controller_id = controller_id
+        self.definition = definition
+        """The controller as defined in this process (else the client's app's), when there is one: what
+        `mode.resolve()` reads."""
+        if definition is None and keel.app is not None and controller_id in keel.app.controllers:
+            self.definition = keel.app.controllers[controller_id]
 
     async def create_session(
         self,
@@ -139,6 +147,13 @@ class Session:
         self.subagents = _Subagents(self)
         self.display_state = _DisplayStateReader(self)
         self.goal = _Goal(self)
+        self._attaching: set[asyncio.Event] = set()  # subscribers still finding where "now" is
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Session) and other.id == self.id
+
+    def __hash__(self) -> int:
+        return hash(self.id)
 
     @property
     def _storage(self) -> Storage:
@@ -223,12 +238,17 @@ class Session:
 
     # --- events -----------------------------------------------------------------------------------------------
 
-    async def events(self, offset: int | None = None, *, display_state: bool = True) -> AsyncIterator[dict[str, Any]]:
+    async def events(
+        self, offset: int | None = None, *, display_state: bool = True, _attached: asyncio.Event | None = None
+    ) -> AsyncIterator[dict[str, Any]]:
         """The session's events from `offset` (default: from now), as they are written, each once; with
         `display_state`, each followed by `display_state_changed` (Mastra's stream). Each event carries its
         `offset`: a reader that reconnects with the last one + 1 misses nothing and sees nothing twice."""
         snapshot = await self.snapshot()
         start = offset if offset is not None else await self._storage.log_end(self.id)
+        if _attached is not None:  # a change this process sends from now on is seen by the subscriber
+            _attached.set()
+            self._attaching.discard(_attached)
         state = await self._fold_until(start, snapshot.snapshot_offset)
         async for shown in follow(self._storage, self.id, offset=start, until=frozenset()):
             event = {**shown.event.payload, "type": shown.event.type, "offset": shown.event.offset}
@@ -248,11 +268,18 @@ class Session:
         """Call `listener` with each event (Mastra's `subscribe`); returns the unsubscribe function. From
         `offset` when given (a listener that reconnects gets what it missed), else from now."""
 
+        attached = asyncio.Event()
+        self._attaching.add(attached)
+
         async def pump() -> None:
-            async for event in self.events(offset):
-                outcome = listener(event)
-                if asyncio.iscoroutine(outcome):
-                    await outcome
+            try:
+                async for event in self.events(offset, _attached=attached):
+                    outcome = listener(event)
+                    if asyncio.iscoroutine(outcome):
+                        await outcome
+            finally:
+                attached.set()
+                self._attaching.discard(attached)
 
         task = asyncio.ensure_future(pump())
 
@@ -277,6 +304,8 @@ class Session:
         return self.controller.keel.temporal.get_workflow_handle(self.id)
 
     async def _update(self, name: str, arg: Any, result_type: type, *, wait: timedelta | None = None) -> Any:
+        for attaching in list(self._attaching):  # `subscribe` then `send_message`: the listener sees it all
+            await attaching.wait()
         try:
             args = [] if arg is None else [arg]
             return await self._handle.execute_update(
@@ -353,9 +382,25 @@ class _Mode:
         await self._s._update(names.SESSION_MODE_UPDATE, SwitchMode(mode_id=mode_id), SessionSnapshot)
 
     async def resolve(self) -> dict[str, Any]:
-        """The current mode's definition (id, name, default model, transitions)."""
-        snapshot = await self._s.snapshot()
-        return {"id": snapshot.mode_id}
+        """The current mode's definition: id, name, instructions, default, tools, allowlist, transition, default
+        model, metadata (only the id when this process does not have the controller's definition)."""
+        mode_id = (await self._s.snapshot()).mode_id
+        definition = self._s.controller.definition
+        mode = next((m for m in definition.modes if m.id == mode_id), None) if definition else None
+        if mode is None:
+            return {"id": mode_id}
+        tools = mode.tools if mode.tools is not None else mode.additional_tools
+        return {
+            "id": mode.id,
+            "name": mode.name or mode.id,
+            "instructions": mode.instructions,
+            "default": mode.default,
+            "tools": [t.id for t in tools] if tools is not None else None,
+            "availableTools": list(mode.available_tools) if mode.available_tools is not None else None,
+            "transitionsTo": mode.transitions_to,
+            "defaultModelId": mode.default_model_id,
+            "metadata": dict(mode.metadata or {}),
+        }
 
 
 class _Model:

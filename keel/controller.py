@@ -95,7 +95,7 @@ class AgentController:
         chosen = storage or self._storage_option
         store = chosen if chosen is not None and not isinstance(chosen, str) else open_storage(chosen)
         await store.init()
-        self._client = ControllerClient(keel, store, self.id)
+        self._client = ControllerClient(keel, store, self.id, self.definition)
         return self
 
     @property

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -18,6 +18,8 @@ class FakeOpenAI(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.replies: list[tuple[int, dict[str, str], bytes]] = []
         self.requests: list[tuple[float, dict[str, Any]]] = []
+        self.responder: Callable[[dict[str, Any]], tuple[int, dict[str, str], bytes]] | None = None
+        """Answers a request when `replies` is empty (a model that decides from what it was sent)."""
 
     @property
     def base_url(self) -> str:
@@ -30,7 +32,10 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["content-length"])))
         self.server.requests.append((time.monotonic(), body))
-        status, headers, payload = self.server.replies.pop(0)
+        if self.server.replies or self.server.responder is None:
+            status, headers, payload = self.server.replies.pop(0)
+        else:
+            status, headers, payload = self.server.responder(body)
         self.send_response(status)
         for key, value in headers.items():
             self.send_header(key, value)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 from temporalio.client import WorkflowExecutionStatus
@@ -32,6 +33,24 @@ async def test_a_plain_turn_streams_mastras_events_in_order(ctl: AgentController
     text = "".join(e["event"]["delta"] for e in events if e["type"] == "message_update")
     assert text == "echo: text hello"
     assert events[-1]["reason"] == "complete"
+
+
+async def test_a_listener_subscribed_before_a_message_sees_its_whole_turn(ctl: AgentController) -> None:
+    """Mastra's quick start: `subscribe`, then `send_message` at once: nothing of the turn is missed, and the
+    same (resource, scope) is the same session."""
+    session = await ctl.create_session(user())
+    assert session == await ctl.create_session(session.resource_id) != await ctl.create_session(user())
+    await session.send_message("text before")  # a turn the listener must not see
+    seen: list[dict[str, Any]] = []
+    unsubscribe = session.subscribe(seen.append)
+    await session.send_message("text after")
+    async with asyncio.timeout(10):
+        while not any(e["type"] == "agent_end" for e in seen):
+            await asyncio.sleep(0.02)
+    unsubscribe()
+    assert seen[0]["type"] == "agent_start"
+    text = "".join(e["event"]["delta"] for e in seen if e["type"] == "message_update")
+    assert text == "echo: text after"
 
 
 async def wait_pending(session: Session, kind: str = "approval", timeout: float = 20) -> list[PendingItem]:
@@ -106,6 +125,8 @@ async def test_modes_switch_with_their_models_and_an_unknown_mode_is_refused(ctl
     await session.model.switch("mock/plan-choice")
     await session.mode.switch("build")
     assert (await session.mode.get(), await session.model.get()) == ("build", "mock/build-choice")
+    resolved = await session.mode.resolve()
+    assert (resolved["name"], resolved["instructions"]) == ("Build", "Build mode instructions.")
     await session.send_message("instructions")
     messages = await session.thread.list_messages()
     assert messages[-1]["content"][0]["text"].endswith("Controller instructions.\nBuild mode instructions.")
