@@ -218,7 +218,7 @@ async def _plan(
         planned.category = turn.category(tool)
         planned.requires_approval = turn.policy(tool) == "ask"
         if name == SUBAGENT:
-            plan, problem = turn.subagent_plan(parsed)
+            plan, problem = await turn.subagent_plan(parsed)
             if problem is not None:
                 planned.error = problem
                 return planned

@@ -60,7 +60,7 @@ class TurnTools:
         tool = next((t for t in self.all if t.id == name), None)
         return tool is not None and self.policy(tool) == "deny"
 
-    def subagent_plan(self, args: BaseModel) -> tuple[SubagentPlan | None, str | None]:
+    async def subagent_plan(self, args: BaseModel) -> tuple[SubagentPlan | None, str | None]:
         """The child run a `subagent` call starts, or the error the model sees."""
         assert isinstance(args, SubagentInput)
         subs = {s.id: s for s in self.controller.subagents}
@@ -70,8 +70,20 @@ class TurnTools:
         forked = sub.forked if args.forked is None else args.forked
         chosen = self.turn.subagent_models
         model_id = None if forked else (args.model_id or chosen.get(sub.id) or chosen.get("") or sub.default_model_id)
+        child = (
+            self.all
+            if forked
+            else await turn_tools(
+                self.app, self.controller, self.turn.mode_id, self.request_context, subagent_id=sub.id
+            )
+        )
         plan = SubagentPlan(
-            agent_type=sub.id, task=args.task, forked=forked, model_id=model_id, max_steps=sub.max_steps
+            agent_type=sub.id,
+            task=args.task,
+            forked=forked,
+            model_id=model_id,
+            max_steps=sub.max_steps,
+            tools=[t.id for t in child if self.policy(t) != "deny"],
         )
         return plan, None
 

@@ -61,6 +61,7 @@ from keel.workflows.contracts import (
     RunCarry,
     RunShape,
     StepSuspension,
+    SubagentPlan,
     SubagentTurn,
     SuspendedToolCall,
     ToolApproval,
@@ -637,6 +638,7 @@ class _Loop:
                 id=child_id,
                 result_type=AgentRunResult,
                 static_summary=f"subagent {plan.agent_type}: {' '.join(plan.task.split())[:80]}",
+                static_details=_subagent_details(plan),
             )
         except ChildWorkflowError as err:
             cause = err.cause.cause if isinstance(err.cause, ApplicationError) and err.cause.cause else err.cause
@@ -1013,3 +1015,10 @@ def _waiting_details(run_id: str, calls: list[PlannedToolCall]) -> str:
             f'`{{"toolCallId": "{call.tool_call_id}", "approved": true}}`'
         )
     return "\n".join(lines)
+
+
+def _subagent_details(plan: SubagentPlan) -> str:
+    """What the Temporal UI shows of a subagent's child run: its kind, model and the only tools it has."""
+    tools = ", ".join(f"`{t}`" for t in plan.tools) or "none"
+    kind = "forked (the parent's thread, prompt and tools)" if plan.forked else "its own instructions"
+    return f"**{plan.agent_type}** subagent, {kind}; model {plan.model_id or 'the session default'}\n\ntools: {tools}"

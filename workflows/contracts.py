@@ -366,6 +366,8 @@ class SubagentPlan(Contract):
     forked: bool = False
     model_id: str | None = None
     max_steps: int = 50
+    tools: list[str] = Field(default_factory=list)
+    """The tools the child run is offered (shown in its details in the UI; the child resolves its own)."""
 
 
 class ModelStepInput(Contract):

@@ -199,7 +199,11 @@ async def test_a_subagent_runs_as_a_child_run_with_only_its_allowed_tools(ctl: A
     [start] = [e for e in events if e["type"] == "subagent_start"]
     assert (start["agentType"], start["toolCallId"]) == ("explore", "sub_1")
     child = ctl.client.keel.temporal.get_workflow_handle(f"{snapshot.session_id}-turn-1-s1-sub_1")
-    assert (await child.describe()).status == WorkflowExecutionStatus.COMPLETED  # a child workflow in the UI
+    described = await child.describe()
+    assert described.status == WorkflowExecutionStatus.COMPLETED  # a child workflow in the UI, with its tools
+    assert (await described.static_details() or "").endswith(
+        "tools: `mastra_workspace_list_files`, `search_docs`"
+    )
 
 
 async def test_a_subagents_approval_waits_in_the_parent_session_and_is_answered_there(ctl: AgentController) -> None:
