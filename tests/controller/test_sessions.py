@@ -201,9 +201,7 @@ async def test_a_subagent_runs_as_a_child_run_with_only_its_allowed_tools(ctl: A
     child = ctl.client.keel.temporal.get_workflow_handle(f"{snapshot.session_id}-turn-1-s1-sub_1")
     described = await child.describe()
     assert described.status == WorkflowExecutionStatus.COMPLETED  # a child workflow in the UI, with its tools
-    assert (await described.static_details() or "").endswith(
-        "tools: `mastra_workspace_list_files`, `search_docs`"
-    )
+    assert (await described.static_details() or "").endswith("tools: `mastra_workspace_list_files`, `search_docs`")
 
 
 async def test_a_subagents_approval_waits_in_the_parent_session_and_is_answered_there(ctl: AgentController) -> None:
