@@ -5,10 +5,11 @@ mode's allow-list and the session's permissions."""
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from keel.app.agent_tools import agent_instructions, agent_tools
 from keel.app.controller import ControllerDefinition, ControllerError, Subagent
@@ -165,9 +166,15 @@ class TaskUpdateInput(BaseModel):
     model_config = ConfigDict(populate_by_name=True)
 
     id: str = Field(min_length=1)
-    content: str | None = None
+    content: str | None = Field(default=None, min_length=1)
     status: TaskStatus | None = None
-    active_form: str | None = Field(default=None, alias="activeForm")
+    active_form: str | None = Field(default=None, min_length=1, alias="activeForm")
+
+    @model_validator(mode="after")
+    def _changes_something(self) -> TaskUpdateInput:
+        if self.content is None and self.status is None and self.active_form is None:
+            raise ValueError("Provide at least one field to update.")
+        return self
 
 
 class TaskIdInput(BaseModel):
@@ -199,8 +206,39 @@ NO_MEMORY = {
 
 
 def _slug(text: str) -> str:
-    slug = "_".join(re.findall(r"[a-z0-9]+", text.lower()))[:48].strip("_")
-    return slug or "item"
+    words, slug = re.findall(r"[a-z0-9]+", text.lower()), ""
+    for word in words:  # Mastra's: words joined by `_`, cut at 48 characters (no trailing `_`)
+        slug = (slug + "_" if slug else "") + word if len(slug) < 48 else slug
+    return slug[:48] or "item"
+
+
+def _with_ids(items: list[TaskItem], previous: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Mastra's `assignTaskIds`: a task keeps the id it was given (the first of a repeated id); a task without one
+    whose content appears once in this write reuses the id of the one earlier task with that content (unless an
+    explicit id claims it); otherwise `task_<slug>`, `_<n>` for the content's n-th occurrence, made unique."""
+    explicit = {t.id for t in items if t.id}
+    omitted = Counter(t.content for t in items if not t.id)
+    reusable: dict[int, str] = {}
+    for index, item in enumerate(items):
+        if not item.id and omitted[item.content] == 1:
+            same = [p["id"] for p in previous if p["content"] == item.content and p["id"] not in explicit]
+            if len(same) == 1:
+                reusable[index] = same[0]
+    reserved = explicit | set(reusable.values())
+    used: set[str] = set()
+    seen: Counter[str] = Counter()
+    tasks = []
+    for index, item in enumerate(items):
+        seen[item.content] += 1
+        task_id = item.id if item.id and item.id not in used else reusable.get(index)
+        if task_id is None or task_id in used:
+            base = f"task_{_slug(item.content)}" + (f"_{seen[item.content]}" if seen[item.content] > 1 else "")
+            task_id, n = base, 2
+            while task_id in used or task_id in reserved:
+                task_id, n = f"{base}_{n}", n + 1
+        used.add(task_id)
+        tasks.append({"id": task_id, "content": item.content, "status": item.status, "activeForm": item.active_form})
+    return tasks
 
 
 def _summary(tasks: list[dict[str, Any]]) -> str:
@@ -209,13 +247,18 @@ def _summary(tasks: list[dict[str, Any]]) -> str:
     current = next((t for t in tasks if t["status"] == "in_progress"), None)
     if current is not None:
         lines.append(f"Currently: {current['activeForm']} ({current['id']})")
-    lines.append("Task IDs:")
+    if tasks:
+        lines.append("Task IDs:")
     lines.extend(f"- {t['id']}: {t['content']} ({t['status']})" for t in tasks)
     return "\n".join(lines)
 
 
 def _not_found(task_id: str, tasks: list[dict[str, Any]]) -> dict[str, Any]:
-    known = "\n".join(f"- {t['id']}" for t in tasks) if tasks else "No tasks are currently tracked."
+    known = (
+        "\n".join(f"- {t['id']}: {t['content']} ({t['status']})" for t in tasks)
+        if tasks
+        else "No tasks are currently tracked."
+    )
     prefix = "\n\nAvailable task IDs:\n" if tasks else "\n\n"
     return {"content": f"Task not found: {task_id}{prefix}{known}", "tasks": tasks, "isError": True}
 
@@ -231,22 +274,7 @@ async def task_write(args: TaskWriteInput, ctx: ToolContext) -> dict[str, Any]:
         return NO_MEMORY
     if sum(t.status == "in_progress" for t in args.tasks) > 1:
         return {"content": "Only one task can be in_progress at a time.", "tasks": previous, "isError": True}
-    explicit = {t.id for t in args.tasks if t.id}
-    taken: set[str] = set()
-    tasks: list[dict[str, Any]] = []
-    for item in args.tasks:
-        task_id = item.id
-        if task_id is None or task_id in taken:
-            same = [p["id"] for p in previous if p["content"] == item.content and p["id"] not in explicit]
-            task_id = same[0] if len(same) == 1 and same[0] not in taken else None
-        if task_id is None or task_id in taken:
-            base, n = f"task_{_slug(item.content)}", 1
-            task_id = base
-            while task_id in taken or (task_id in explicit and task_id != item.id):
-                n += 1
-                task_id = f"{base}_{n}"
-        taken.add(task_id)
-        tasks.append({"id": task_id, "content": item.content, "status": item.status, "activeForm": item.active_form})
+    tasks = _with_ids(args.tasks, previous)
     await _save_tasks(ctx, tasks)
     return {"content": _summary(tasks), "tasks": tasks, "isError": False}
 
@@ -304,8 +332,15 @@ async def task_check(args: NoInput, ctx: ToolContext) -> dict[str, Any]:
             f"All tasks completed: {'YES' if done else 'NO'}"
         )
         if not done:
-            content += "\n\nContinue working on these tasks before ending."
-    incomplete = [t for t in tasks if t["status"] != "completed"]
+            content += "\n\nIncomplete tasks:\n"
+            for title, status in (("In Progress", "in_progress"), ("Pending", "pending")):
+                if counts[status]:
+                    content += f"\n{title}:\n" + "".join(
+                        f"- {t['id']}: {t['content']}\n" for t in tasks if t["status"] == status
+                    )
+            content += "\nContinue working on these tasks before ending."
+    # Mastra's order: the task in progress first, then the pending ones
+    incomplete = [t for s in ("in_progress", "pending") for t in tasks if t["status"] == s]
     summary = {
         "total": len(tasks),
         "completed": sum(t["status"] == "completed" for t in tasks),

@@ -150,7 +150,7 @@ class AgentSession:
         config = self._config
         self._c.mode_id = config.default_mode_id
         self._c.model_id = self._mode(config.default_mode_id).default_model_id
-        self._c.state = dict(config.initial_state)
+        self._c.state = self._take_rules(dict(config.initial_state))
         if input.thread_id:
             try:
                 await self._thread_change(ThreadChange(op="switch", thread_id=input.thread_id, create_missing=True))
@@ -436,19 +436,24 @@ class AgentSession:
     async def set_state(self, request: SetState) -> SessionSnapshot:
         await self._until_ready(lambda: self._check_state(request))
         async with self._lock:
-            updates = dict(request.updates)
-            rules, yolo = updates.pop("permissionRules", None), updates.pop("yolo", None)
-            if isinstance(rules, dict):
-                self._c.permissions.categories = dict(rules.get("categories") or {})
-                self._c.permissions.tools = dict(rules.get("tools") or {})
-            if isinstance(yolo, bool):
-                self._c.permissions.yolo = yolo
+            updates = self._take_rules(dict(request.updates))
             self._c.state = {**self._c.state, **updates}
             event = {"type": "state_changed", "state": self._state(), "changedKeys": list(request.updates)}
             await self._emit([event])
-            if rules is not None or yolo is not None:
+            if any(request.updates.get(k) is not None for k in ("permissionRules", "yolo")):
                 await self._tell_turn()
         return self.snapshot()
+
+    def _take_rules(self, values: dict[str, Any]) -> dict[str, Any]:
+        """`values` without the keys Mastra keeps the permissions in (`permissionRules`, `yolo`), which become the
+        session's rules: from `set_state`, and from the controller's `initial_state` for a new session."""
+        rules, yolo = values.pop("permissionRules", None), values.pop("yolo", None)
+        if isinstance(rules, dict):
+            self._c.permissions.categories = dict(rules.get("categories") or {})
+            self._c.permissions.tools = dict(rules.get("tools") or {})
+        if isinstance(yolo, bool):
+            self._c.permissions.yolo = yolo
+        return values
 
     @set_state.validator
     def _check_state(self, request: SetState) -> None:

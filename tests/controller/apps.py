@@ -1,5 +1,5 @@
 """The controllers the session tests run: a scripted model that answers from the conversation, so each test
-says what it wants in its message (`text`, `tool NAME ARGS`, `ask`, `plan`, `tasks`, `sub TYPE`)."""
+says what it wants in its message (`text`, `tool NAME ARGS`, `probe {NAME: ARGS}`, `ask`, `plan`, `sub TYPE`)."""
 
 from __future__ import annotations
 
@@ -33,6 +33,15 @@ def _data_dir() -> Path:
     return Path(os.environ.get("KEEL_DATA_DIR", ".keel"))
 
 
+def _ran(name: str, text: str) -> dict[str, Any]:
+    """What the permission tests' tools do: say in `ran.log` that they ran (so a test sees a call that ran)."""
+    root = _data_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / "ran.log", "a") as f:
+        f.write(f"{name} {text}\n")
+    return {"ran": name, "text": text}
+
+
 @tool("save_note")
 async def save_note(args: Note, ctx: ToolContext) -> dict[str, Any]:
     """Save a note (a custom tool: category `edit`)."""
@@ -40,19 +49,64 @@ async def save_note(args: Note, ctx: ToolContext) -> dict[str, Any]:
     root.mkdir(parents=True, exist_ok=True)
     with open(root / "notes.log", "a") as f:
         f.write(f"{args.text}\n")
+    _ran("save_note", args.text)
     return {"saved": args.text}
 
 
 @tool("search_docs")
 async def search_docs(args: Note, ctx: ToolContext) -> dict[str, Any]:
     """Search the docs (a controller tool: category `read`)."""
+    _ran("search_docs", args.text)
     return {"found": f"docs about {args.text}"}
+
+
+@tool("run_check")
+async def run_check(args: Note, ctx: ToolContext) -> dict[str, Any]:
+    """Run the project's checks (a controller tool: category `execute`)."""
+    return _ran("run_check", args.text)
+
+
+@tool("mcp_lookup")
+async def mcp_lookup(args: Note, ctx: ToolContext) -> dict[str, Any]:
+    """Look something up on an MCP server (a controller tool: category `mcp`)."""
+    return _ran("mcp_lookup", args.text)
+
+
+@tool("misc_ping")
+async def misc_ping(args: Note, ctx: ToolContext) -> dict[str, Any]:
+    """Ping (a controller tool: category `other`)."""
+    return _ran("misc_ping", args.text)
+
+
+@tool("free_echo")
+async def free_echo(args: Note, ctx: ToolContext) -> dict[str, Any]:
+    """Echo (a controller tool the resolver does not categorise)."""
+    return _ran("free_echo", args.text)
+
+
+def probe(request: ModelRequest, said: str) -> ModelResponse:
+    """`probe {"NAME": {ARGS}, ...}`: call each tool at once (`probe {}`: none), then answer with a JSON report of
+    the tool names the model was offered and what each call gave back."""
+    results = tool_results_since_last_user(request)
+    calls = json.loads(said.split(" ", 1)[1]) if " " in said else {}
+    if calls and not results:
+        return ModelResponse(
+            tool_calls=[ModelToolCall(id=f"probe_{i}", name=n, args=a) for i, (n, a) in enumerate(calls.items(), 1)]
+        )
+    report = {
+        "offered": sorted(t.name for t in request.tools),
+        "results": {r.tool_name: {"result": r.result, "isError": r.is_error, "denied": r.denied} for r in results},
+    }
+    return ModelResponse(text=json.dumps(report, sort_keys=True))
 
 
 def script(request: ModelRequest) -> ModelResponse:
     """`text X` answers X; `tool NAME {json}` calls NAME (one call per turn, then says what came back);
-    `tools NAME NAME ...` calls each; `ask`: ask_user; `plan PATH`: submit_plan; `sub TYPE TASK`: a subagent."""
+    `tools NAME NAME ...` calls each; `probe {...}`: see `probe`; `ask`: ask_user; `plan PATH`: submit_plan;
+    `sub TYPE TASK`: a subagent."""
     said = last_user_text(request)
+    if said.startswith("probe"):
+        return probe(request, said)
     results = tool_results_since_last_user(request)
     if results:
         return ModelResponse(text="got: " + " | ".join(json.dumps(r.result, sort_keys=True) for r in results))
@@ -111,7 +165,14 @@ class SessionState(BaseModel):
     project: str | None = None
 
 
-CATEGORIES: dict[str, Category] = {"save_note": "edit", "search_docs": "read"}
+CATEGORIES: dict[str, Category] = {
+    "save_note": "edit",
+    "search_docs": "read",
+    "run_check": "execute",
+    "mcp_lookup": "mcp",
+    "misc_ping": "other",
+}
+"""One controller tool per category; `free_echo` and the built-ins have none (the workspace's tools: Keel's table)."""
 
 controller = AgentController(
     "assistant-controller",
@@ -128,7 +189,7 @@ controller = AgentController(
             available_tools=("mastra_workspace_read_file", "ask_user", "save_note", "search_docs"),
         ),
     ],
-    tools=(search_docs,),
+    tools=(search_docs, run_check, mcp_lookup, misc_ping, free_echo),
     subagents=[
         Subagent(
             id="explore",
