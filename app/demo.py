@@ -7,6 +7,8 @@
   and searches it (BM25), loads the bundled `keel-python` skill, asks the language server about it (LSP, with
   `pip install 'keel[lsp]'`; without pylsp the tool answers what to install) and deletes it, one tool per step,
   so every workspace tool shows in the Temporal UI.
+- `assistant-controller` (`app/demo_controller.py`): an AgentController for `keel chat`, plan mode then build mode:
+  a question, a subagent, a plan to approve, a file written into the demo workspace.
 
 The demo workspace lives in `.keel/workspace` (`$KEEL_DATA_DIR/workspace`). Commands run under bubblewrap
 (no network, no writes outside the workspace) when it is installed; without it, `execute_command` asks for
@@ -24,6 +26,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from keel.app.definitions import Agent, App, ToolContext, tool
+from keel.app.demo_controller import assistant_controller as make_assistant_controller
 from keel.model_providers import (
     ModelRequest,
     ModelResponse,
@@ -154,4 +157,6 @@ coder = Agent(
     workspace=workspace,
 )
 
-app = App.of(demo, coder)
+assistant_controller = make_assistant_controller(workspace)
+
+app = App.of(demo, coder, controllers=[assistant_controller])

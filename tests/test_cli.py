@@ -88,7 +88,7 @@ async def test_cli_errors_are_one_clear_line_with_exit_code_2(
         code, _, err = await keel("run", "nope", "hi")
         assert code == 2 and "Unknown agent 'nope'" in err and "demo" in err and "payer" in err
         code, _, err = await keel("run", "nope", "hi", "--app", "keel.app.demo:app")
-        assert code == 2 and "(known agents: coder, demo)" in err
+        assert code == 2 and "(known agents: assistant, coder, demo)" in err
 
         code, out, _ = await keel("run", "demo", "hi", "--no-follow")
         run_id = out.split()[1]
