@@ -19,10 +19,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from keel.app.controller import Category, Mode, Subagent
+from keel.app.controller import Category, ControllerDefinition, Mode, Subagent, controller_definition
 from keel.app.controller_tools import ASK_USER, REQUEST_ACCESS, SUBAGENT, SUBMIT_PLAN, TASK_TOOLS
 from keel.app.definitions import Agent, Tool, ToolContext, tool
-from keel.controller import AgentController
 from keel.model_providers import (
     ModelRequest,
     ModelResponse,
@@ -219,8 +218,9 @@ def save_plan_tool(workspace: Workspace) -> Tool:
     return save_plan
 
 
-def assistant_controller(workspace: Workspace) -> AgentController:
-    """`assistant-controller` on `workspace`, with the `assistant` agent and the `explorer` subagent."""
+def assistant_controller(workspace: Workspace) -> ControllerDefinition:
+    """`assistant-controller` on `workspace`, with the `assistant` agent and the `explorer` subagent (its
+    definition: `keel.AgentController.from_definition` gives it sessions)."""
     assistant = ScriptedModel(assistant_script, name="assistant")
     explorer = ScriptedModel(explorer_script, name="explorer")
     agent = Agent(
@@ -230,7 +230,7 @@ def assistant_controller(workspace: Workspace) -> AgentController:
         instructions="You help the user write small scripts in the demo workspace.",
         model=assistant,
     )
-    return AgentController(
+    return controller_definition(
         "assistant-controller",
         agent,
         workspace=workspace,

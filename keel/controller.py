@@ -74,6 +74,17 @@ class AgentController:
         self._storage_option = storage
         self._client: ControllerClient | None = None
 
+    @classmethod
+    def from_definition(
+        cls, definition: ControllerDefinition, *, storage: Storage | str | None = None
+    ) -> AgentController:
+        """The controller an app defines (`app.controllers[id]`), to open its sessions from Python."""
+        controller = cls.__new__(cls)
+        controller.definition = definition
+        controller._storage_option = storage
+        controller._client = None
+        return controller
+
     @property
     def id(self) -> str:
         return self.definition.id

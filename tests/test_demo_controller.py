@@ -33,7 +33,7 @@ PLAN = "plans/write-a-script-that-greets-the-team.md"
 @pytest.fixture
 async def ctl(client: Client, storage: Storage, task_queue: str, data_dir: Path) -> AsyncIterator[AgentController]:
     """The demo controller on a workspace in the test's data dir, with a worker for it."""
-    controller = assistant_controller(demo_workspace())
+    controller = AgentController.from_definition(assistant_controller(demo_workspace()))
     app = App.of(controllers=[controller])
     async with build_worker(client, app, storage, task_queue=task_queue):
         await controller.init(KeelClient(client, task_queue=task_queue, app=app), storage)
