@@ -48,6 +48,8 @@ class DevServerConfig:
     tuned: bool = True
     log_level: str = "warn"
     extra_dynamic_config: dict[str, str] = field(default_factory=dict)
+    codec_endpoint: str | None = None
+    """The UI's remote codec (`keel dev`: its API's `/codec`), so the UI shows values kept by reference."""
 
     @property
     def address(self) -> str:
@@ -101,6 +103,8 @@ def server_command(cfg: DevServerConfig) -> list[str]:
         # 64 MiB page cache instead of 2: visibility counts over 10,000 open runs measured 218-275 -> 81-87 ms.
         "--sqlite-pragma", "cache_size=-65536",
     ]  # fmt: skip
+    if cfg.codec_endpoint:
+        cmd += ["--ui-codec-endpoint", cfg.codec_endpoint]
     for key in ALL_KEYS:
         cmd += ["--search-attribute", f"{key.name}=Keyword"]
     dynamic = {**(TUNED_DYNAMIC_CONFIG if cfg.tuned else {}), **cfg.extra_dynamic_config}

@@ -18,8 +18,9 @@ if TYPE_CHECKING:  # imported when a command runs: `keel --version` builds this 
 StackBody = Callable[["KeelClient", "App", "DevServer", "Storage"], Awaitable[int]]
 
 
-async def with_stack(args: argparse.Namespace, body: StackBody) -> int:
-    """Run `body` with a dev server (started or reused) and an in-process worker; stop what was started."""
+async def with_stack(args: argparse.Namespace, body: StackBody, *, codec_endpoint: str | None = None) -> int:
+    """Run `body` with a dev server (started or reused) and an in-process worker; stop what was started. A server
+    started here gets `codec_endpoint` as its UI's codec."""
     from keel.app import load_app
     from keel.client.devserver import DevServer, DevServerConfig
     from keel.storage import open_storage
@@ -27,7 +28,7 @@ async def with_stack(args: argparse.Namespace, body: StackBody) -> int:
 
     quiet_activity_failures()
     app = load_app(getattr(args, "app", None))
-    server = DevServer(DevServerConfig())
+    server = DevServer(DevServerConfig(codec_endpoint=codec_endpoint))
     await server.start()
     storage = open_storage()  # the stack's own storage: created and migrated here
     await storage.init()
@@ -60,7 +61,7 @@ async def cmd_dev(args: argparse.Namespace) -> int:
             await until_interrupted()
         return 0
 
-    return await with_stack(args, serve)
+    return await with_stack(args, serve, codec_endpoint=f"http://{settings.api_host}:{settings.api_port}/codec")
 
 
 async def cmd_demo(args: argparse.Namespace) -> int:

@@ -7,12 +7,12 @@ wire-compatible with `@mastra/client-js`. Every route is a thin layer: a run sta
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from fastapi import FastAPI
 
 from keel.app import App
-from keel.client.api import agents, auth, controllers, errors, memory, tools, workflows
+from keel.client.api import agents, auth, codec, controllers, errors, memory, tools, workflows
 from keel.client.api.context import ApiContext
 from keel.client.keel_client import KeelClient
 from keel.protocol.settings import Settings
@@ -22,9 +22,15 @@ API_PREFIX = "/api"
 
 
 def create_api(
-    app: App, keel: KeelClient, storage: Storage, *, api_keys: Mapping[str, frozenset[str]] | None = None
+    app: App,
+    keel: KeelClient,
+    storage: Storage,
+    *,
+    api_keys: Mapping[str, frozenset[str]] | None = None,
+    ui_origins: Sequence[str] = (),
 ) -> FastAPI:
-    """The API for `app`; with `api_keys` (`auth.parse_keys`), every route needs a key with its scope."""
+    """The API for `app`; with `api_keys` (`auth.parse_keys`), every route needs a key with its scope.
+    `ui_origins`: the Temporal UI's origins, allowed to call the codec routes from the browser."""
     api = FastAPI(
         title="Keel",
         description="Mastra's server routes on Temporal: agents, workflows, tools, memory and agent controllers.",
@@ -38,6 +44,8 @@ def create_api(
     for module in (agents, workflows, tools, memory, controllers):
         api.include_router(module.router, prefix=API_PREFIX)
     api.include_router(controllers.channels_router, prefix=API_PREFIX)
+    api.include_router(codec.router)
+    codec.install_cors(api, ui_origins)  # outside the keys: a browser's preflight carries none
     return api
 
 
@@ -53,7 +61,9 @@ def api_for_settings(app: App, keel: KeelClient, storage: Storage, settings: Set
             f"The HTTP API on {settings.api_host} needs API keys: set KEEL_API_KEYS "
             '(\'{"<key>": ["*"]}\'), or serve on 127.0.0.1'
         )
-    return create_api(app, keel, storage, api_keys=keys)
+    ui = f"{settings.ui_port}"
+    origins = [f"http://{host}:{ui}" for host in {settings.temporal_host, *LOOPBACK[:2]}]
+    return create_api(app, keel, storage, api_keys=keys, ui_origins=origins)
 
 
 __all__ = ["API_PREFIX", "api_for_settings", "create_api"]

@@ -49,6 +49,8 @@ def required_scope(method: str, path: str) -> str:
     resource = parts[0] if parts else ""
     if resource == "stored" and len(parts) > 1:
         resource = f"stored-{parts[1]}"
+    if path.startswith("/codec"):  # the Temporal UI's and CLI's codec calls: they read stored values
+        return "payloads:read"
     if resource in ("agent-controller", "agent-controllers"):  # sessions, and the channel webhooks
         resource = "agent-controllers"
     return f"{resource}:{'read' if method in ('GET', 'HEAD', 'OPTIONS') else 'write'}"
@@ -66,7 +68,8 @@ def install(api: FastAPI, keys: Mapping[str, frozenset[str]]) -> None:
     @api.middleware("http")
     async def authenticate(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
         path = request.url.path
-        if not path.startswith("/api") or path.startswith(OPEN_PATHS):
+        guarded = path.startswith("/api") or (path.startswith("/codec") and request.method != "OPTIONS")
+        if not guarded or path.startswith(OPEN_PATHS):
             return await call_next(request)
         given = request.headers.get("authorization", "")
         token = given[7:].strip() if given.lower().startswith("bearer ") else request.headers.get("x-api-key", "")
