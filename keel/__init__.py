@@ -61,6 +61,7 @@ _EXPORTS: dict[str, str] = {
     "Workspace": "keel.workspace_providers",
     "LocalFilesystem": "keel.workspace_providers",
     "LocalSandbox": "keel.workspace_providers",
+    "S3Filesystem": "keel.workspace_providers",
     "WORKSPACE_TOOLS": "keel.workspace_providers",
     "WorkspaceError": "keel.workspace_providers",
     "ToolFailed": "keel.client",
@@ -106,6 +107,7 @@ __all__ = [
     "RunFailed",
     "RunInfo",
     "RunNotFound",
+    "S3Filesystem",
     "ScriptedModel",
     "Subagent",
     "TextPart",
@@ -163,7 +165,14 @@ if TYPE_CHECKING:
     from keel.storage import open_storage
     from keel.worker import build_worker
     from keel.workflows import AgentActivityOptions, AgentRunInput, AgentRunResult, PendingToolCall, ToolApproval
-    from keel.workspace_providers import WORKSPACE_TOOLS, LocalFilesystem, LocalSandbox, Workspace, WorkspaceError
+    from keel.workspace_providers import (
+        WORKSPACE_TOOLS,
+        LocalFilesystem,
+        LocalSandbox,
+        S3Filesystem,
+        Workspace,
+        WorkspaceError,
+    )
 
 
 def __getattr__(name: str) -> Any:

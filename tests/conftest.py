@@ -1,5 +1,6 @@
 """Fixtures: one real Temporal dev server per session (from the pip binary), SQLite storage per test, a fresh
-task queue per test, and an in-process Keel worker."""
+task queue per test, an in-process Keel worker, and (when a test asks) one PostgreSQL and one SeaweedFS S3
+server per session."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from keel.storage import DirectoryBlobStore, SQLiteStorage, Storage
 from keel.worker import build_worker
 from tests.fake_openai import FakeOpenAI, serving_fake_openai
 from tests.pg import postgres_server
+from tests.s3 import S3Server, seaweedfs_server
 
 # Every workflow the tests run (in-process and in worker subprocesses) runs in Temporal's sandbox, Keel's own
 # too, which fails a workflow task on non-deterministic calls; production workers run Keel's unsandboxed.
@@ -109,6 +111,13 @@ def env_for_subprocess(dev_server: DevServer, **extra: str) -> dict[str, str]:
 def pg_dsn() -> Iterator[str]:
     with postgres_server() as dsn:
         yield dsn
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    """A SeaweedFS S3 server for the session (tests/s3.py); a test makes its own bucket (`make_bucket()`)."""
+    with seaweedfs_server() as server:
+        yield server
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -10,6 +10,7 @@ from keel.workspace_providers.errors import (
     FileNotFound,
     FileReadRequired,
     FilesystemError,
+    FilesystemUnavailable,
     IsDirectory,
     IsolationUnavailable,
     NotDirectory,
@@ -25,6 +26,7 @@ from keel.workspace_providers.errors import (
 )
 from keel.workspace_providers.local_filesystem import LocalFilesystem
 from keel.workspace_providers.local_sandbox import LocalSandbox
+from keel.workspace_providers.s3_filesystem import S3Filesystem
 from keel.workspace_providers.search import SearchResult
 from keel.workspace_providers.tool_config import WORKSPACE_TOOLS, ToolConfigContext, ToolHookContext
 from keel.workspace_providers.types import CommandResult, FileEntry, FileStat
@@ -42,6 +44,7 @@ __all__ = [
     "FileReadRequired",
     "FileStat",
     "FilesystemError",
+    "FilesystemUnavailable",
     "InMemoryVectorStore",
     "IsDirectory",
     "IsolationUnavailable",
@@ -50,6 +53,7 @@ __all__ = [
     "NotDirectory",
     "PermissionDenied",
     "ProcessNotFound",
+    "S3Filesystem",
     "SandboxError",
     "SearchError",
     "SearchNotAvailable",

@@ -1,7 +1,8 @@
 """The errors a workspace raises, named and worded as Mastra's, so a prompt written for Mastra reads the same text.
 
 Each error has `error_name` (Mastra's class name, which the tool layer prints as ``"{error_name}: {message}"``),
-a POSIX-like `code` where Mastra has one, and the `path` it is about.
+a POSIX-like `code` where Mastra has one, the `path` it is about, and `retryable`: True only for an error the
+same call may not meet again (a storage service down); every other one is deterministic.
 
 Error tree::
 
@@ -15,7 +16,8 @@ Error tree::
      │    ├── DirectoryNotEmpty       ENOTEMPTY Directory not empty: p
      │    ├── PermissionDenied        EACCES    Permission denied: {operation} on p
      │    ├── StaleFile               ESTALE    File was modified externally: p (expected mtime .., actual ..)
-     │    └── FileReadRequired                  File "p" has not been read. ...
+     │    ├── FileReadRequired                  File "p" has not been read. ...
+     │    └── FilesystemUnavailable   EAGAIN    S3 endpoint .. unreachable (bucket ".."): ..   (retryable)
      ├── WorkspaceReadOnly                      Workspace is in read-only mode. Cannot perform: op
      ├── SandboxError
      │    ├── IsolationUnavailable              bwrap asked for but not installed
@@ -39,6 +41,7 @@ class WorkspaceError(Exception):
 
     error_name = "WorkspaceError"
     code: str | None = None
+    retryable = False
 
     def __init__(self, message: str, path: str | None = None) -> None:
         super().__init__(message)
@@ -120,6 +123,14 @@ class FileReadRequired(FilesystemError):
     before it last changed). The message is the whole reason."""
 
     error_name = "FileReadRequiredError"
+
+
+class FilesystemUnavailable(FilesystemError):
+    """The storage behind a filesystem cannot be reached now (an object store down, refusing connections, or
+    answering 5xx): the same call may succeed later, so it is the one retryable filesystem error."""
+
+    error_name, code = "FilesystemUnavailableError", "EAGAIN"
+    retryable = True
 
 
 class WorkspaceReadOnly(WorkspaceError):

@@ -7,7 +7,6 @@ in a worker thread. Writes are atomic: a temporary file in the same directory, f
 from __future__ import annotations
 
 import asyncio
-import base64
 import errno
 import os
 import posixpath
@@ -23,6 +22,7 @@ from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any, TypeVar
 
+from keel.workspace_providers import file_content
 from keel.workspace_providers.errors import (
     DirectoryNotEmpty,
     DirectoryNotFound,
@@ -76,8 +76,6 @@ _MIME = dict(
         "pyc=application/x-python-code"
     ).split()
 )
-_BINARY_EDIT = "Cannot edit binary files. Use the write file tool instead."
-_NOT_FOUND = "The specified text was not found. Make sure you use the exact text from the file."
 
 
 def mime_type(name: str) -> str:
@@ -370,18 +368,7 @@ class LocalFilesystem:
 
     async def read_file(self, path: str, *, encoding: str | None = None) -> bytes | str:
         """The file's bytes, or with `encoding` (utf-8, utf8, base64, hex, binary, latin1) a string."""
-        data = await self._call(partial(self._disk.read, path))
-        if encoding is None:
-            return data
-        if encoding.lower() in ("utf-8", "utf8"):
-            return data.decode("utf-8", "replace")
-        if encoding == "base64":
-            return base64.b64encode(data).decode("ascii")
-        if encoding == "hex":
-            return data.hex()
-        if encoding in ("binary", "latin1"):
-            return data.decode("latin-1")
-        raise ValueError(f"Unknown encoding: {encoding}")
+        return file_content.decode(await self._call(partial(self._disk.read, path)), encoding)
 
     async def exists(self, path: str) -> bool:
         """Whether something is there; `PermissionDenied` for a path outside the workspace, as Mastra."""
@@ -542,27 +529,13 @@ class LocalFilesystem:
         """Replace `old_string` (unique unless `replace_all`); the message Mastra's edit tool returns."""
         self._writable("edit_file", path)
         data = await self._call(partial(self._disk.read, path))
-        try:
-            content = data.decode("utf-8")
-        except UnicodeDecodeError:
-            return _BINARY_EDIT
-        if "\0" in content:
-            return _BINARY_EDIT
-        count = content.count(old_string) if old_string else 0
-        if count == 0:
-            return _NOT_FOUND
-        if count > 1 and not replace_all:
-            return (
-                f"The specified text appears {count} times. Provide more surrounding context to make the match "
-                "unique, or use replace_all to replace all occurrences."
+        message, edited = file_content.edit(data, path, old_string, new_string, replace_all=replace_all)
+        if edited is not None:
+            write = partial(
+                self._write, path, edited, overwrite=True, recursive=True, expected=expected_mtime, mode=None
             )
-        ranges = _edited_lines(content, old_string, new_string, replace_all)
-        result = content.replace(old_string, new_string, -1 if replace_all else 1)
-        write = partial(
-            self._write, path, result.encode(), overwrite=True, recursive=True, expected=expected_mtime, mode=None
-        )
-        await self._call(write)
-        return f"Replaced {count} occurrence{'' if count == 1 else 's'} in {path}{ranges}"
+            await self._call(write)
+        return message
 
     async def delete_file(self, path: str, *, force: bool = False) -> None:
         """Remove a file (a symlink itself, not its target)."""
@@ -673,18 +646,3 @@ class LocalFilesystem:
         """Rename `src` to `dest` (creating `dest`'s parents), copying then deleting across devices."""
         self._writable("moveFile", src)
         await self._call(partial(self._move, src, dest, overwrite=overwrite))
-
-
-def _edited_lines(content: str, old: str, new: str, replace_all: bool) -> str:
-    """Mastra's `` (lines 2)`` / `` (lines 1, 3-4)`` suffix: where each replacement lands."""
-    ranges: list[str] = []
-    position = content.find(old)
-    while position != -1:
-        start = content.count("\n", 0, position) + 1
-        end_line = content.count("\n", 0, max(0, position + max(len(old), 1) - 1)) + 1
-        end = start + max(new.count("\n") + 1, end_line - start + 1) - 1
-        ranges.append(str(start) if end == start else f"{start}-{end}")
-        if not replace_all:
-            break
-        position = content.find(old, position + len(old))
-    return f" (lines {', '.join(ranges)})" if ranges else ""
