@@ -728,6 +728,21 @@ def _sessions_args(p: argparse.ArgumentParser) -> None:
     _json_arg(p)
 
 
+async def _blobs(args: argparse.Namespace) -> int:
+    from keel.client.blobs import cmd_blobs
+
+    return await cmd_blobs(args)
+
+
+def _blobs_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("action", choices=["stats", "sweep", "schedule"], help="report, sweep now, or schedule sweeps")
+    p.add_argument("--dry-run", action="store_true", help="sweep: say what would be deleted, delete nothing")
+    p.add_argument("--grace", type=int, help="keep blobs put fewer than this many seconds ago (default 3600)")
+    p.add_argument("--every", type=float, default=24.0, help="schedule: hours between sweeps (default 24)")
+    p.add_argument("--delete", action="store_true", help="schedule: delete the schedule")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
 COMMANDS: dict[str, Command] = {
     "run": Command(
         "start an agent run and follow it until it finishes or waits for approval",
@@ -781,6 +796,12 @@ COMMANDS: dict[str, Command] = {
     ),
     "migrate": Command("create or upgrade the storage schema ($KEEL_STORAGE_URL)", cmd_migrate),
     "server": Command("start, stop or check a background dev server", cmd_server, _server_args),
+    "blobs": Command(
+        "the payload store: stats, sweep blobs no execution references, schedule sweeps",
+        _blobs,
+        _blobs_args,
+        ("temporal", "queue"),
+    ),
 }
 """The commands that only talk to Temporal and storage; `keel.cli` adds the ones that run a worker."""
 

@@ -43,6 +43,19 @@ def describe_target(context: StorageDriverStoreContext) -> str:
     return "a client call"
 
 
+def owner_of(context: StorageDriverStoreContext) -> str | None:
+    """The one workflow id whose histories alone hold the reference: the workflow an activity's result (local or
+    not) goes back to, or a workflow's own payload (its result, a continue-as-new input: the target has its run).
+    None when other histories may hold it too or it is unknown (a client's start or signal input, a child's
+    input, an activity's input, a standalone activity): such a blob is never swept."""
+    if activity.in_activity():
+        return activity.info().workflow_id or None
+    target = context.target
+    if isinstance(target, StorageDriverWorkflowInfo) and target.run_id:
+        return target.id
+    return None
+
+
 class KeelPayloadDriver(StorageDriver):
     """Stores payloads in a `BlobStore` under their SHA-256 (storing the same payload twice stores it once).
 
@@ -54,6 +67,11 @@ class KeelPayloadDriver(StorageDriver):
     def __init__(self, blobs: BlobStore, *, max_payload_bytes: int = MAX_PAYLOAD_BYTES) -> None:
         self._blobs = blobs
         self._max = max_payload_bytes
+
+    @property
+    def blobs(self) -> BlobStore:
+        """The store (the blob sweep finds it here, on the worker's data converter)."""
+        return self._blobs
 
     def name(self) -> str:
         return "keel-payloads"
@@ -69,7 +87,7 @@ class KeelPayloadDriver(StorageDriver):
                     non_retryable=True,
                 )
         keys = [blob_key(data) for data in encoded]
-        await self._blobs.put_blobs(dict(zip(keys, encoded, strict=True)))
+        await self._blobs.put_blobs(dict(zip(keys, encoded, strict=True)), owner=owner_of(context))
         return [StorageDriverClaim(claim_data={"key": key}) for key in keys]
 
     async def retrieve(

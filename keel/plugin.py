@@ -27,6 +27,7 @@ from temporalio.worker import ReplayerConfig, UnsandboxedWorkflowRunner, Worker,
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from keel.activities import AgentActivities
+from keel.activities.blob_sweep import BlobActivities
 from keel.app import App
 from keel.client.converter import KeelPayloadConverter, data_converter, external_storage
 from keel.storage import BlobStore, Storage, open_payload_store, open_storage
@@ -118,7 +119,7 @@ class KeelPlugin(SimplePlugin):
             "keel.KeelPlugin",
             data_converter=self._with_keel_payloads,
             workflows=[*WORKFLOWS, *(app.workflows if app is not None else ())],
-            activities=self._activities.all() if self._activities else None,
+            activities=[*self._activities.all(), *BlobActivities().all()] if self._activities else None,
             workflow_runner=sandboxed_runner,
             run_context=contextlib.asynccontextmanager(self._worker_resources),
         )

@@ -38,6 +38,9 @@ EVENTS_QUERY: Final = "events"
 INDEX_WORKSPACE: Final = "IndexWorkspace"
 """Index a workspace's files for search (`keel index`): one long activity that heartbeats its progress."""
 INDEX_WORKSPACE_ACTIVITY: Final = "keel.index_workspace"
+BLOB_SWEEP: Final = "BlobSweep"
+SWEEP_BLOBS_ACTIVITY: Final = "keel.sweep_blobs"
+BLOB_SWEEP_SCHEDULE: Final = "keel-blob-sweep"
 
 # Handlers of `AgentRun`
 TOOL_APPROVAL_SIGNAL: Final = "tool_approval"

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from keel.protocol.settings import load_settings
-from keel.storage.blobs import BlobNotFound, BlobStore, DirectoryBlobStore, blob_key
+from keel.storage.blobs import BlobNotFound, BlobStore, DirectoryBlobStore, StoredBlob, blob_key, sweep_blobs
 from keel.storage.errors import (
     DatabaseNotFound,
     SchemaError,
@@ -56,6 +56,7 @@ __all__ = [
     "StorageConfigError",
     "StorageError",
     "StorageUnavailable",
+    "StoredBlob",
     "StoredMessage",
     "Thread",
     "ThreadNotFound",
@@ -63,6 +64,7 @@ __all__ = [
     "blob_key",
     "open_payload_store",
     "open_storage",
+    "sweep_blobs",
 ]
 
 if TYPE_CHECKING:

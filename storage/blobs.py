@@ -1,16 +1,28 @@
 """The blobs domain: values too large to travel inline in Temporal's history (activity results, run inputs and
-results over 256 KiB), stored by content address and fetched back by key."""
+results over 256 KiB), stored by content address and fetched back by key.
+
+Each blob records its *owners*, the workflow ids whose histories may hold a reference to it, so a sweep
+(`keel.client.blob_sweep`) can delete the blobs no execution can reference any more. A blob without an owner
+(written outside a workflow, or before owners were recorded) is never swept. A put of a blob that exists already
+adds its owner and renews its `last_put`: a sweep deletes only blobs last put before its cutoff, checked again
+at the moment of deletion, so a blob put again while a sweep runs is kept.
+"""
 
 from __future__ import annotations
 
 import abc
 import asyncio
+import fcntl
 import hashlib
 import os
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
+from keel.protocol.blob_sweep import BlobSweep
 from keel.storage.errors import StorageError, StorageUnavailable
 
 
@@ -23,12 +35,29 @@ def blob_key(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+@dataclass(frozen=True)
+class StoredBlob:
+    key: str
+    size: int
+    last_put: datetime
+    owners: tuple[str, ...]
+    """The workflow ids whose histories may reference the blob (empty: unknown, never swept)."""
+
+
 class BlobStore(abc.ABC):
     """Bytes by content address. `put_blobs` is idempotent (the same key always holds the same bytes)."""
 
     @abc.abstractmethod
-    async def put_blobs(self, blobs: Mapping[str, bytes]) -> None:
-        """Store each blob under its key; durable when this returns."""
+    async def put_blobs(self, blobs: Mapping[str, bytes], *, owner: str | None = None) -> None:
+        """Store each blob under its key, `owner` (a workflow id) among its owners; durable when this returns."""
+
+    @abc.abstractmethod
+    async def list_blobs(self, *, after: str = "", limit: int = 500) -> list[StoredBlob]:
+        """Up to `limit` blobs with keys after `after`, in key order (page on with the last key)."""
+
+    @abc.abstractmethod
+    async def delete_blobs(self, keys: Sequence[str], *, put_before: datetime) -> list[str]:
+        """Delete those of `keys` last put before `put_before` (checked at deletion); the keys deleted."""
 
     @abc.abstractmethod
     async def get_blobs(self, keys: Sequence[str]) -> list[bytes]:
@@ -59,33 +88,51 @@ class DirectoryBlobStore(BlobStore):
             raise BlobNotFound(f"Not a blob key: {key!r}")
         return self.root / key[:2] / key
 
-    async def put_blobs(self, blobs: Mapping[str, bytes]) -> None:
-        await asyncio.to_thread(self._put, dict(blobs))
+    async def put_blobs(self, blobs: Mapping[str, bytes], *, owner: str | None = None) -> None:
+        await asyncio.to_thread(self._put, dict(blobs), owner)
 
-    def _put(self, blobs: dict[str, bytes]) -> None:
+    @contextmanager
+    def _locked(self, path: Path) -> Iterator[Path]:
+        """`path`'s owners file, locked against a sweep deleting the blob meanwhile (and against other puts)."""
+        owners = path.with_name(path.name + ".owners")
+        while True:
+            fd = os.open(owners, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if os.fstat(fd).st_nlink:  # not unlinked by a sweep while this waited for the lock
+                break
+            os.close(fd)
+        try:
+            yield owners
+        finally:
+            os.close(fd)
+
+    def _put(self, blobs: dict[str, bytes], owner: str | None) -> None:
         try:
             for key, data in blobs.items():
                 path = self._path(key)
-                if path.exists():
-                    continue  # content-addressed: already there means the same bytes
                 path.parent.mkdir(parents=True, exist_ok=True)
-                fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-                try:
-                    with os.fdopen(fd, "wb") as f:
-                        f.write(data)
-                        f.flush()
-                        os.fsync(f.fileno())
-                    os.replace(tmp, path)  # a reader never sees a half-written blob
-                except BaseException:
-                    Path(tmp).unlink(missing_ok=True)
-                    raise
-                dir_fd = os.open(path.parent, os.O_RDONLY)
-                try:
-                    os.fsync(dir_fd)  # the rename itself survives a crash
-                finally:
-                    os.close(dir_fd)
+                with self._locked(path) as owners:
+                    if owner is not None and owner not in _read_owners(owners):
+                        _append_synced(owners, owner)
+                    if path.exists():
+                        os.utime(path)  # content-addressed: there means the same bytes; put again now
+                        continue
+                    self._write(path, data)
         except OSError as err:
             raise StorageUnavailable(f"Payload store {self.root}: {err}") from err
+
+    def _write(self, path: Path, data: bytes) -> None:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)  # a reader never sees a half-written blob
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        _fsync_dir(path.parent)  # the rename itself survives a crash
 
     async def get_blobs(self, keys: Sequence[str]) -> list[bytes]:
         return await asyncio.to_thread(self._get, list(keys))
@@ -101,3 +148,116 @@ class DirectoryBlobStore(BlobStore):
             except OSError as err:
                 raise StorageUnavailable(f"Payload store {self.root}: {err}") from err
         return found
+
+    async def list_blobs(self, *, after: str = "", limit: int = 500) -> list[StoredBlob]:
+        return await asyncio.to_thread(self._list, after, limit)
+
+    def _list(self, after: str, limit: int) -> list[StoredBlob]:
+        if not self.root.is_dir():
+            return []
+        found: list[StoredBlob] = []
+        try:
+            for shard in sorted(p for p in self.root.iterdir() if len(p.name) == 2 and p.name >= after[:2]):
+                for path in sorted(p for p in shard.iterdir() if len(p.name) == 64 and p.name > after):
+                    try:
+                        stat = path.stat()
+                    except FileNotFoundError:  # swept meanwhile
+                        continue
+                    owners = tuple(_read_owners(path.with_name(path.name + ".owners")))
+                    found.append(
+                        StoredBlob(path.name, stat.st_size, datetime.fromtimestamp(stat.st_mtime, UTC), owners)
+                    )
+                    if len(found) >= limit:
+                        return found
+        except OSError as err:
+            raise StorageUnavailable(f"Payload store {self.root}: {err}") from err
+        return found
+
+    async def delete_blobs(self, keys: Sequence[str], *, put_before: datetime) -> list[str]:
+        return await asyncio.to_thread(self._delete, list(keys), put_before.timestamp())
+
+    def _delete(self, keys: list[str], cutoff: float) -> list[str]:
+        deleted = []
+        try:
+            for key in keys:
+                path = self._path(key)
+                if not path.exists():
+                    continue
+                with self._locked(path) as owners:
+                    try:
+                        if path.stat().st_mtime >= cutoff:  # put again since the sweep looked
+                            continue
+                        path.unlink()
+                    except FileNotFoundError:
+                        continue
+                    owners.unlink(missing_ok=True)
+                    deleted.append(key)
+        except OSError as err:
+            raise StorageUnavailable(f"Payload store {self.root}: {err}") from err
+        return deleted
+
+
+def _read_owners(path: Path) -> list[str]:
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return []
+    return list(dict.fromkeys(line for line in text.splitlines() if line))
+
+
+def _append_synced(path: Path, line: str) -> None:
+    with open(path, "a") as f:
+        f.write(line + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+async def sweep_blobs(
+    store: BlobStore,
+    exists: Callable[[str], Awaitable[bool]],
+    *,
+    put_before: datetime,
+    dry_run: bool = False,
+    page: int = 500,
+    progress: Callable[[BlobSweep], None] | None = None,
+) -> BlobSweep:
+    """Delete every blob last put before `put_before` whose owners' executions are all gone (`exists(workflow_id)`
+    is False for each: past the namespace's retention, or deleted). Pages through the store by key."""
+    found = BlobSweep(dry_run=dry_run)
+    known: dict[str, bool] = {}
+
+    async def alive(workflow_id: str) -> bool:
+        if workflow_id not in known:
+            known[workflow_id] = await exists(workflow_id)
+        return known[workflow_id]
+
+    after = ""
+    while listed := await store.list_blobs(after=after, limit=page):
+        after = listed[-1].key
+        doomed: dict[str, int] = {}
+        for blob in listed:
+            found.blobs += 1
+            found.bytes += blob.size
+            if not blob.owners:
+                found.unowned += 1
+            elif blob.last_put >= put_before:
+                found.recent += 1
+            elif any([await alive(owner) for owner in blob.owners]):
+                found.referenced += 1
+            else:
+                doomed[blob.key] = blob.size
+        gone = list(doomed) if dry_run else await store.delete_blobs(list(doomed), put_before=put_before)
+        found.deleted += len(gone)
+        found.deleted_bytes += sum(doomed[key] for key in gone)
+        found.recent += len(doomed) - len(gone)  # put again while this looked
+        if progress is not None:
+            progress(found)
+    return found

@@ -234,8 +234,9 @@ async def blob(args: BlobInput, ctx: ToolContext) -> str:
 
 
 def bulky_script(request: ModelRequest) -> ModelResponse:
-    """`parallel=P steps=S size=B`: S steps of P parallel `blob` calls of B bytes each, then report the lengths
-    the model was shown (so a large result provably reached it)."""
+    """`parallel=P steps=S size=B [hold=1]`: S steps of P parallel `blob` calls of B bytes each (then, with
+    `hold=1`, a `hold` call with B bytes of arguments that waits for approval), then report the lengths the model
+    was shown (so a large result provably reached it)."""
     spec = dict(re.findall(r"(\w+)=(\d+)", last_user_text(request)))
     parallel, steps, size = int(spec.get("parallel", 1)), int(spec.get("steps", 1)), int(spec.get("size", 10))
     results = tool_results_since_last_user(request)
@@ -243,10 +244,11 @@ def bulky_script(request: ModelRequest) -> ModelResponse:
     if done < steps:
         calls = [ModelToolCall(id=f"b{done}_{i}", name="blob", args={"size": size}) for i in range(parallel)]
         return ModelResponse(tool_calls=calls)
+    if spec.get("hold") and not any(r.tool_name == "hold" for r in results):  # `hold=1`: then wait for approval
+        return ModelResponse(tool_calls=[ModelToolCall(id="hold-1", name="hold", args={"note": "h" * size})])
+    results = [r for r in results if r.tool_name == "blob"]
     return ModelResponse(text=f"saw {len(results)} results of {sorted({len(str(r.result)) for r in results})} bytes")
 
-
-bulky = Agent(id="bulky", model=ScriptedModel(bulky_script, name="bulky"), tools=(blob,), max_steps=200)
 
 _failed_once: set[str] = set()
 
@@ -281,6 +283,9 @@ class Nothing(BaseModel):
 async def hold(args: Nothing, ctx: ToolContext) -> dict[str, bool]:
     """Wait for a person's approval."""
     return {"held": True}
+
+
+bulky = Agent(id="bulky", model=ScriptedModel(bulky_script, name="bulky"), tools=(blob, hold), max_steps=200)
 
 
 def listener_script(request: ModelRequest) -> ModelResponse:

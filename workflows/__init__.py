@@ -25,13 +25,14 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "ToolApproval": ("keel.workflows.contracts", "ToolApproval"),
     "DefinitionRun": ("keel.workflows.definition_run", "DefinitionRun"),
     "IndexWorkspace": ("keel.workflows.index_workspace", "IndexWorkspace"),
+    "BlobSweepWorkflow": ("keel.workflows.blob_sweep", "BlobSweepWorkflow"),
     "index_workflow_id": ("keel.workflows.index_workspace", "index_workflow_id"),
     "DEFAULT_OPTIONS": ("keel.workflows.options", "DEFAULT_OPTIONS"),
     "AgentActivityOptions": ("keel.workflows.options", "AgentActivityOptions"),
     "Resumable": ("keel.workflows.resumable", "Resumable"),
     "SEARCH_ATTRIBUTES": ("keel.workflows.search_attributes", "ALL_KEYS"),
 }
-"""Each name and the (module, attribute) it is; `WORKFLOWS` is made from five of them."""
+"""Each name and the (module, attribute) it is; `WORKFLOWS` is made from six of them."""
 
 __all__ = [
     "DEFAULT_OPTIONS",
@@ -44,6 +45,7 @@ __all__ = [
     "AgentSession",
     "AgentThread",
     "ApprovalAccepted",
+    "BlobSweepWorkflow",
     "DefinitionRun",
     "IndexProgress",
     "IndexWorkspace",
@@ -60,6 +62,7 @@ if TYPE_CHECKING:
     from keel.workflows.agent_run import AgentRun
     from keel.workflows.agent_session import AgentSession
     from keel.workflows.agent_thread import AgentThread, thread_workflow_id
+    from keel.workflows.blob_sweep import BlobSweepWorkflow
     from keel.workflows.contracts import (
         AgentRunInput,
         AgentRunResult,
@@ -82,7 +85,7 @@ if TYPE_CHECKING:
 
 def __getattr__(name: str) -> Any:
     if name == "WORKFLOWS":
-        kinds = ("AgentRun", "AgentThread", "AgentSession", "DefinitionRun", "IndexWorkspace")
+        kinds = ("AgentRun", "AgentThread", "AgentSession", "DefinitionRun", "IndexWorkspace", "BlobSweepWorkflow")
         value: Any = [__getattr__(n) for n in kinds]
     else:
         try:

@@ -1,0 +1,122 @@
+"""Blob retention: the payload store records which workflow each blob belongs to, and a sweep deletes only the
+blobs whose executions are gone from Temporal; a suspended run's blobs survive a sweep and the run resumes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from keel.client.blobs import run_sweep
+from keel.client.connection import connect
+from keel.client.devserver import DevServer
+from keel.protocol.blob_sweep import SweepRequest
+from keel.storage import BlobStore, DirectoryBlobStore, Storage, blob_key, open_storage, sweep_blobs
+from tests.conftest import env_for_subprocess, running_worker
+from tests.test_agent_run import wait_for_pending
+
+SIZE = 300 * 1024
+
+
+async def test_a_store_keeps_owners_and_deletes_only_what_was_put_before_the_cutoff(store_url: str) -> None:
+    storage = open_storage(store_url)
+    await storage.init()
+    try:
+        store = storage.payloads()
+        a, b, c = (bytes([n]) * 1000 for n in (1, 2, 3))
+        await store.put_blobs({blob_key(a): a, blob_key(b): b}, owner="wf-a")
+        await store.put_blobs({blob_key(b): b}, owner="wf-b")  # the same bytes, a second owner
+        await store.put_blobs({blob_key(c): c})  # no owner: never swept
+        listed = {blob.key: blob for blob in await store.list_blobs()}
+        assert {k: v.owners for k, v in listed.items()} == {
+            blob_key(a): ("wf-a",), blob_key(b): ("wf-a", "wf-b"), blob_key(c): ()
+        }  # fmt: skip
+        assert listed[blob_key(a)].size == 1000
+        assert [b.key for b in await store.list_blobs(after=min(listed), limit=1)] == [sorted(listed)[1]]
+
+        later = datetime.now(UTC) + timedelta(seconds=5)
+        alive = {"wf-a": False, "wf-b": True}
+
+        async def exists(workflow_id: str) -> bool:
+            return alive[workflow_id]
+
+        dry = await sweep_blobs(store, exists, put_before=later, dry_run=True)
+        assert (dry.blobs, dry.deleted, dry.referenced, dry.unowned) == (3, 1, 1, 1)
+        assert len(await store.list_blobs()) == 3  # a dry run deletes nothing
+
+        earlier = datetime.now(UTC) - timedelta(hours=1)
+        assert await store.delete_blobs([blob_key(a)], put_before=earlier) == []  # put since: kept
+        swept = await sweep_blobs(store, exists, put_before=later)
+        assert (swept.deleted, swept.deleted_bytes, swept.referenced, swept.unowned) == (1, 1000, 1, 1)
+        assert sorted(b.key for b in await store.list_blobs()) == sorted([blob_key(b), blob_key(c)])
+        assert await store.get_blobs([blob_key(b)]) == [b]
+        await store.put_blobs({blob_key(a): a}, owner="wf-c")  # put again after a sweep: there again
+        assert await store.get_blobs([blob_key(a)]) == [a]
+    finally:
+        await storage.close()
+
+
+async def _owned(store: BlobStore, workflow_id: str) -> list[str]:
+    return [b.key for b in await store.list_blobs() if workflow_id in b.owners]
+
+
+async def test_a_sweep_deletes_a_gone_runs_blobs_and_keeps_a_suspended_runs(
+    dev_server: DevServer, storage: Storage, task_queue: str, tmp_path: Path
+) -> None:
+    store = DirectoryBlobStore(tmp_path / "payloads")
+    client = await connect(dev_server.cfg.address, payloads=store)
+    from tests.apps import app
+
+    async with running_worker(client, app, storage, task_queue) as keel:
+        gone = await keel.start_run("bulky", f"parallel=1 size={SIZE}")
+        await keel.result(gone)
+        held = await keel.start_run("bulky", f"parallel=1 size={SIZE + 1} hold=1")
+        await wait_for_pending(keel, held)
+        assert len(await _owned(store, gone)) >= 1 and len(await _owned(store, held)) >= 1
+        default = await run_sweep(keel, SweepRequest(dry_run=True, grace_seconds=0))
+        assert default.deleted == 0  # the namespace keeps closed runs a day: `gone` is still retained
+
+        past = {"grace_seconds": 0, "retention_seconds": 0}  # as if its retention had passed (held is open)
+        kept = await run_sweep(keel, SweepRequest(dry_run=True, **past))
+        assert kept.deleted == len(await _owned(store, gone)) and kept.referenced >= 1
+        found = await run_sweep(keel, SweepRequest(**past))
+        assert found.deleted == kept.deleted and await _owned(store, gone) == []
+        assert len(await _owned(store, held)) >= 1
+
+        again = await run_sweep(keel, SweepRequest(retention_seconds=0))  # all put within the grace period: kept
+        assert again.deleted == 0
+
+        [pending] = await keel.pending_tool_calls(held)
+        await keel.approve(held, pending.tool_call_id)
+        result = await keel.result(held)  # its blobs were kept: the run reads them and ends
+        assert result.text == f"saw 1 results of [{SIZE + 1}] bytes"
+
+
+async def test_keel_blobs_reports_and_schedules(dev_server: DevServer, storage: Storage, task_queue: str) -> None:
+    from tests.apps import app
+
+    client = await connect(dev_server.cfg.address)
+    async with running_worker(client, app, storage, task_queue):
+        env = env_for_subprocess(dev_server, KEEL_TASK_QUEUE=task_queue)
+
+        async def keel(*args: str) -> tuple[int, str, str]:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "keel.cli", "blobs", *args, env=env,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            )  # fmt: skip
+            out, err = await proc.communicate()
+            return proc.returncode or 0, out.decode(), err.decode()
+
+        code, out, err = await keel("stats")
+        assert code == 0, err
+        assert out.startswith("blobs: ") and "would delete: " in out
+        code, out, err = await keel("sweep", "--dry-run", "--json")
+        assert code == 0 and json.loads(out)["dry_run"] is True, err
+        code, out, err = await keel("schedule", "--every", "12")
+        assert code == 0 and "keel-blob-sweep" in out, err
+        described = await client.get_schedule_handle("keel-blob-sweep").describe()
+        assert described.schedule.spec.intervals[0].every == timedelta(hours=12)
+        code, out, err = await keel("schedule", "--delete")
+        assert code == 0, err
