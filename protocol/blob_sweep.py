@@ -14,7 +14,7 @@ class BlobSweep:
     blobs: int = 0
     bytes: int = 0
     unowned: int = 0
-    """Kept: no owner recorded (never swept)."""
+    """Kept: an owner unknown (put outside a workflow, or before owners were recorded): never swept."""
     recent: int = 0
     """Kept: put within the grace period (its execution may not be visible yet)."""
     referenced: int = 0

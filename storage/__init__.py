@@ -143,7 +143,8 @@ def open_payload_store(url: str | None = None, *, storage_url: str | None = None
     """Where values too large for Temporal's history go. Every client and worker of one Keel must use the same.
 
     Args:
-        url: a directory (`/path/dir` or `file:///path/dir`) or a `postgresql://` URL (its `payloads` table);
+        url: a directory (`/path/dir` or `file:///path/dir`), a `postgresql://` URL (its `payloads` table) or
+            `s3://bucket/prefix[?endpoint=http://host:port&region=...]` (credentials: the AWS variables);
             None reads `KEEL_PAYLOAD_STORE`, else follows the storage (`storage_url`, else `KEEL_STORAGE_URL`):
             SQLite's `payloads` folder beside the database file, or PostgreSQL's table.
     """
@@ -162,4 +163,8 @@ def open_payload_store(url: str | None = None, *, storage_url: str | None = None
         from keel.storage.postgres import PostgresStorage
 
         return PostgresStorage(url)
+    if urlsplit(url).scheme.lower() == "s3":
+        from keel.storage.s3_blobs import s3_payload_store
+
+        return s3_payload_store(url)
     return DirectoryBlobStore(url.removeprefix("file://"))

@@ -35,13 +35,18 @@ def blob_key(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+UNKNOWN_OWNER = "*unknown*"
+"""Recorded for a put without an owner: some history we cannot name may reference the blob, so it is never swept
+(a put of the same bytes by a known workflow does not make it sweepable again)."""
+
+
 @dataclass(frozen=True)
 class StoredBlob:
     key: str
     size: int
     last_put: datetime
     owners: tuple[str, ...]
-    """The workflow ids whose histories may reference the blob (empty: unknown, never swept)."""
+    """The workflow ids whose histories may reference the blob; none, or `UNKNOWN_OWNER` among them: never swept."""
 
 
 class BlobStore(abc.ABC):
@@ -49,7 +54,8 @@ class BlobStore(abc.ABC):
 
     @abc.abstractmethod
     async def put_blobs(self, blobs: Mapping[str, bytes], *, owner: str | None = None) -> None:
-        """Store each blob under its key, `owner` (a workflow id) among its owners; durable when this returns."""
+        """Store each blob under its key, `owner` (a workflow id; None: `UNKNOWN_OWNER`) among its owners; durable
+        when this returns."""
 
     @abc.abstractmethod
     async def list_blobs(self, *, after: str = "", limit: int = 500) -> list[StoredBlob]:
@@ -112,8 +118,8 @@ class DirectoryBlobStore(BlobStore):
                 path = self._path(key)
                 path.parent.mkdir(parents=True, exist_ok=True)
                 with self._locked(path) as owners:
-                    if owner is not None and owner not in _read_owners(owners):
-                        _append_synced(owners, owner)
+                    if (owner or UNKNOWN_OWNER) not in _read_owners(owners):
+                        _append_synced(owners, owner or UNKNOWN_OWNER)
                     if path.exists():
                         os.utime(path)  # content-addressed: there means the same bytes; put again now
                         continue
@@ -246,7 +252,7 @@ async def sweep_blobs(
         for blob in listed:
             found.blobs += 1
             found.bytes += blob.size
-            if not blob.owners:
+            if not blob.owners or UNKNOWN_OWNER in blob.owners:
                 found.unowned += 1
             elif blob.last_put >= put_before:
                 found.recent += 1

@@ -9,12 +9,27 @@ import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
+
 from keel.client.blobs import run_sweep
 from keel.client.connection import connect
 from keel.client.devserver import DevServer
 from keel.protocol.blob_sweep import SweepRequest
-from keel.storage import BlobStore, DirectoryBlobStore, Storage, blob_key, open_storage, sweep_blobs
+from keel.storage import (
+    BlobNotFound,
+    BlobStore,
+    DirectoryBlobStore,
+    Storage,
+    StorageConfigError,
+    blob_key,
+    open_payload_store,
+    open_storage,
+    sweep_blobs,
+)
+from keel.storage.blobs import UNKNOWN_OWNER
+from keel.storage.s3_blobs import S3BlobStore
 from tests.conftest import env_for_subprocess, running_worker
+from tests.s3 import S3Server
 from tests.test_agent_run import wait_for_pending
 
 SIZE = 300 * 1024
@@ -31,13 +46,13 @@ async def test_a_store_keeps_owners_and_deletes_only_what_was_put_before_the_cut
         await store.put_blobs({blob_key(c): c})  # no owner: never swept
         listed = {blob.key: blob for blob in await store.list_blobs()}
         assert {k: v.owners for k, v in listed.items()} == {
-            blob_key(a): ("wf-a",), blob_key(b): ("wf-a", "wf-b"), blob_key(c): ()
+            blob_key(a): ("wf-a",), blob_key(b): ("wf-a", "wf-b"), blob_key(c): (UNKNOWN_OWNER,)
         }  # fmt: skip
         assert listed[blob_key(a)].size == 1000
         assert [b.key for b in await store.list_blobs(after=min(listed), limit=1)] == [sorted(listed)[1]]
 
         later = datetime.now(UTC) + timedelta(seconds=5)
-        alive = {"wf-a": False, "wf-b": True}
+        alive = {"wf-a": False, "wf-b": True, "wf-c": True}
 
         async def exists(workflow_id: str) -> bool:
             return alive[workflow_id]
@@ -54,6 +69,9 @@ async def test_a_store_keeps_owners_and_deletes_only_what_was_put_before_the_cut
         assert await store.get_blobs([blob_key(b)]) == [b]
         await store.put_blobs({blob_key(a): a}, owner="wf-c")  # put again after a sweep: there again
         assert await store.get_blobs([blob_key(a)]) == [a]
+        await store.put_blobs({blob_key(b): b})  # an unknown reference too: b is never swept now
+        alive["wf-b"] = False
+        assert (await sweep_blobs(store, exists, put_before=later)).deleted == 0
     finally:
         await storage.close()
 
@@ -120,3 +138,69 @@ async def test_keel_blobs_reports_and_schedules(dev_server: DevServer, storage: 
         assert described.schedule.spec.intervals[0].every == timedelta(hours=12)
         code, out, err = await keel("schedule", "--delete")
         assert code == 0, err
+
+
+async def test_an_s3_payload_store_keeps_owners_sweeps_and_restores_a_blob_put_during_its_delete(
+    s3_server: S3Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3_server.access_key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3_server.secret_key)
+    bucket = s3_server.make_bucket()
+    store = open_payload_store(f"s3://{bucket}/keel?endpoint={s3_server.endpoint}")
+    assert isinstance(store, S3BlobStore)
+    a, b = b"a" * 2000, b"b" * 3000
+    await store.put_blobs({blob_key(a): a}, owner="wf/a")  # a workflow id with a slash stays one marker
+    await store.put_blobs({blob_key(b): b}, owner="wf-b")
+    await store.put_blobs({blob_key(b): b})
+    listed = {blob.key: blob for blob in await store.list_blobs()}
+    assert {k: v.owners for k, v in listed.items()} == {blob_key(a): ("wf/a",), blob_key(b): (UNKNOWN_OWNER, "wf-b")}
+    assert listed[blob_key(a)].size == 2000 and await store.get_blobs([blob_key(b), blob_key(a)]) == [b, a]
+    with pytest.raises(BlobNotFound):
+        await store.get_blobs(["0" * 64])
+
+    async def gone(workflow_id: str) -> bool:
+        return False
+
+    later = datetime.now(UTC) + timedelta(seconds=5)
+    swept = await sweep_blobs(store, gone, put_before=later)
+    assert (swept.deleted, swept.unowned) == (1, 1) and [x.key for x in await store.list_blobs()] == [blob_key(b)]
+    with pytest.raises(BlobNotFound):
+        await store.get_blobs([blob_key(a)])
+
+    # A put of the same bytes lands between the sweep's read and its delete: the blob is put back.
+    await store.put_blobs({blob_key(a): a}, owner="wf-c")
+    assert isinstance(store, S3BlobStore)
+    real_read = store._read
+
+    def racing_read(key: str) -> bytes:
+        data = real_read(key)
+        store._put({key: data}, "wf-d")  # another worker's put, as the sweep is about to delete
+        return data
+
+    monkeypatch.setattr(store, "_read", racing_read)
+    assert await store.delete_blobs([blob_key(a)], put_before=later + timedelta(hours=1)) == []
+    monkeypatch.delattr(store, "_read")
+    assert await store.get_blobs([blob_key(a)]) == [a]  # put back, with both owners
+    assert [x.owners for x in await store.list_blobs() if x.key == blob_key(a)] == [("wf-c", "wf-d")]
+
+
+async def test_an_s3_payload_store_carries_a_runs_large_values_and_bad_credentials_fail_clearly(
+    dev_server: DevServer, storage: Storage, task_queue: str, s3_server: S3Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.apps import app
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3_server.access_key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3_server.secret_key)
+    bucket = s3_server.make_bucket()
+    store = open_payload_store(f"s3://{bucket}?endpoint={s3_server.endpoint}")
+    client = await connect(dev_server.cfg.address, payloads=store)
+    async with running_worker(client, app, storage, task_queue) as keel:
+        run_id = await keel.start_run("bulky", f"parallel=2 size={SIZE}")
+        assert (await keel.result(run_id)).text == f"saw 2 results of [{SIZE}] bytes"
+    owned = [b for b in await store.list_blobs() if run_id in b.owners]
+    assert owned and all(b.size > 256 * 1024 for b in owned)
+
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong")
+    denied = open_payload_store(f"s3://{bucket}?endpoint={s3_server.endpoint}")
+    with pytest.raises(StorageConfigError, match=f"s3://{bucket}/.*access denied"):
+        await denied.get_blobs([owned[0].key])

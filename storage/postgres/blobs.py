@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
-from keel.storage.blobs import BlobNotFound, BlobStore, StoredBlob
+from keel.storage.blobs import UNKNOWN_OWNER, BlobNotFound, BlobStore, StoredBlob
 from keel.storage.postgres.pool import PostgresPool, guarded
 
 
@@ -28,13 +28,12 @@ class PostgresBlobs(PostgresPool, BlobStore):
                 list(blobs.values()),
                 datetime.now(UTC),
             )
-            if owner is not None:
-                await conn.execute(
-                    "INSERT INTO payload_owners (key, workflow_id) SELECT k, $2 FROM unnest($1::text[]) AS u(k)"
-                    " ON CONFLICT DO NOTHING",
-                    list(blobs),
-                    owner,
-                )
+            await conn.execute(
+                "INSERT INTO payload_owners (key, workflow_id) SELECT k, $2 FROM unnest($1::text[]) AS u(k)"
+                " ON CONFLICT DO NOTHING",
+                list(blobs),
+                owner or UNKNOWN_OWNER,
+            )
 
     @guarded
     async def list_blobs(self, *, after: str = "", limit: int = 500) -> list[StoredBlob]:
