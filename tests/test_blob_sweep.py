@@ -96,10 +96,10 @@ async def test_a_sweep_deletes_a_gone_runs_blobs_and_keeps_a_suspended_runs(
         default = await run_sweep(keel, SweepRequest(dry_run=True, grace_seconds=0))
         assert default.deleted == 0  # the namespace keeps closed runs a day: `gone` is still retained
 
-        past = {"grace_seconds": 0, "retention_seconds": 0}  # as if its retention had passed (held is open)
-        kept = await run_sweep(keel, SweepRequest(dry_run=True, **past))
+        # as if `gone`'s retention had passed (`held` is open)
+        kept = await run_sweep(keel, SweepRequest(dry_run=True, grace_seconds=0, retention_seconds=0))
         assert kept.deleted == len(await _owned(store, gone)) and kept.referenced >= 1
-        found = await run_sweep(keel, SweepRequest(**past))
+        found = await run_sweep(keel, SweepRequest(grace_seconds=0, retention_seconds=0))
         assert found.deleted == kept.deleted and await _owned(store, gone) == []
         assert len(await _owned(store, held)) >= 1
 

@@ -60,8 +60,9 @@ async def test_auto_index_paths_index_every_file_and_chunk_of_the_project(projec
 
 
 async def test_bm25_finds_the_file_with_a_rare_phrase_first(project: Workspace) -> None:
-    # README's words for the crash test of tests/workspace/test_read_before_write.py
-    query = rot13("xvyy gur jbexre orgjrra n ernq naq n jevgr")
+    # The words of tests/workspace/test_read_before_write.py's docstring (and of no other file: a phrase the README
+    # shares let any new file in the corpus tip the ranking)
+    query = rot13("n jevgr jvgubhg n ernq, be nsgre na rkgreany punatr, snvyf")
     results = await project.search(query, mode="bm25", top_k=3)
     assert results[0].id.startswith("tests/workspace/test_read_before_write.py")
     first = results[0].to_dict()
