@@ -20,7 +20,7 @@ from keel.app import App, load_app
 from keel.client import KeelClient, QueueInUse
 from keel.client.connection import connect, task_queue, temporal_address
 from keel.plugin import KeelPlugin
-from keel.protocol import names
+from keel.protocol import names, tracing
 from keel.storage import Storage, StorageUnavailable, open_storage
 from keel.workflows.options import DEFAULT_OPTIONS, AgentActivityOptions
 
@@ -158,6 +158,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     except QueueInUse as err:
         print(f"error: {err}", file=sys.stderr)
         os._exit(2)
+    finally:
+        tracing.shutdown()  # the spans still buffered: os._exit runs no exit handler
     sys.stdout.flush()
     os._exit(0)  # sdk-python#300: a Temporal client process can crash at interpreter exit
 

@@ -29,7 +29,7 @@ from temporalio.exceptions import ApplicationError
 from keel.activities.failures import translated
 from keel.activities.heartbeat import heartbeating
 from keel.app import App
-from keel.protocol import names
+from keel.protocol import names, tracing
 from keel.workflows.contracts import IndexFilesInput, IndexProgress, IndexWorkspaceResult
 from keel.workspace_providers import InMemoryVectorStore, Workspace
 from keel.workspace_providers.search import SearchEngine
@@ -88,24 +88,30 @@ class WorkspaceIndexing:
             def current() -> tuple[IndexProgress]:
                 return (progress,)
 
-            async with heartbeating(current):
-                if start and previous is not None and previous.worker != PROCESS:
-                    # Another process did these: its BM25 documents died with it; its vectors did too unless
-                    # the store is persistent. Re-add what is missing (BM25 alone: nothing embedded again).
-                    vectors = isinstance(engine.vector.store, InMemoryVectorStore) if engine.vector else False
-                    async for _ in index_batches(engine, fs, files[:start], vectors=vectors):
-                        pass
-                async for batch in index_batches(engine, fs, files[start:]):
-                    progress = progress.model_copy(
-                        update={
-                            "done": progress.done + len(batch.files),
-                            "last": batch.last,
-                            "indexed": progress.indexed + len(batch.indexed),
-                            "skipped": progress.skipped + len(batch.files) - len(batch.indexed),
-                            "chunks": progress.chunks + batch.documents,
-                        }
-                    )
-                    activity.heartbeat(progress)
+            with tracing.workspace_operation("index", workspace_id=workspace.id, capability="search") as span:
+                span.set("keel.workspace.paths", patterns)
+                span.set("keel.workspace.files", len(files))
+                span.set("keel.workspace.resumed_from", start)
+                async with heartbeating(current):
+                    if start and previous is not None and previous.worker != PROCESS:
+                        # Another process did these: its BM25 documents died with it; its vectors did too unless
+                        # the store is persistent. Re-add what is missing (BM25 alone: nothing embedded again).
+                        vectors = isinstance(engine.vector.store, InMemoryVectorStore) if engine.vector else False
+                        async for _ in index_batches(engine, fs, files[:start], vectors=vectors):
+                            pass
+                    async for batch in index_batches(engine, fs, files[start:]):
+                        progress = progress.model_copy(
+                            update={
+                                "done": progress.done + len(batch.files),
+                                "last": batch.last,
+                                "indexed": progress.indexed + len(batch.indexed),
+                                "skipped": progress.skipped + len(batch.files) - len(batch.indexed),
+                                "chunks": progress.chunks + batch.documents,
+                            }
+                        )
+                        activity.heartbeat(progress)
+                span.set("keel.workspace.indexed", progress.indexed)
+                span.set("keel.workspace.chunks", progress.chunks)
             return IndexWorkspaceResult(
                 workspace_id=workspace.id,
                 files=len(files),

@@ -1,5 +1,5 @@
-"""One model step: load the thread, call the model (streaming its text to the event log), resolve each requested
-tool call's tool and policy, and save the assistant message."""
+"""One model step: load the thread, call the model (streaming its text to the event log, in a `chat` span),
+resolve each requested tool call's tool and policy, and save the assistant message."""
 
 from __future__ import annotations
 
@@ -46,6 +46,7 @@ from keel.protocol import (
     Usage,
     describe_validation_error,
     names,
+    tracing,
 )
 from keel.storage import StepAnswer, StepRecord, Storage
 from keel.workflows.contracts import ModelStepInput, ModelStepResult, PlannedToolCall, thread_file_reads
@@ -127,7 +128,17 @@ class ModelSteps:
             await events.delta(TextDeltaChunk(run_id=run_id, payload=TextDeltaPayload(id=text_id, text=text)))
 
         try:
-            response = await model.generate(request, on_delta)
+            with tracing.model_call(
+                model.model_id,
+                run_id=run_id,
+                step=input.step,
+                agent_id=agent.id,
+                thread_id=input.thread_id,
+                server_url=getattr(model, "base_url", None),
+            ) as traced:
+                traced.request(instructions, context)
+                response = await model.generate(request, on_delta)
+                traced.response(response.text, response.tool_calls, response.finish_reason, response.usage)
         except ModelError:
             await events.flush()  # what streamed before the failure stays visible, marked with this attempt
             raise

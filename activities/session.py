@@ -20,7 +20,7 @@ from keel.activities.failures import translated
 from keel.app import App
 from keel.app.controller import ControllerDefinition
 from keel.model_providers import ModelRequest
-from keel.protocol import EventRecord, MessageRecord, names
+from keel.protocol import EventRecord, MessageRecord, names, tracing
 from keel.protocol.controller_events import SNAPSHOT, DisplayState
 from keel.storage import Storage, StoredMessage, Thread
 from keel.storage.threads import FORKED_SUBAGENT
@@ -189,7 +189,12 @@ class SessionActivities:
             async def ignore(_: str) -> None:
                 return None
 
-            answer = await model.generate(request, ignore)
+            with tracing.model_call(
+                model.model_id, thread_id=input.thread_id or None, server_url=getattr(model, "base_url", None)
+            ) as call:
+                call.request(request.instructions, request.messages)
+                answer = await model.generate(request, ignore)
+                call.response(answer.text, answer.tool_calls, answer.finish_reason, answer.usage)
             done, reason = _verdict(answer.text)
             return JudgeResult(done=done, reason=reason)
 

@@ -1,8 +1,10 @@
-"""Tool execution: run a tool for a call, and store its result as the call's tool message and chunk."""
+"""Tool execution: run a tool for a call (in an `execute_tool` span, a workspace tool's operation in a `workspace`
+span under it), and store its result as the call's tool message and chunk."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,6 +18,7 @@ from keel.activities.turn_tools import TurnTools
 from keel.app import App, Tool, ToolContext, UnknownTool
 from keel.app.agent_tools import agent_tool
 from keel.app.definitions import ToolSuspended
+from keel.app.workspace_api_tools import workspace_api_tool
 from keel.protocol import (
     EventRecord,
     MessageRecord,
@@ -24,6 +27,7 @@ from keel.protocol import (
     ToolResultChunk,
     ToolResultPart,
     ToolResultPayload,
+    tracing,
 )
 from keel.protocol.validation import describe_validation_error
 from keel.storage import Storage, StoredMessage
@@ -58,17 +62,41 @@ class ToolCalls:
         self._storage = storage
         self._host_queue = host_queue
 
-    async def call(self, input: ToolCallInput, attempt: int | None = None) -> tuple[Any, bool, dict[str, Any]]:
-        """Run the tool; returns its JSON-able result, whether it is an error, and what a workspace tool
-        reported (`ToolContext.effects`). `attempt`: the call's attempt as the run's storage counts it (a step
-        executed again from scratch is at activity attempt 1 again); the activity's own attempt if higher.
+    async def call(
+        self, input: ToolCallInput, attempt: int | None = None, tool: Tool | None = None
+    ) -> tuple[Any, bool, dict[str, Any]]:
+        """Run the tool (in an `execute_tool` span); returns its JSON-able result, whether it is an error, and what
+        a workspace tool reported (`ToolContext.effects`). `attempt`: the call's attempt as the run's storage counts
+        it (a step executed again from scratch is at activity attempt 1 again); the activity's own attempt if
+        higher. `tool`: the tool to run, already resolved (else the one the call names).
 
         The tool's own exceptions become an error result for the model. An `ApplicationError` it raises is the
         tool asking Temporal for a retry (or, non-retryable, to give up) and propagates.
         """
+        attempt = max(attempt or 1, activity.info().attempt)
+        with tracing.tool_call(
+            input.tool_name,
+            input.tool_call_id,
+            run_id=input.run_id or None,
+            step=input.step or None,
+            agent_id=input.agent_id or None,
+            attempt=attempt,
+        ) as span:
+            span.arguments(input.args)
+            result, is_error, effects = await self._call(input, attempt, span, tool)
+            if isinstance(result, StepSuspension):
+                span.suspended()
+            else:
+                span.result(result, is_error=is_error)
+            return result, is_error, effects
+
+    async def _call(
+        self, input: ToolCallInput, attempt: int, span: tracing.ToolCall, tool: Tool | None = None
+    ) -> tuple[Any, bool, dict[str, Any]]:
         try:
-            tool = await self._tool(input.agent_id, input.tool_name, input.request_context, input.turn)
+            tool = tool or await self._tool(input.agent_id, input.tool_name, input.request_context, input.turn)
         except UnknownTool as err:  # gone since the model step planned the call (an app redeployed): tell the model
+            span.failed(err)
             return {"error": str(err)}, True, {}
         record = input.read_record
         ctx = ToolContext(
@@ -77,20 +105,22 @@ class ToolCalls:
             agent_id=input.agent_id,
             thread_id=input.thread_id,
             resource_id=input.resource_id,
-            attempt=max(attempt or 1, activity.info().attempt),
+            attempt=attempt,
             request_context=input.request_context or {},
             read_record=ReadRecord(record.path, record.scope, record.modified_at_ms) if record else None,
             resume_data=input.resume_data,
             session=ThreadSession(self._storage, input) if input.turn is not None else None,
         )
         try:
-            result = to_jsonable_python(await tool.execute(tool.parse_args(input.args), ctx), by_alias=True)
+            with _workspace_span(tool, input.args):
+                result = to_jsonable_python(await tool.execute(tool.parse_args(input.args), ctx), by_alias=True)
             return result, False, ctx.effects
         except ToolSuspended as suspended:  # it waits for resume data: the run asks for it, then calls it again
             return StepSuspension(payload=suspended.payload, resume_schema=suspended.resume_schema), False, {}
         except ApplicationError:
             raise
         except Exception as err:  # a tool's own failure is an answer for the model, not a retry
+            span.failed(err)
             return {"error": error_text(err)}, True, ctx.effects
 
     async def call_in_step(self, input: ToolCallInput, timeout: float, attempt: int) -> ToolCallResult:
@@ -109,16 +139,20 @@ class ToolCalls:
             result, is_error = {"error": f"Tool {input.tool_name} did not complete: {err}"}, True
         return await self.record(input, result, is_error, effects)
 
-    async def call_bounded(self, input: ToolCallInput) -> ToolCallResult:
+    async def call_bounded(self, input: ToolCallInput, tool: Tool | None = None) -> ToolCallResult:
         """Run the tool (a call of its own, not in a fused step); storage is left to the workflow's next step."""
-        result, is_error, effects = await self.call(input)
+        result, is_error, effects = await self.call(input, tool=tool)
         if isinstance(result, StepSuspension):
             return ToolCallResult(tool_call_id=input.tool_call_id, tool_name=input.tool_name, suspended=result)
         return self._with_effects(bounded(input, result, is_error), effects)
 
     async def execute(self, input: ExecuteToolInput) -> ExecuteToolResult:
-        """Run one tool of an agent outside any run (no read records: a write tool that requires a read fails)."""
-        tool = await self._tool(input.agent_id, input.tool_name, input.request_context)
+        """Run one tool of an agent outside any run (no read records: a write tool that requires a read fails), or
+        with `workspace_id` one of the HTTP API's tools over that workspace."""
+        if input.workspace_id:
+            tool = workspace_api_tool(self._app, input.workspace_id, input.tool_name)
+        else:
+            tool = await self._tool(input.agent_id, input.tool_name, input.request_context)
         try:
             tool.parse_args(input.args)
         except ValidationError as err:
@@ -140,7 +174,7 @@ class ToolCalls:
             result_message_id="",
             request_context=input.request_context,
         )
-        outcome = await self.call_bounded(call)
+        outcome = await self.call_bounded(call, tool)
         return ExecuteToolResult(result=outcome.result, is_error=outcome.is_error, host_queue=outcome.host_queue)
 
     async def _tool(
@@ -204,6 +238,16 @@ class ToolCalls:
         )
         await events.flush([MessageRecord(id=input.result_message_id, role="tool", content=[part])], replace=True)
         return outcome
+
+
+def _workspace_span(tool: Tool, args: Mapping[str, Any]) -> contextlib.AbstractContextManager[object]:
+    """A workspace tool's call in its own `workspace {operation}` span (under the tool's), else nothing."""
+    wt = tool.workspace_tool
+    if wt is None:
+        return contextlib.nullcontext()
+    return tracing.workspace_operation(
+        wt.workspace_tool_name, workspace_id=wt.workspace.id, capability=wt.kind.needs, path=args.get("path")
+    )
 
 
 def stored_result(message: StoredMessage) -> ToolCallResult | None:

@@ -14,7 +14,7 @@ from keel.activities.failures import translated
 from keel.activities.heartbeat import heartbeating
 from keel.app import App, ToolContext
 from keel.app.definitions import ToolSuspended
-from keel.protocol import names
+from keel.protocol import names, tracing
 from keel.protocol.validation import describe_validation_error
 from keel.protocol.workflow_definition import WorkflowDefinition, schema_problems
 from keel.storage import Storage
@@ -107,17 +107,26 @@ class WorkflowSteps:
         if input.call_key is not None:  # its starts, counted: a local attempt may run again at activity attempt 1
             record = await self._storage.begin_step(input.run_id, tool_ids=[input.call_key])
             attempt = record.attempts.get(input.call_key, 1)
-        try:
-            output = await tool.execute(args, _step_context(input, resume_data=input.resume_data, attempt=attempt))
-        except ToolSuspended as suspended:
-            return WorkflowToolResult(
-                suspended=StepSuspension(payload=suspended.payload, resume_schema=suspended.resume_schema)
-            )
-        except ApplicationError:
-            raise
-        except Exception as err:  # the step fails, and with it the run (Mastra: the step's status is failed)
-            raise invalid("StepFailed", f"Step {input.step_id!r}: {type(err).__name__}: {err}") from err
-        return WorkflowToolResult(output=to_jsonable_python(output, by_alias=True))
+        context = _step_context(input, resume_data=input.resume_data, attempt=attempt)
+        with tracing.tool_call(
+            input.tool_id, input.step_id, run_id=input.run_id, attempt=context.attempt, workflow_id=input.workflow_id
+        ) as span:
+            span.arguments(input.input_data if isinstance(input.input_data, dict) else {})
+            try:
+                output = await tool.execute(args, context)
+            except ToolSuspended as suspended:
+                span.suspended()
+                return WorkflowToolResult(
+                    suspended=StepSuspension(payload=suspended.payload, resume_schema=suspended.resume_schema)
+                )
+            except ApplicationError:
+                raise
+            except Exception as err:  # the step fails, and with it the run (Mastra: the step's status is failed)
+                span.failed(err)
+                raise invalid("StepFailed", f"Step {input.step_id!r}: {type(err).__name__}: {err}") from err
+            result = WorkflowToolResult(output=to_jsonable_python(output, by_alias=True))
+            span.result(result.output, is_error=False)
+            return result
 
     @activity.defn(name=names.WORKFLOW_CLASSIFIER_STEP)
     async def classifier_step(self, input: ClassifierStepInput) -> dict[str, Any]:

@@ -912,4 +912,6 @@ def main(argv: Sequence[str] | None = None, commands: dict[str, Command] | None 
     with contextlib.suppress(Exception):
         sys.stdout.flush()
         sys.stderr.flush()
+    if (tracing := sys.modules.get("keel.protocol.tracing")) is not None:
+        tracing.shutdown()  # the command's spans, still buffered: os._exit runs no exit handler
     os._exit(code)  # sdk-python#300: a Temporal client process can crash at interpreter exit

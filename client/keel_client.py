@@ -52,6 +52,7 @@ from temporalio.exceptions import (
 from temporalio.exceptions import TimeoutError as TimeoutError_
 from temporalio.service import RPCError, RPCStatusCode
 
+from keel.client import tracing
 from keel.client.connection import connect
 from keel.client.connection import task_queue as default_task_queue
 from keel.client.errors import (
@@ -388,6 +389,7 @@ class KeelClient:
 
         `step` and `args_digest` (from `pending_tool_calls`) make the decision apply only to that step's call
         with those arguments: models reuse tool call ids, and a late approval must not decide a later call.
+        With tracing on, the update is traced in the run's trace (`keel.client.tracing.run_trace`).
 
         Raises:
             RunNotFound, RunClosed: no such run, or it already finished.
@@ -402,9 +404,10 @@ class KeelClient:
         )
         handle = self.temporal.get_workflow_handle_for(AgentRun.run, run_id)
         try:
-            return await handle.execute_update(
-                AgentRun.approve_tool_call, approval, rpc_timeout=timedelta(seconds=WORKER_ANSWER_SECONDS)
-            )
+            async with tracing.run_trace(self.temporal, run_id):
+                return await handle.execute_update(
+                    AgentRun.approve_tool_call, approval, rpc_timeout=timedelta(seconds=WORKER_ANSWER_SECONDS)
+                )
         except WorkflowUpdateFailedError as err:
             cause = err.cause
             raise ToolCallRejected(run_id, tool_call_id, str(getattr(cause, "message", None) or cause)) from None
@@ -431,7 +434,8 @@ class KeelClient:
             tool_call_id=tool_call_id, approved=approved, reason=reason, step=step, args_digest=args_digest
         )
         try:
-            await self._handle(run_id).signal(names.TOOL_APPROVAL_SIGNAL, approval)
+            async with tracing.run_trace(self.temporal, run_id):
+                await self._handle(run_id).signal(names.TOOL_APPROVAL_SIGNAL, approval)
         except RPCError as err:
             raise self._rpc_error(run_id, err) from None
 
@@ -528,19 +532,25 @@ class KeelClient:
         *,
         request_context: dict[str, Any] | None = None,
         timeout: timedelta = timedelta(minutes=10),
+        workspace_id: str | None = None,
     ) -> ExecuteToolResult:
         """Run one tool of an agent as a run would, outside any run: a standalone activity on a worker of the
         task queue (the Temporal UI lists it under Standalone Activities); with no agent, one of the app's tools
-        (`App.tool`). Tried once: a tool may not be
-        idempotent. Raises `NoWorker` when none polls, `ToolFailed` when it cannot run (unknown agent or tool,
-        bad arguments); an error the tool answers with comes back as `is_error`."""
+        (`App.tool`), or with `workspace_id` one of the HTTP API's tools over that workspace
+        (`keel.app.workspace_api_tools`). Tried once: a tool may not be idempotent. Raises `NoWorker` when none
+        polls, `ToolFailed` when it cannot run (unknown agent or tool, bad arguments); an error the tool answers
+        with comes back as `is_error`."""
         from keel.workflows.contracts import ExecuteToolInput, ExecuteToolResult
 
         await self.wait_for_worker()
         input = ExecuteToolInput(
-            agent_id=agent_id or "", tool_name=tool_name, args=args or {}, request_context=request_context
+            agent_id=agent_id or "",
+            tool_name=tool_name,
+            args=args or {},
+            request_context=request_context,
+            workspace_id=workspace_id or "",
         )
-        owner = agent_id or "app"
+        owner = agent_id or (f"workspace-{workspace_id}" if workspace_id else "app")
         try:
             result: ExecuteToolResult = await self.temporal.execute_activity(
                 names.EXECUTE_TOOL,

@@ -8,6 +8,9 @@ app's activities (bound to its storage, opened and migrated while the worker run
 Keel's own workflows opt out of the sandbox (`@workflow.defn(sandboxed=False)`), every other workflow, yours,
 runs in it, with Keel's data modules passed through. The options it is given are registered for the worker's
 task queue (`keel.workflows.options`).
+
+With tracing on (`OTEL_TRACES_EXPORTER`: `keel.protocol.tracing`), it adds Temporal's `TracingInterceptor` to
+the client, or to a worker (and a replayer) whose client has none; with tracing off it adds nothing.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+from temporalio.client import ClientConfig
 from temporalio.converter import DataConverter
 from temporalio.plugin import SimplePlugin
 from temporalio.worker import ReplayerConfig, UnsandboxedWorkflowRunner, Worker, WorkerConfig, WorkflowRunner
@@ -29,7 +33,9 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 from keel.activities import AgentActivities
 from keel.activities.blob_sweep import BlobActivities
 from keel.app import App
+from keel.client import tracing
 from keel.client.converter import KeelPayloadConverter, data_converter, external_storage
+from keel.protocol import tracing as spans
 from keel.storage import BlobStore, Storage, open_payload_store, open_storage
 from keel.workflows import WORKFLOWS
 from keel.workflows import options as run_options
@@ -124,8 +130,16 @@ class KeelPlugin(SimplePlugin):
             run_context=contextlib.asynccontextmanager(self._worker_resources),
         )
 
+    def configure_client(self, config: ClientConfig) -> ClientConfig:
+        config = super().configure_client(config)
+        config["interceptors"] = tracing.with_interceptor(config.get("interceptors", ()))
+        return config
+
     def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
         config = super().configure_worker(config)
+        # A client's interceptors apply to its workers too: one only when the client has none.
+        if tracing.find_interceptor(config["client"].config(active_config=True)["interceptors"]) is None:
+            config["interceptors"] = tracing.with_interceptor(config.get("interceptors", ()))
         if self.sandbox_keel_workflows:
             config["unsandboxed_workflow_runner"] = sandboxed_runner(config.get("workflow_runner"))
         run_options.register(config["task_queue"], self.options)
@@ -133,6 +147,7 @@ class KeelPlugin(SimplePlugin):
 
     def configure_replayer(self, config: ReplayerConfig) -> ReplayerConfig:
         config = super().configure_replayer(config)
+        config["interceptors"] = tracing.with_interceptor(config.get("interceptors", ()))
         config["unsandboxed_workflow_runner"] = (
             sandboxed_runner(config.get("workflow_runner"))
             if self.sandbox_keel_workflows
@@ -146,6 +161,8 @@ class KeelPlugin(SimplePlugin):
                 await super().run_worker(worker, next)
         finally:
             run_options.unregister(worker.task_queue, self.options)
+            if spans.enabled():  # the spans of the worker's last tasks, exported before the process may exit
+                await asyncio.to_thread(spans.flush)
 
     @contextlib.asynccontextmanager
     async def _host_worker(self, worker: Worker) -> AsyncIterator[None]:
@@ -161,7 +178,9 @@ class KeelPlugin(SimplePlugin):
         activities: list[Callable[..., Any]] = (
             [] if on_client else [self._activities.tool_call, self._activities.kill_processes]
         )
-        host = Worker(worker.client, task_queue=self.host_queue, activities=activities)
+        traced = tracing.find_interceptor(worker.client.config(active_config=True)["interceptors"]) is not None
+        interceptors = [] if traced else tracing.with_interceptor(())
+        host = Worker(worker.client, task_queue=self.host_queue, activities=activities, interceptors=interceptors)
         async with host:
             yield
 

@@ -40,7 +40,7 @@ from keel.model_providers.base import (
     OnDelta,
     ToolSpec,
 )
-from keel.protocol import FinishReason, MessageRecord, TextPart, ToolCallPart, ToolResultPart, Usage
+from keel.protocol import FinishReason, MessageRecord, TextPart, ToolCallPart, ToolResultPart, Usage, tracing
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 _OFFICIAL_HOST = "api.openai.com"
@@ -100,6 +100,7 @@ class OpenAIChatModel(ChatModel):
         self.model_id = f"openai/{model}"
         self._base_url = base_url
         self._api_key = api_key
+        tracing.add_secret(api_key)  # never in an exported span, should an error message quote it
         self._timeout = timeout
         self._transport = transport
         self._extra_body: dict[str, Any] = dict(extra_body or {})

@@ -1,9 +1,9 @@
 """The data every layer shares, at the bottom of the package: messages and parts, usage, Mastra's stream
 chunks, and the names of workflows, activities, signals, updates, queries and search attributes.
 
-Imports only the standard library and pydantic; imports no other part of Keel and nothing of Temporal. The names
-below (but `names`, which is only constants) are imported on first use, so a module that needs the messages does
-not build every chunk model.
+Imports only the standard library and pydantic (`tracing` imports OpenTelemetry too, on first use, when tracing is
+on); imports no other part of Keel and nothing of Temporal. The names below (but `names`, which is only constants)
+are imported on first use, so a module that needs the messages does not build every chunk model.
 """
 
 from __future__ import annotations

@@ -34,6 +34,11 @@ SETTLED_UPDATE: Final = "settled"
 STATE_QUERY: Final = "state"
 EVENTS_QUERY: Final = "events"
 
+# One tool called from outside any run
+TOOL_CALL_WORKFLOW: Final = "ToolCall"
+"""One tool of an agent called from outside any run (an MCP client's `tools/call`): its approval wait (the
+`tool_approval` signal, as an `AgentRun`'s) and the tool as a `keel.execute_tool` activity."""
+
 # Workspace search indexing
 INDEX_WORKSPACE: Final = "IndexWorkspace"
 """Index a workspace's files for search (`keel index`): one long activity that heartbeats its progress."""
@@ -99,7 +104,7 @@ def session_workflow_id(controller_id: str, resource_id: str, scope: str | None)
 
 # Search attributes (all Keyword)
 KEEL_KIND: Final = "KeelKind"
-"""`agent`, `workflow` or `session`."""
+"""`agent`, `workflow`, `session` or `tool` (a `ToolCall`)."""
 KEEL_STATUS: Final = "KeelStatus"
 """`running` or `suspended` while open; `completed` or `failed` once the run ends on its own."""
 KEEL_AGENT_ID: Final = "KeelAgentId"

@@ -25,6 +25,10 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "ToolApproval": ("keel.workflows.contracts", "ToolApproval"),
     "DefinitionRun": ("keel.workflows.definition_run", "DefinitionRun"),
     "IndexWorkspace": ("keel.workflows.index_workspace", "IndexWorkspace"),
+    "ToolCall": ("keel.workflows.tool_call", "ToolCall"),
+    "ToolCallOutcome": ("keel.workflows.contracts", "ToolCallOutcome"),
+    "ToolCallRequest": ("keel.workflows.contracts", "ToolCallRequest"),
+    "tool_call_workflow_id": ("keel.workflows.tool_call", "tool_call_workflow_id"),
     "BlobSweepWorkflow": ("keel.workflows.blob_sweep", "BlobSweepWorkflow"),
     "index_workflow_id": ("keel.workflows.index_workspace", "index_workflow_id"),
     "DEFAULT_OPTIONS": ("keel.workflows.options", "DEFAULT_OPTIONS"),
@@ -32,7 +36,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "Resumable": ("keel.workflows.resumable", "Resumable"),
     "SEARCH_ATTRIBUTES": ("keel.workflows.search_attributes", "ALL_KEYS"),
 }
-"""Each name and the (module, attribute) it is; `WORKFLOWS` is made from six of them."""
+"""Each name and the (module, attribute) it is; `WORKFLOWS` is made from seven of them."""
 
 __all__ = [
     "DEFAULT_OPTIONS",
@@ -54,8 +58,12 @@ __all__ = [
     "PendingToolCall",
     "Resumable",
     "ToolApproval",
+    "ToolCall",
+    "ToolCallOutcome",
+    "ToolCallRequest",
     "index_workflow_id",
     "thread_workflow_id",
+    "tool_call_workflow_id",
 ]
 
 if TYPE_CHECKING:
@@ -72,12 +80,15 @@ if TYPE_CHECKING:
         IndexWorkspaceResult,
         PendingToolCall,
         ToolApproval,
+        ToolCallOutcome,
+        ToolCallRequest,
     )
     from keel.workflows.definition_run import DefinitionRun
     from keel.workflows.index_workspace import IndexWorkspace, index_workflow_id
     from keel.workflows.options import DEFAULT_OPTIONS, AgentActivityOptions
     from keel.workflows.resumable import Resumable
     from keel.workflows.search_attributes import ALL_KEYS as SEARCH_ATTRIBUTES
+    from keel.workflows.tool_call import ToolCall, tool_call_workflow_id
 
     WORKFLOWS: list[type]
     """Keel's own workflows, as a worker registers them."""
@@ -85,7 +96,15 @@ if TYPE_CHECKING:
 
 def __getattr__(name: str) -> Any:
     if name == "WORKFLOWS":
-        kinds = ("AgentRun", "AgentThread", "AgentSession", "DefinitionRun", "IndexWorkspace", "BlobSweepWorkflow")
+        kinds = (
+            "AgentRun",
+            "AgentThread",
+            "AgentSession",
+            "DefinitionRun",
+            "IndexWorkspace",
+            "BlobSweepWorkflow",
+            "ToolCall",
+        )
         value: Any = [__getattr__(n) for n in kinds]
     else:
         try:

@@ -483,12 +483,14 @@ def thread_file_reads(messages: list[MessageRecord], limit: int = MAX_FILE_READS
 
 class ExecuteToolInput(Contract):
     """Input of the standalone `keel.execute_tool` activity: one tool of an agent, outside any run; with no
-    agent, one of the app's tools (`App.tool`)."""
+    agent, one of the app's tools (`App.tool`), or with `workspace_id` one of the HTTP API's tools over that
+    workspace (`keel.app.workspace_api_tools`)."""
 
     agent_id: str = ""
     tool_name: str = Field(min_length=1)
     args: dict[str, Any] = Field(default_factory=dict)
     request_context: dict[str, Any] | None = None
+    workspace_id: str = ""
 
 
 class ExecuteToolResult(Contract):
@@ -496,6 +498,38 @@ class ExecuteToolResult(Contract):
     is_error: bool = False
     host_queue: str | None = None
     """Where a background process it started lives."""
+
+
+# --- ToolCall: one tool called from outside any run (an MCP client) ------------------------------------------
+
+
+class ToolCallRequest(Contract):
+    """Input of a `ToolCall` workflow: one tool of an agent called from outside any run (an MCP client's
+    `tools/call`). The caller resolved the tool's approval policy and idempotency (it has the app)."""
+
+    agent_id: str = Field(min_length=1)
+    tool_name: str = Field(min_length=1)
+    tool_call_id: str = Field(min_length=1)
+    """The call's id: what `tool_approval` names (the tool sees the execution's id, unique per agent and tool)."""
+    args: dict[str, Any] = Field(default_factory=dict)
+    request_context: dict[str, Any] | None = None
+    requires_approval: bool = False
+    idempotent: bool = True
+    """False: a lost attempt is not run again (the call answers an error instead)."""
+    caller: str | None = None
+    """Who called (`mcp`, `http`), for the execution's summary."""
+
+
+class ToolCallOutcome(Contract):
+    """The result of a `ToolCall` workflow: the tool's result, or why there is none (`declined`, an error)."""
+
+    tool_call_id: str
+    tool_name: str
+    result: Any = None
+    is_error: bool = False
+    declined: bool = False
+    reason: str | None = None
+    """Why it was declined, or why it failed."""
 
 
 class KillProcessesInput(Contract):

@@ -12,7 +12,20 @@ from collections.abc import Mapping, Sequence
 from fastapi import FastAPI
 
 from keel.app import App
-from keel.client.api import agents, auth, codec, controllers, errors, memory, tools, workflows
+from keel.client.api import (
+    agents,
+    auth,
+    codec,
+    controllers,
+    conversations,
+    errors,
+    mcp,
+    memory,
+    responses,
+    tools,
+    workflows,
+    workspaces,
+)
 from keel.client.api.context import ApiContext
 from keel.client.keel_client import KeelClient
 from keel.protocol.settings import Settings
@@ -41,7 +54,7 @@ def create_api(
     api.state.keel = ApiContext(app, keel, storage)
     errors.install(api)
     auth.install(api, api_keys or {})
-    for module in (agents, workflows, tools, memory, controllers):
+    for module in (agents, workflows, tools, memory, controllers, responses, conversations, mcp, workspaces):
         api.include_router(module.router, prefix=API_PREFIX)
     api.include_router(controllers.channels_router, prefix=API_PREFIX)
     api.include_router(codec.router)

@@ -11,10 +11,18 @@ from pydantic import BaseModel
 
 from keel.app import Agent, App, ToolContext, tool
 from keel.app.controller import ChannelMessage, Channels
-from keel.model_providers import ModelRequest, ModelResponse, ModelToolCall, ScriptedModel, tool_results_since_last_user
+from keel.model_providers import (
+    ModelRequest,
+    ModelResponse,
+    ModelToolCall,
+    ScriptedModel,
+    last_user_text,
+    tool_results_since_last_user,
+)
 from tests.apps import app as test_app
 from tests.apps import pay
 from tests.controller.apps import controller
+from tests.http_api.workspace_app import AGENTS as WORKSPACE_AGENTS
 from tests.workflows_json.code_workflows import Release
 
 
@@ -40,6 +48,16 @@ def slow_pay_script(request: ModelRequest) -> ModelResponse:
 
 
 slow_payer = Agent(id="slow_payer", model=ScriptedModel(slow_pay_script, name="slow_payer"), tools=(pause, pay))
+
+
+def slow_writer_script(request: ModelRequest) -> ModelResponse:
+    return ModelResponse(text=f"draft: {last_user_text(request)}")
+
+
+slow_writer = Agent(
+    id="slow_writer", model=ScriptedModel(slow_writer_script, name="slow_writer", chunk_size=8, delay=0.02)
+)
+"""The writer's answer, streamed 8 characters every 20 ms: each delta reaches the event log, and a client, apart."""
 
 STARTED: list[tuple[str, str]] = []
 """(session id, chat thread) of each channel session's `on_session_start` (the API runs in the test's process)."""
@@ -67,7 +85,7 @@ channels = Channels(
 )
 
 app = App(
-    agents={**test_app.agents, slow_payer.id: slow_payer},
+    agents={**test_app.agents, slow_payer.id: slow_payer, slow_writer.id: slow_writer, **WORKSPACE_AGENTS},
     tools=dict(test_app.tools),
     classifiers=dict(test_app.classifiers),
     workflows=(Release,),

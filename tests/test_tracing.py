@@ -1,0 +1,486 @@
+"""OpenTelemetry tracing against the real dev server: a run is one trace from the client that starts it, through
+the workflow and its activities, to every model call (GenAI conventions, token counts) and tool, and the
+approval; across processes over OTLP (HTTP: a worker and two `keel` commands sending to a receiver that decodes
+what the real exporter sends; gRPC: the exporter alone); no exported byte carries a key; off, nothing is installed.
+
+In-process tests keep spans in memory (`InMemorySpanExporter`, the process's tracer provider, set once: Keel then
+adds no exporter of its own). The OTLP receivers only decode `ExportTraceServiceRequest`s, as a collector would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator, Sequence
+from concurrent import futures
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from opentelemetry import trace
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
+from temporalio.client import Client
+from temporalio.contrib.opentelemetry import TracingInterceptor
+from temporalio.worker import Replayer
+
+from keel.app.demo import app as demo_app
+from keel.client import KeelClient
+from keel.client.connection import connect
+from keel.client.devserver import DevServer
+from keel.plugin import KeelPlugin
+from keel.protocol import tracing
+from keel.storage import Storage
+from keel.worker import build_worker
+from tests.conftest import ROOT, running_worker, worker_subprocess
+from tests.fake_openai import FakeOpenAI, delta, finish, sse
+from tests.test_agent_run import wait_for_pending
+from tests.tracing_app import app as tracing_app
+from tests.tracing_app import scribe_app
+
+API_KEY = "sk-planted-4f1c9e0b7a2d4c5e8f90"
+COLLECTOR_TOKEN = "collector-token-93be27f1d6c04a58"
+
+MEMORY = InMemorySpanExporter()
+_PROVIDER = TracerProvider()
+_PROVIDER.add_span_processor(SimpleSpanProcessor(MEMORY))
+
+
+@pytest.fixture
+def traced(monkeypatch: pytest.MonkeyPatch) -> InMemorySpanExporter:
+    """Tracing on in this process (`OTEL_TRACES_EXPORTER=otlp`), its spans kept in `MEMORY`."""
+    if not isinstance(trace.get_tracer_provider(), TracerProvider):
+        trace.set_tracer_provider(_PROVIDER)
+    assert trace.get_tracer_provider() is _PROVIDER, "another tracer provider was set in this process"
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "otlp")
+    monkeypatch.delenv("OTEL_SDK_DISABLED", raising=False)
+    MEMORY.clear()
+    return MEMORY
+
+
+def named(spans: Sequence[ReadableSpan], name: str) -> list[ReadableSpan]:
+    return [s for s in spans if s.name == name]
+
+
+def one(spans: Sequence[ReadableSpan], name: str) -> ReadableSpan:
+    [found] = named(spans, name)
+    return found
+
+
+def parent_of(spans: Sequence[ReadableSpan], span: ReadableSpan) -> ReadableSpan:
+    assert span.parent is not None, f"{span.name} has no parent"
+    [found] = [s for s in spans if s.context.span_id == span.parent.span_id]
+    return found
+
+
+def assert_one_tree(spans: Sequence[ReadableSpan], root: str) -> None:
+    """One trace: every span shares the trace id, and every span but `root` has its parent among them."""
+    assert len({s.context.trace_id for s in spans}) == 1, sorted({s.name for s in spans})
+    roots = [s.name for s in spans if s.parent is None or s.parent.span_id not in {t.context.span_id for t in spans}]
+    assert roots == [root]
+
+
+# --- in process ------------------------------------------------------------------------------------------------
+
+
+async def test_tracing_off_installs_no_interceptor_and_makes_no_span(
+    dev_server: DevServer, storage: Storage, task_queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OTEL_TRACES_EXPORTER", raising=False)
+    plain = await connect(dev_server.cfg.address)
+    worker = build_worker(plain, demo_app, storage, task_queue=task_queue)
+    interceptors = [
+        *plain.config(active_config=True)["interceptors"],
+        *worker.config(active_config=True)["interceptors"],
+    ]
+    assert not any(isinstance(i, TracingInterceptor) for i in interceptors)
+    for value in ("none", ""):
+        monkeypatch.setenv("OTEL_TRACES_EXPORTER", value)
+        assert not tracing.enabled()
+        with tracing.model_call("scripted/demo") as call:
+            assert call.span is None
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "otlp")
+    monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
+    assert not tracing.enabled()
+
+
+def test_tracing_off_loads_no_opentelemetry_sdk_in_a_client_or_worker_process(
+    dev_server: DevServer, tmp_path: Path
+) -> None:
+    """A separate process: this one has loaded the SDK for the other tests."""
+    script = """
+import asyncio, sys
+from keel.app.demo import app
+from keel.client.connection import connect
+from keel.storage import SQLiteStorage
+from keel.worker import build_worker
+
+async def main():
+    client = await connect(sys.argv[1])
+    worker = build_worker(client, app, SQLiteStorage(sys.argv[2]), task_queue="tracing-off")
+    interceptors = client.config(active_config=True)["interceptors"]
+    interceptors += worker.config(active_config=True)["interceptors"]
+    loaded = sorted(m for m in sys.modules if m.startswith(("opentelemetry.sdk", "temporalio.contrib.opentelemetry")))
+    print(len(interceptors), loaded)
+
+asyncio.run(main())
+"""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    proc = subprocess.run(
+        [sys.executable, "-c", script, dev_server.cfg.address, str(tmp_path / "keel.db")],
+        env=env, cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["0", "[]"]
+
+
+async def test_an_approved_demo_run_is_one_trace_from_the_client_through_model_calls_tool_and_approval(
+    client: Client,
+    dev_server: DevServer,
+    storage: Storage,
+    task_queue: str,
+    traced: InMemorySpanExporter,
+    data_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    traced_client = await connect(dev_server.cfg.address)
+    assert any(isinstance(i, TracingInterceptor) for i in traced_client.config(active_config=True)["interceptors"])
+    async with running_worker(traced_client, demo_app, storage, task_queue) as keel:
+        run_id = await keel.start_run("demo", "remember the milk")
+        # An observer's queries are traces of their own: the test polls through a client that does not trace.
+        [call_id] = await wait_for_pending(KeelClient(client, task_queue=task_queue), run_id)
+        await keel.approve(run_id, call_id)
+        result = await keel.result(run_id)
+    assert result.finish_reason == "stop"
+    spans = traced.get_finished_spans()
+    assert_one_tree(spans, "StartWorkflow:AgentRun")
+    start = one(spans, "StartWorkflow:AgentRun")
+    assert start.attributes == {"temporalWorkflowID": run_id}
+    assert parent_of(spans, one(spans, "RunWorkflow:AgentRun")) is start
+
+    first, last = named(spans, "chat demo")
+    for chat in (first, last):
+        attributes = dict(chat.attributes or {})
+        assert attributes["gen_ai.operation.name"] == "chat"
+        assert attributes["gen_ai.request.model"] == "demo"
+        assert attributes["gen_ai.provider.name"] == attributes["gen_ai.system"] == "scripted"
+        assert attributes["gen_ai.agent.id"] == "demo" and attributes["keel.run.id"] == run_id
+        tokens = attributes["gen_ai.usage.input_tokens"], attributes["gen_ai.usage.output_tokens"]
+        assert all(isinstance(n, int) and n > 0 for n in tokens)
+        assert "gen_ai.input.messages" not in attributes  # content capture is off
+        assert parent_of(spans, chat).name.startswith("RunActivity:")
+        assert chat.kind == trace.SpanKind.CLIENT
+    assert first.attributes is not None and first.attributes["gen_ai.response.finish_reasons"] == ("tool_calls",)
+    assert last.attributes is not None and last.attributes["gen_ai.response.finish_reasons"] == ("stop",)
+
+    tool = one(spans, "execute_tool save_note")
+    assert tool.attributes is not None
+    assert tool.attributes["gen_ai.operation.name"] == "execute_tool"
+    assert tool.attributes["gen_ai.tool.name"] == "save_note" and tool.attributes["gen_ai.tool.call.id"] == call_id
+    assert tool.status.status_code == StatusCode.UNSET
+    assert parent_of(spans, tool).name.startswith("RunActivity:")
+
+    # The approval, sent later from the client, is traced in the run's trace: its client span under the start.
+    update = one(spans, "StartWorkflowUpdate:approve_tool_call")
+    assert parent_of(spans, update) is start
+    assert parent_of(spans, one(spans, "HandleUpdate:approve_tool_call")) is start
+
+    # Recorded with tracing, the history replays with and without it (the interceptor changes no command).
+    history = await traced_client.get_workflow_handle(run_id).fetch_history()
+    for exporter in ("otlp", "none"):
+        monkeypatch.setenv("OTEL_TRACES_EXPORTER", exporter)
+        await Replayer(workflows=[], plugins=[KeelPlugin()]).replay_workflow(history)
+
+
+async def test_a_failed_tool_and_workspace_writes_have_their_spans_with_content_when_asked(
+    dev_server: DevServer,
+    storage: Storage,
+    task_queue: str,
+    traced: InMemorySpanExporter,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(tracing.CAPTURE_CONTENT, "true")
+    client = await connect(dev_server.cfg.address)
+    async with running_worker(client, tracing_app, storage, task_queue) as keel:
+        failing = await keel.result(await keel.start_run("fails", "light it"))
+    assert "the short fuse was lit" in failing.text
+    tool = one(traced.get_finished_spans(), "execute_tool explode")
+    assert tool.status.status_code == StatusCode.ERROR and "the short fuse was lit" in str(tool.status.description)
+    assert tool.attributes is not None and tool.attributes["error.type"] == "ValueError"
+    assert json.loads(str(tool.attributes["gen_ai.tool.call.arguments"])) == {"fuse": "short"}
+    [chat, _] = named(traced.get_finished_spans(), "chat fuse")
+    assert chat.attributes is not None
+    [user] = json.loads(str(chat.attributes["gen_ai.input.messages"]))
+    assert user == {"role": "user", "parts": [{"type": "text", "content": "light it"}]}
+    [answer] = json.loads(str(chat.attributes["gen_ai.output.messages"]))
+    assert answer["parts"] == [
+        {"type": "tool_call", "id": "call_boom", "name": "explode", "arguments": {"fuse": "short"}}
+    ]
+
+    traced.clear()
+    async with running_worker(client, scribe_app(tmp_path / "ws"), storage, f"{task_queue}-ws") as keel:
+        await keel.result(await keel.start_run("scribe", "write it down"))
+    spans = traced.get_finished_spans()
+    tool = one(spans, "execute_tool mastra_workspace_write_file")
+    write = one(spans, "workspace write_file")
+    assert parent_of(spans, write) is tool
+    assert write.attributes is not None
+    assert write.attributes["keel.workspace.id"] == "scribe-ws" and write.attributes["file.path"] == "notes/today.md"
+    assert write.attributes["keel.workspace.capability"] == "filesystem"
+    assert (tmp_path / "ws" / "notes" / "today.md").read_text() == "tracing works"
+
+
+def test_captured_content_is_cut_to_its_bound(traced: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch) -> None:
+    from keel.protocol import MessageRecord
+
+    monkeypatch.setenv(tracing.CAPTURE_CONTENT, "true")
+    with tracing.model_call("openai/gpt-x", server_url="https://user:pw@models.example:8443/v1?key=k") as call:
+        call.request("", [MessageRecord(id="m", role="user", content="x" * 100_000)])
+    [span] = traced.get_finished_spans()
+    assert span.attributes is not None
+    content = str(span.attributes["gen_ai.input.messages"])
+    assert len(content) < tracing.MAX_CONTENT_CHARS + 100 and content.endswith("more characters]")
+    assert (span.attributes["server.address"], span.attributes["server.port"]) == ("models.example", 8443)
+    assert not any("pw" in str(v) or "key=" in str(v) for v in span.attributes.values())
+
+
+def test_a_secret_quoted_in_an_error_is_redacted_before_export(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MY_SERVICE_API_KEY", API_KEY)
+    tracing.add_secret("given-in-code-0123456789")
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(tracing.redacting(memory)))
+    with provider.get_tracer("t").start_as_current_span("call") as span:
+        span.set_attribute("error.message", f"401: Incorrect API key provided: {API_KEY}")
+        span.set_attribute("request", "Authorization: Bearer abcdef0123456789xyz")
+        span.set_attribute("notes", ("given-in-code-0123456789", "Bearer of good news"))
+        span.set_status(trace.Status(StatusCode.ERROR, f"key {API_KEY}"))
+    [exported] = memory.get_finished_spans()
+    assert exported.attributes == {
+        "error.message": f"401: Incorrect API key provided: {tracing.REDACTED}",
+        "request": f"Authorization: Bearer {tracing.REDACTED}",
+        "notes": (tracing.REDACTED, "Bearer of good news"),
+    }
+    assert exported.status.description == f"key {tracing.REDACTED}"
+
+
+# --- over OTLP -------------------------------------------------------------------------------------------------
+
+
+class OtlpHttpReceiver(ThreadingHTTPServer):
+    """An OTLP/HTTP traces endpoint on loopback: keeps each request's raw body, headers and decoded message."""
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _OtlpHandler)
+        self.bodies: list[bytes] = []
+        self.headers: list[dict[str, str]] = []
+        self.requests: list[ExportTraceServiceRequest] = []
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class _OtlpHandler(BaseHTTPRequestHandler):
+    server: OtlpHttpReceiver
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["content-length"]))
+        if self.headers.get("content-encoding") == "gzip":
+            body = gzip.decompress(body)
+        assert self.path == "/v1/traces" and self.headers["content-type"] == "application/x-protobuf"
+        self.server.bodies.append(body)
+        self.server.headers.append({k.lower(): v for k, v in self.headers.items()})
+        self.server.requests.append(ExportTraceServiceRequest.FromString(body))
+        answer = ExportTraceServiceResponse().SerializeToString()
+        self.send_response(200)
+        self.send_header("content-type", "application/x-protobuf")
+        self.send_header("content-length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@contextmanager
+def otlp_http_receiver() -> Iterator[OtlpHttpReceiver]:
+    server = OtlpHttpReceiver()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def value_of(value: AnyValue) -> Any:
+    kind = value.WhichOneof("value")
+    if kind == "array_value":
+        return tuple(value_of(v) for v in value.array_value.values)
+    return getattr(value, kind) if kind else None
+
+
+def received_spans(requests: Sequence[ExportTraceServiceRequest]) -> list[dict[str, Any]]:
+    """Every span the requests carried, as dicts: name, ids, parent, attributes, status, service name."""
+    found = []
+    for request in requests:
+        for resource_spans in request.resource_spans:
+            resource = {kv.key: value_of(kv.value) for kv in resource_spans.resource.attributes}
+            for scope_spans in resource_spans.scope_spans:
+                for span in scope_spans.spans:
+                    found.append(
+                        {
+                            "name": span.name,
+                            "trace_id": span.trace_id.hex(),
+                            "span_id": span.span_id.hex(),
+                            "parent": span.parent_span_id.hex() or None,
+                            "attributes": {kv.key: value_of(kv.value) for kv in span.attributes},
+                            "events": [{kv.key: value_of(kv.value) for kv in e.attributes} for e in span.events],
+                            "status": span.status.message,
+                            "service": resource.get("service.name"),
+                            "resource": resource,
+                        }
+                    )
+    return found
+
+
+def answer_with_a_tool_call_then_text(body: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
+    if body["messages"][-1]["role"] != "tool":
+        call = {"index": 0, "id": "call_ship", "type": "function", "function": {"name": "ship", "arguments": ""}}
+        more = {"index": 0, "function": {"arguments": '{"item": "parcel"}'}}
+        return sse(delta(role="assistant", content="Shipping."), delta(tool_calls=[call]), delta(tool_calls=[more]),
+                   finish("tool_calls", 12, 7))  # fmt: skip
+    return sse(delta(role="assistant", content="Shipped."), finish("stop", 30, 3))
+
+
+async def keel_command(env: dict[str, str], *args: str) -> str:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "keel.cli", *args, env=env, cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await proc.communicate()
+    assert proc.returncode == 0, err.decode()
+    return out.decode()
+
+
+async def test_a_run_across_a_worker_and_two_commands_is_one_trace_over_otlp_http_without_a_secret(
+    client: Client,
+    dev_server: DevServer,
+    task_queue: str,
+    tmp_path: Path,
+    data_dir: Path,
+    fake_openai: FakeOpenAI,
+) -> None:
+    fake_openai.responder = answer_with_a_tool_call_then_text
+    with otlp_http_receiver() as receiver:
+        otel = {
+            "OTEL_TRACES_EXPORTER": "otlp",
+            "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
+            "OTEL_EXPORTER_OTLP_HEADERS": f"authorization=Bearer%20{COLLECTOR_TOKEN}",
+            "OPENAI_BASE_URL": fake_openai.base_url,
+            "OPENAI_API_KEY": API_KEY,
+        }
+        base = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+        commands = {
+            **base,
+            **otel,
+            "OTEL_SERVICE_NAME": "keel-cli",
+            "KEEL_TEMPORAL_ADDRESS": dev_server.cfg.address,
+            "KEEL_TASK_QUEUE": task_queue,
+            "KEEL_STORAGE_URL": f"sqlite:///{tmp_path / 'keel.db'}",
+        }
+        worker_env = {**otel, "OTEL_SERVICE_NAME": "keel-worker"}
+        with worker_subprocess(
+            dev_server, task_queue, tmp_path, data_dir, app="tests.tracing_app:app", env=worker_env
+        ) as worker:
+            keel = KeelClient(client, task_queue=task_queue)
+            await keel.wait_for_worker(30)
+            run_id = f"run-traced-{task_queue}"
+            await keel_command(commands, "run", "gpt", "ship the parcel", "--run-id", run_id, "--no-follow",
+                               "--app", "tests.tracing_app:app")  # fmt: skip
+            [call_id] = await wait_for_pending(keel, run_id)
+            await keel_command(commands, "approve", run_id, call_id, "--no-follow")
+            result = await keel.result(run_id)
+            assert result.text == "Shipped."
+            worker.send_signal(signal.SIGTERM)  # a clean stop exports what the worker still buffers
+            await asyncio.to_thread(worker.wait, 30)
+            assert worker.returncode == 0, (tmp_path / "worker.log").read_text()[-3000:]
+
+    spans = received_spans(receiver.requests)
+    by_name = {s["name"]: s for s in spans}
+    assert {s["trace_id"] for s in spans} == {by_name["StartWorkflow:AgentRun"]["trace_id"]}
+    ids = {s["span_id"] for s in spans}
+    assert [s["name"] for s in spans if s["parent"] not in ids] == ["StartWorkflow:AgentRun"]
+    assert {by_name[n]["service"] for n in ("StartWorkflow:AgentRun", "StartWorkflowUpdate:approve_tool_call")} == {
+        "keel-cli"
+    }
+    assert {by_name[n]["service"] for n in ("RunWorkflow:AgentRun", "execute_tool ship")} == {"keel-worker"}
+    chats = [s for s in spans if s["name"] == "chat fake-model"]
+    assert sorted((c["attributes"]["gen_ai.usage.input_tokens"], c["attributes"]["gen_ai.usage.output_tokens"])
+                  for c in chats) == [(12, 7), (30, 3)]  # fmt: skip
+    assert {c["attributes"]["gen_ai.provider.name"] for c in chats} == {"openai"}
+    assert {c["attributes"]["server.address"] for c in chats} == {"127.0.0.1"}
+    assert by_name["execute_tool ship"]["attributes"]["gen_ai.tool.call.id"] == "call_ship"
+    assert "HandleUpdate:approve_tool_call" in by_name
+    # The exporters read the collector's headers from the environment; nothing they sent holds a secret.
+    assert {h.get("authorization") for h in receiver.headers} == {f"Bearer {COLLECTOR_TOKEN}"}
+    for secret in (API_KEY, COLLECTOR_TOKEN):
+        assert not any(secret.encode() in body for body in receiver.bodies)
+        assert not any(secret in json.dumps(s, default=str) for s in spans)
+
+
+class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
+    def __init__(self) -> None:
+        self.requests: list[ExportTraceServiceRequest] = []
+
+    def Export(self, request: ExportTraceServiceRequest, context: Any) -> ExportTraceServiceResponse:
+        self.requests.append(request)
+        return ExportTraceServiceResponse()
+
+
+def test_otlp_over_grpc_when_the_protocol_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    service = _TraceService()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(service, server)  # type: ignore[no-untyped-call]
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
+        monkeypatch.setenv("OTEL_SERVICE_NAME", "keel-grpc")
+        provider = tracing.build_provider(["otlp"])
+        with provider.get_tracer("t").start_as_current_span("over grpc"):
+            pass
+        assert provider.force_flush()
+        provider.shutdown()
+    finally:
+        server.stop(None)
+    [span] = received_spans(service.requests)
+    assert (span["name"], span["service"]) == ("over grpc", "keel-grpc")
+
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/json")
+    with pytest.raises(ValueError, match="http/json"):
+        tracing.build_provider(["otlp"])
+    monkeypatch.delenv("OTEL_SERVICE_NAME")
+    assert tracing.build_provider([]).resource.attributes["service.name"] == tracing.DEFAULT_SERVICE_NAME
