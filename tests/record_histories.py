@@ -277,7 +277,10 @@ async def _session(keel: KeelClient, name: str) -> tuple[str, str, str, str]:
 
 _SESSION_RUNS: dict[str, str] = {}
 
-WORKFLOW_IDS = {"session_entity": names.session_workflow_id("assistant-controller", "session_entity", None)}
+WORKFLOW_IDS = {
+    "session_entity": names.session_workflow_id("assistant-controller", "session_entity", None),
+    "tool_call_approved": "keel-tool-call-listener-hold-tool_call_approved",  # `tool_call_workflow_id`
+}
 """Histories whose workflow id is not their file's name (a session's id is derived from its controller,
 resource and scope): the replayer must see the recorded id, from which the session names its turns."""
 
@@ -300,6 +303,30 @@ async def _index_workspace(keel: KeelClient, name: str) -> str:
         (root / f"doc{i}.md").write_text(f"document {i}\n")
     handle = await start_indexing(keel, search_workspace.id, ["."], workflow_id=name)
     await handle.result()
+    return name
+
+
+async def _tool_call(keel: KeelClient, name: str) -> str:
+    """An MCP-style `ToolCall` of `listener`'s `hold` (it needs approval), approved by the `tool_approval` signal."""
+    from keel.client.tool_calls import ToolCalls
+
+    tool = next(t for t in app.agents["listener"].tools if t.id == "hold")
+    started = await ToolCalls(keel).start("listener", tool, {}, call_id=name, caller="mcp")
+    handle = keel.temporal.get_workflow_handle(started.workflow_id)
+    async with asyncio.timeout(30):
+        while not await handle.query(names.PENDING_TOOL_CALLS_QUERY):
+            await asyncio.sleep(0.05)
+    await handle.signal(names.TOOL_APPROVAL_SIGNAL, {"toolCallId": name, "approved": True})
+    return started.workflow_id
+
+
+async def _blob_sweep(keel: KeelClient, name: str) -> str:
+    """A dry-run `BlobSweep` over the recording's payload store."""
+    from keel.protocol.blob_sweep import SweepRequest
+
+    await keel.temporal.start_workflow(
+        names.BLOB_SWEEP, SweepRequest(dry_run=True), id=name, task_queue=keel.task_queue
+    )
     return name
 
 
@@ -343,6 +370,8 @@ SCENARIOS: dict[str, Scenario] = {
     "delivered_message": Scenario(_delivered_message, DEFAULT_SHAPE),
     "thread_entity": Scenario(_thread_entity, DEFAULT_SHAPE, ends=False),
     "index_workspace": Scenario(_index_workspace, DEFAULT_SHAPE),
+    "tool_call_approved": Scenario(_tool_call, DEFAULT_SHAPE),
+    "blob_sweep": Scenario(_blob_sweep, DEFAULT_SHAPE),
     "refused_run_id": Scenario(_refused_run_id, DEFAULT_SHAPE, latest=True),
     # An AgentController session and its turns (recorded by the first; the others are its children).
     "session_entity": Scenario(_session_entity, DEFAULT_SHAPE, ends=False),
@@ -401,7 +430,7 @@ async def record_on_server(dynamic_config: dict[str, str], names: list[str]) -> 
                         runs[name] = await SCENARIOS[name].run(keel, name)
                         if not SCENARIOS[name].ends:
                             continue
-                        if name.startswith(("definition_", "index_")):  # not an agent run: no agent result
+                        if name.startswith(("definition_", "index_", "tool_call_", "blob_sweep")):  # not agent runs
                             await client.get_workflow_handle(runs[name]).result()
                             continue
                         with contextlib.suppress(RunFailed):
