@@ -5,13 +5,18 @@ The files are listed sorted by path, so every attempt sees them in the same orde
 same. Each heartbeat's details are an `IndexProgress`, sent after each batch of 64 files has been indexed (its
 vectors upserted) and repeated every half heartbeat timeout in between.
 
-What resumes is what outlives a process: the vectors of a persistent store (`PgVectorStore`). The files done
-before the crash are not embedded again; only the batch in flight when the worker died is, and its upserts
-replace by id, so no chunk is stored twice. BM25 documents live in the memory of the process that indexed
-them: a retry in another process first re-adds those of the files already done (read again, not embedded),
-so the worker that finishes answers keyword queries over the whole tree. Other worker processes of the app
-know only what they indexed themselves (their workspace's `auto_index_paths`, at init). With an in-memory
-vector store nothing survives a lost process, so a retry in another process embeds the files done again.
+What resumes is what outlives a process. A worker keeps each file's BM25 documents and content hash in Keel's
+storage (`Workspace.share_search_index`), and a persistent vector store (`PgVectorStore`) keeps the vectors:
+the files done before the crash are neither indexed nor embedded again; only the batch in flight when the
+worker died is (its documents and hashes are written after its vectors, and upserts replace by id, so no chunk
+is stored twice). Every worker sharing the storage answers queries over the whole tree. With
+an in-memory vector store the vectors of the files done died with the process: a retry in another process
+embeds them again (their BM25 documents are stored already). A workspace alone (no storage: an
+`ActivityEnvironment` test) keeps its BM25 documents in memory, and a retry in another process re-adds those of
+the files done (read again, not embedded when the vector store is persistent).
+
+Indexing the same files again skips those whose content hash is unchanged (`unchanged` in the result), and the
+files indexed before under the same paths that are gone are removed from the index (`removed`).
 """
 
 from __future__ import annotations
@@ -31,13 +36,13 @@ from keel.activities.heartbeat import heartbeating
 from keel.app import App
 from keel.protocol import names, tracing
 from keel.workflows.contracts import IndexFilesInput, IndexProgress, IndexWorkspaceResult
-from keel.workspace_providers import InMemoryVectorStore, Workspace
+from keel.workspace_providers import Workspace
 from keel.workspace_providers.search import SearchEngine
-from keel.workspace_providers.search_indexing import files_to_index, index_batches
+from keel.workspace_providers.search_indexing import files_to_index, forget_missing, index_batches
 
 PROCESS = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
-"""This worker process, in the heartbeat details: a retry in the same process still has the BM25 documents
-(and in-memory vectors) of the files done; one in another process has not."""
+"""This worker process, in the heartbeat details: a retry in the same process still has the in-memory vectors
+(and, without storage, the BM25 documents) of the files done; one in another process has not."""
 
 
 def _invalid(kind: str, message: str) -> ApplicationError:
@@ -81,6 +86,7 @@ class WorkspaceIndexing:
                 indexed=previous.indexed if previous and start else 0,
                 skipped=previous.skipped if previous and start else 0,
                 chunks=previous.chunks if previous and start else 0,
+                unchanged=previous.unchanged if previous and start else 0,
                 attempt=info.attempt,
                 worker=PROCESS,
             )
@@ -93,11 +99,17 @@ class WorkspaceIndexing:
                 span.set("keel.workspace.files", len(files))
                 span.set("keel.workspace.resumed_from", start)
                 async with heartbeating(current):
-                    if start and previous is not None and previous.worker != PROCESS:
-                        # Another process did these: its BM25 documents died with it; its vectors did too unless
-                        # the store is persistent. Re-add what is missing (BM25 alone: nothing embedded again).
-                        vectors = isinstance(engine.vector.store, InMemoryVectorStore) if engine.vector else False
-                        async for _ in index_batches(engine, fs, files[:start], vectors=vectors):
+                    vectors_lost = engine.vector is not None and not engine.vectors_persist
+                    if (
+                        start
+                        and previous is not None
+                        and previous.worker != PROCESS
+                        and (engine.store is None or vectors_lost)
+                    ):
+                        # Another process did these: its vectors died with it unless their store is persistent,
+                        # its BM25 documents too unless they are in storage. Re-add what is missing (files whose
+                        # documents are stored are skipped by their hash; nothing persistent is embedded again).
+                        async for _ in index_batches(engine, fs, files[:start], vectors=vectors_lost):
                             pass
                     async for batch in index_batches(engine, fs, files[start:]):
                         progress = progress.model_copy(
@@ -107,17 +119,23 @@ class WorkspaceIndexing:
                                 "indexed": progress.indexed + len(batch.indexed),
                                 "skipped": progress.skipped + len(batch.files) - len(batch.indexed),
                                 "chunks": progress.chunks + batch.documents,
+                                "unchanged": progress.unchanged + batch.unchanged,
                             }
                         )
                         activity.heartbeat(progress)
+                    removed = await forget_missing(engine, files, patterns)
                 span.set("keel.workspace.indexed", progress.indexed)
                 span.set("keel.workspace.chunks", progress.chunks)
+                span.set("keel.workspace.unchanged", progress.unchanged)
+                span.set("keel.workspace.removed", len(removed))
             return IndexWorkspaceResult(
                 workspace_id=workspace.id,
                 files=len(files),
                 indexed=progress.indexed,
                 skipped=progress.skipped,
                 chunks=progress.chunks,
+                unchanged=progress.unchanged,
+                removed=len(removed),
                 resumed_from=start,
                 attempts=info.attempt,
             )

@@ -27,6 +27,9 @@ _EXPORTS: dict[str, str] = {
     "Poller": "keel.client.keel_client",
     "RunInfo": "keel.client.keel_client",
     "RunStatus": "keel.client.keel_client",
+    "ResetRefused": "keel.client.reset",
+    "RunReset": "keel.client.reset",
+    "reset_run": "keel.client.reset",
 }
 
 __all__ = [
@@ -36,16 +39,19 @@ __all__ = [
     "NoWorker",
     "Poller",
     "QueueInUse",
+    "ResetRefused",
     "RunClosed",
     "RunFailed",
     "RunIdInUse",
     "RunInfo",
     "RunNotFound",
+    "RunReset",
     "RunStatus",
     "ToolCallRejected",
     "ToolFailed",
     "indexing_progress",
     "indexing_result",
+    "reset_run",
     "start_indexing",
 ]
 
@@ -64,6 +70,7 @@ if TYPE_CHECKING:
     )
     from keel.client.indexing import indexing_progress, indexing_result, start_indexing
     from keel.client.keel_client import KeelClient, Poller, RunInfo, RunStatus
+    from keel.client.reset import ResetRefused, RunReset, reset_run
 
 
 def __getattr__(name: str) -> Any:

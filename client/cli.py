@@ -126,9 +126,10 @@ def _print_event(shown: Shown, run_id: str) -> None:
         print(f"  xx {chunk.payload.tool_name} declined: {chunk.payload.approval.reason or ''}", flush=True)
 
 
-async def _follow_run(keel: KeelClient, storage: Storage, run_id: str, offset: int) -> int:
-    """Print a run's events until it finishes or waits for approval. Returns the exit code."""
-    from keel.client.run_events import follow
+async def _follow_run(keel: KeelClient, storage: Storage, run_id: str, offset: int, *, retries: bool = True) -> int:
+    """Print a run's events until it finishes or waits for approval. Returns the exit code. `retries=False`: no
+    step's new attempt is announced as a retry (a reset runs steps again on purpose)."""
+    from keel.client.run_events import Shown, follow
 
     queue = await keel.run_task_queue(run_id)
     quiet = 0
@@ -150,7 +151,7 @@ async def _follow_run(keel: KeelClient, storage: Storage, run_id: str, offset: i
     async for shown in follow(
         storage, run_id, offset=offset, until=frozenset({"finish", "tool-call-approval"}), idle_check=stop_following
     ):
-        _print_event(shown, run_id)
+        _print_event(shown if retries else Shown(shown.event), run_id)
         suspended = shown.event.type == "tool-call-approval"
     if suspended or (await keel.describe(run_id)).status == "suspended":
         calls = [c.tool_call_id for c in await keel.pending_tool_calls(run_id)]
@@ -424,8 +425,11 @@ async def cmd_index(args: argparse.Namespace) -> int:
         print(_json(result.model_dump(by_alias=True)))
         return 0
     resumed = f", resumed after {result.resumed_from} files (attempt {result.attempts})" if result.resumed_from else ""
+    unchanged = f", {result.unchanged} unchanged" if result.unchanged else ""
+    removed = f", {result.removed} removed" if result.removed else ""
     print(
-        f"indexed {result.indexed} of {result.files} files: {result.chunks} chunks, {result.skipped} skipped{resumed}"
+        f"indexed {result.indexed} of {result.files} files: {result.chunks} chunks, {result.skipped} skipped"
+        f"{unchanged}{removed}{resumed}"
     )
     return 0
 
@@ -743,6 +747,33 @@ def _blobs_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
+async def _reset(args: argparse.Namespace) -> int:
+    from keel.client.reset import cmd_reset
+
+    return await cmd_reset(args)
+
+
+def _reset_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_id", help="the run")
+    p.add_argument(
+        "--to-step", type=int, required=True, metavar="N", help="run step N (1 is the first) and every later one again"
+    )
+    p.add_argument("--reason", help="why: shown with the reset in the Temporal UI")
+    p.add_argument("--no-follow", action="store_true", help="print the new execution and return at once")
+    p.add_argument("--json", action="store_true", help="print what the reset did as JSON and return at once")
+
+
+async def _trace(args: argparse.Namespace) -> int:
+    from keel.client.trace_cli import cmd_trace
+
+    return await cmd_trace(args)
+
+
+def _trace_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_id", metavar="RUN", help="the run (or a trace id: 32 hex digits)")
+    p.add_argument("--json", action="store_true", help="print Mastra's span records, trace by trace, as JSON")
+
+
 COMMANDS: dict[str, Command] = {
     "run": Command(
         "start an agent run and follow it until it finishes or waits for approval",
@@ -801,6 +832,17 @@ COMMANDS: dict[str, Command] = {
         _blobs,
         _blobs_args,
         ("temporal", "queue"),
+    ),
+    "trace": Command(
+        "print a run's span tree: durations, model tokens, tool results (spans kept by OTEL_TRACES_EXPORTER=keel)",
+        _trace,
+        _trace_args,
+    ),
+    "reset": Command(
+        "time travel: run a run again from step N, in a new execution (Temporal's reset; the old one stays)",
+        _reset,
+        _reset_args,
+        ("temporal",),
     ),
 }
 """The commands that only talk to Temporal and storage; `keel.cli` adds the ones that run a worker."""

@@ -12,6 +12,7 @@ Error tree::
      ├── RunIdInUse
      ├── NoWorker
      ├── QueueInUse
+     ├── ResetRefused            (keel.client.reset: no such step, a step in flight, a thread that went on)
      ├── ToolCallRejected
      └── ToolFailed              (a tool run by `execute_tool` answered with an error)
 """

@@ -10,6 +10,9 @@ changes no command, so histories replay the same with tracing on or off. With tr
 An approval arrives long after the run started, from another process. `run_trace` makes the run's own trace
 current for it (read from the headers of the run's first history event), so the decision's client span is in
 that trace too, unless the caller is inside a trace of its own (an HTTP request's, say).
+
+`OTEL_TRACES_EXPORTER=keel` names the storage exporter (`keel.client.span_exporter`), registered here: the spans
+go to Keel's storage, for Mastra's observability routes and `keel trace`.
 """
 
 from __future__ import annotations
@@ -21,8 +24,19 @@ from typing import TYPE_CHECKING, Any
 from keel.protocol import tracing
 
 if TYPE_CHECKING:
+    from opentelemetry.sdk.trace.export import SpanExporter
     from temporalio.client import Client
     from temporalio.contrib.opentelemetry import TracingInterceptor
+
+
+def storage_exporter() -> SpanExporter:
+    """The exporter `OTEL_TRACES_EXPORTER=keel` names: spans kept in `KEEL_STORAGE_URL`'s storage."""
+    from keel.client.span_exporter import StorageSpanExporter
+
+    return StorageSpanExporter()
+
+
+tracing.register_exporter("keel", storage_exporter)
 
 
 def interceptor() -> TracingInterceptor | None:
@@ -86,4 +100,4 @@ async def run_trace(client: Client, run_id: str) -> AsyncIterator[None]:
         context.detach(token)
 
 
-__all__ = ["find_interceptor", "interceptor", "run_trace", "with_interceptor"]
+__all__ = ["find_interceptor", "interceptor", "run_trace", "storage_exporter", "with_interceptor"]

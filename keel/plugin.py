@@ -186,15 +186,16 @@ class KeelPlugin(SimplePlugin):
 
     async def _worker_resources(self) -> AsyncIterator[None]:
         """Before a worker polls: the plugin's own storage initialised (its migrations applied) once, and the
-        app's workspaces initialised; when the last worker stops, the workspaces are stopped (their commands
-        killed, `paused`: a worker started again in this process resumes them). Destroying them is the app
-        owner's call (`Workspace.destroy()`)."""
+        app's workspaces initialised, their search indexes kept in the storage; when the last worker stops, the
+        workspaces are stopped (their commands killed, `paused`: a worker started again in this process resumes
+        them). Destroying them is the app owner's call (`Workspace.destroy()`)."""
         async with self._init_lock:
             if self._owns_storage and self.storage is not None and not self._initialised:
                 await self.storage.init()
                 self._initialised = True
             if self._workers_running == 0 and self.app is not None:
                 for ws in self.app.workspaces.values():
+                    ws.share_search_index(self.storage)  # every worker answers searches from the same index
                     if ws.status != "ready":
                         await ws.init()
             self._workers_running += 1

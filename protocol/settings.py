@@ -10,6 +10,8 @@
     KEEL_APP                 keel.app.demo:app  the app reference (module:attr)
     KEEL_STORAGE_URL         sqlite:///<KEEL_DATA_DIR>/keel.db
     KEEL_PAYLOAD_STORE       (follows the storage) where payloads of 256 KiB or more go
+    KEEL_TRACE_RETENTION_HOURS 72               } the spans the storage exporter keeps (OTEL_TRACES_EXPORTER=keel):
+    KEEL_TRACE_MAX_SPANS     100000             } those started less than 72 hours ago, 100000 at most
 
 A contradiction (an address whose host or port differs from one set on its own) is an error naming both values.
 `keel config` prints what is in effect and where each value came from.
@@ -50,6 +52,10 @@ class Settings(BaseSettings):
     app: str = "keel.app.demo:app"
     storage_url: str | None = None
     payload_store: str | None = None
+    trace_retention_hours: float = Field(default=72, gt=0)
+    """The storage exporter's spans are deleted this long after they started (`keel.storage.spans`)."""
+    trace_max_spans: int = Field(default=100_000, ge=1)
+    """The storage exporter keeps at most this many spans, deleting the oldest first."""
 
     @model_validator(mode="after")
     def _derive(self) -> Settings:

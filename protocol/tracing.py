@@ -1,7 +1,8 @@
 """OpenTelemetry tracing: the exporters the standard `OTEL_*` variables name, and Keel's own spans.
 
-Tracing is on when `OTEL_TRACES_EXPORTER` names an exporter (`otlp`, `console`, or any installed
-`opentelemetry_traces_exporter` entry point) and `OTEL_SDK_DISABLED` is not `true`; unset or `none`, it is off,
+Tracing is on when `OTEL_TRACES_EXPORTER` names an exporter (`otlp`, `console`, `keel`, or any installed
+`opentelemetry_traces_exporter` entry point; `keel`, registered by `keel.client.tracing`, keeps spans in Keel's
+storage: `keel.client.span_exporter`) and `OTEL_SDK_DISABLED` is not `true`; unset or `none`, it is off,
 and then nothing here imports OpenTelemetry or makes a span: the helpers hand back a shared no-op.
 
 `configure()` sets the process's tracer provider once: a `BatchSpanProcessor` per exporter, `otlp` sent over
@@ -33,7 +34,7 @@ import json
 import os
 import re
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import cache
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from urllib.parse import unquote, urlsplit
@@ -120,9 +121,20 @@ def build_provider(names: Sequence[str] | None = None) -> TracerProvider:
     return provider
 
 
+_factories: dict[str, Callable[[], SpanExporter]] = {}
+
+
+def register_exporter(name: str, factory: Callable[[], SpanExporter]) -> None:
+    """Make `name` in `OTEL_TRACES_EXPORTER` build its exporter with `factory` (a layer above this one provides
+    it: `keel.client.tracing` registers `keel`, the storage exporter). Wins over an entry point of that name."""
+    _factories[name] = factory
+
+
 def _exporter(name: str) -> SpanExporter:
     from importlib.metadata import entry_points
 
+    if name in _factories:
+        return _factories[name]()
     if name == "otlp":
         protocol = (
             os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
@@ -508,6 +520,7 @@ __all__ = [
     "model_call",
     "redacted",
     "redacting",
+    "register_exporter",
     "shutdown",
     "tool_call",
     "workspace_operation",

@@ -30,6 +30,11 @@ _EXPORTS: dict[str, str] = {
     "RunEvent": "keel.storage.events",
     "PostgresStorage": "keel.storage.postgres",
     "SQLiteStorage": "keel.storage.sqlite",
+    "SpanQuery": "keel.storage.spans",
+    "SpanRetention": "keel.storage.spans",
+    "SpanStore": "keel.storage.spans",
+    "StoredSpan": "keel.storage.spans",
+    "TimeRange": "keel.storage.spans",
     "StepAnswer": "keel.storage.steps",
     "StepRecord": "keel.storage.steps",
     "StepStore": "keel.storage.steps",
@@ -49,6 +54,9 @@ __all__ = [
     "RunEvent",
     "SQLiteStorage",
     "SchemaError",
+    "SpanQuery",
+    "SpanRetention",
+    "SpanStore",
     "StepAnswer",
     "StepRecord",
     "StepStore",
@@ -58,9 +66,11 @@ __all__ = [
     "StorageUnavailable",
     "StoredBlob",
     "StoredMessage",
+    "StoredSpan",
     "Thread",
     "ThreadNotFound",
     "ThreadStore",
+    "TimeRange",
     "blob_key",
     "open_payload_store",
     "open_storage",
@@ -72,6 +82,7 @@ if TYPE_CHECKING:
     from keel.storage.base import Storage
     from keel.storage.events import EventStore, RunEvent
     from keel.storage.postgres import PostgresStorage
+    from keel.storage.spans import SpanQuery, SpanRetention, SpanStore, StoredSpan, TimeRange
     from keel.storage.sqlite import SQLiteStorage
     from keel.storage.steps import StepAnswer, StepRecord, StepStore
     from keel.storage.threads import StoredMessage, Thread, ThreadStore

@@ -46,3 +46,10 @@ class StepStore(abc.ABC):
         """In one transaction: the answer stored under `answer_id`, the tool messages stored under `tool_ids`,
         and, for each of `tool_ids` not stored, one more start counted (its attempt number). Reads only when
         `tool_ids` is empty."""
+
+    @abc.abstractmethod
+    async def forget_steps(self, run_id: str, message_ids: Sequence[str]) -> int:
+        """In one transaction: delete the messages `message_ids` and what `begin_step` keeps of the run under
+        them (a stored answer, a tool's start count). A run reset to an earlier step (`keel reset`) then runs
+        those steps again for real, instead of returning the answers and tool results they stored. Returns how
+        many of the messages existed. Idempotent."""

@@ -307,6 +307,29 @@ listener = Agent(id="listener", model=ScriptedModel(listener_script, name="liste
 messages into an active run."""
 
 
+class TallyInput(BaseModel):
+    step: int
+
+
+@tool("tally")
+async def tally(args: TallyInput, ctx: ToolContext) -> dict[str, int]:
+    """Append `tool N` to tally.log: a ledger of the steps whose tool ran."""
+    note("tally.log", f"tool {args.step}")
+    return {"step": args.step}
+
+
+def tally_script(request: ModelRequest) -> ModelResponse:
+    """Every step notes `model N` in tally.log (N: the tool results so far, plus one) and calls `tally` with N."""
+    step = len(tool_results_since_last_user(request)) + 1
+    note("tally.log", f"model {step}")
+    call = ModelToolCall(id=f"call_{step}", name="tally", args={"step": step})
+    return ModelResponse(text=f"step {step}", tool_calls=[call])
+
+
+tallier = Agent(id="tally", model=ScriptedModel(tally_script, name="tally"), tools=(tally,), max_steps=5)
+"""Five steps, each a model call and a `tally` call, both noted in tally.log: a ledger of what ran (time travel)."""
+
+
 search_workspace = Workspace(
     id="tests-search",
     filesystem=LocalFilesystem(Path(tempfile.gettempdir()) / f"keel-tests-search-{os.getpid()}"),
@@ -315,7 +338,7 @@ search_workspace = Workspace(
 """BM25 search over a few files, indexed by `IndexWorkspace` (no agent uses it)."""
 
 app = dataclasses.replace(App.of(
-    demo, multi, listener, ledger, once, napper, mistakes, payer, reuser, bulky, flaky, workspace_agent,
+    demo, multi, listener, ledger, once, napper, mistakes, payer, reuser, bulky, flaky, workspace_agent, tallier,
     definition_apps.writer,
     tools=definition_apps.app.tools.values(), classifiers=definition_apps.app.classifiers.values(),
     controllers=[controller_apps.controller],

@@ -704,10 +704,12 @@ class IndexProgress(Contract):
     """Files that are not UTF-8 text."""
     chunks: int = 0
     """Documents indexed: one per file, or its chunks past 4,000 characters."""
+    unchanged: int = 0
+    """Files of `indexed` whose content the index held already (skipped: not indexed nor embedded again)."""
     attempt: int = 1
     worker: str | None = None
-    """The worker process of the attempt (host, pid, a random part): a retry in another process re-adds the BM25
-    documents of the files done, which lived in that process's memory."""
+    """The worker process of the attempt (host, pid, a random part): a retry in another process re-adds what
+    lived in that process's memory of the files done (in-memory vectors, BM25 documents without storage)."""
 
 
 class IndexWorkspaceResult(Contract):
@@ -719,6 +721,10 @@ class IndexWorkspaceResult(Contract):
     indexed: int
     skipped: int
     chunks: int
+    unchanged: int = 0
+    """Files of `indexed` whose content the index held already (not indexed nor embedded again)."""
+    removed: int = 0
+    """Files indexed before under the same paths and gone since: removed from the index."""
     resumed_from: int = 0
     """Files an earlier attempt had indexed (0 when the first attempt did it all)."""
     attempts: int = 1

@@ -4,9 +4,10 @@ workspace tools they get (Mastra's `Workspace` class, for its filesystem and san
 Lifecycle: ``pending → initializing → ready`` (`init()`), ``ready → paused`` (`stop()`: processes killed, files
 kept, the next `init()` makes it ready again), ``→ destroying → destroyed`` (`destroy()`), ``error`` when
 `init()` or `destroy()` fails. Search (`bm25`, `vector_store` + `embedder`) is a `SearchEngine` the workspace
-owns; `init()` indexes `auto_index_paths`. Skills (`skills`) and LSP (`lsp`) are extensions: anything with
-optional `init()`, `stop()`, `destroy()` and `get_instructions()` (or `get_instructions_async()`), started and
-released with the workspace, so this class does not grow with each of them.
+owns; `init()` indexes `auto_index_paths`. Its documents live in this process, or, shared by every worker, in
+Keel's storage (`share_search_index`: a worker does it). Skills (`skills`) and LSP (`lsp`) are extensions:
+anything with optional `init()`, `stop()`, `destroy()` and `get_instructions()` (or `get_instructions_async()`),
+started and released with the workspace, so this class does not grow with each of them.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
 
+from keel.protocol.search_index import SearchIndexStore
 from keel.workspace_providers import output
 from keel.workspace_providers.errors import SearchError, SearchNotAvailable, WorkspaceError, WriteLockTimeout, iso_ms
 from keel.workspace_providers.search import BM25Config, SearchDocument, SearchEngine, SearchResult, VectorConfig
@@ -355,23 +357,46 @@ class Workspace:
             query, top_k=top_k, mode=mode, min_score=min_score, vector_weight=vector_weight, filter=filter
         )
 
+    def share_search_index(self, store: SearchIndexStore | None) -> None:
+        """Keep the search documents and file hashes in `store` (Keel's storage: a worker shares every
+        workspace's index this way, before `init()`), under the workspace id, instead of in this process alone:
+        every process sharing the store answers a query the same way after an indexing on any of them, and an
+        indexing skips the files the store holds with the same content. None: back to memory (starting empty).
+        No-op without search."""
+        if self._search is not None:
+            self._search.attach(store, self.id)
+
     async def rebuild_search_index(self, paths: Sequence[str] | None = None) -> list[str]:
-        """Forget the BM25 documents and index `paths` (default `auto_index_paths`) anew; returns the files
-        indexed. Documents indexed before that are not found again lose their vectors too. Nothing to do
-        without search, a static filesystem or paths.
+        """Index `paths` (default `auto_index_paths`) anew; returns the files indexed (readable as text).
+        Nothing to do without search, a static filesystem or paths.
+
+        Alone (no shared store), as in Mastra: every BM25 document is forgotten first, and documents indexed
+        before that are not found again lose their vectors too. With a shared store (`share_search_index`) the
+        index is brought up to date instead: files whose content is unchanged are skipped, the files it held
+        that are no longer found are removed, and documents indexed by `index()` stay (another worker may
+        have indexed them).
 
         As in Mastra, a failing embedder or vector store does not fail the rebuild: it is logged, and keyword
         search covers every file."""
-        from keel.workspace_providers.search_indexing import files_to_index, index_batches
+        from keel.workspace_providers.search_indexing import files_to_index, forget_missing, index_batches
 
         patterns = list(self.auto_index_paths if paths is None else paths)
         if self._search is None or self._fs is None or not patterns:
             return []
         engine = self._searchable(writing=True)
+        files = await files_to_index(self._fs, patterns)
+        indexed: list[str] = []
+        if engine.store is not None:
+            async for batch in index_batches(engine, self._fs, files, keep_going=True):
+                indexed += batch.indexed
+            try:
+                await forget_missing(engine, files)
+            except Exception as err:  # the vector store or the storage down: the next indexing tries again
+                logger.warning("workspace %s: could not remove the files no longer found: %s", self.id, err)
+            return indexed
         before = set(engine.ids)
         engine.clear()
-        indexed: list[str] = []
-        async for batch in index_batches(engine, self._fs, await files_to_index(self._fs, patterns), keep_going=True):
+        async for batch in index_batches(engine, self._fs, files, keep_going=True):
             indexed += batch.indexed
         gone = before - set(engine.ids)
         if gone:

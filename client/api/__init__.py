@@ -21,7 +21,9 @@ from keel.client.api import (
     errors,
     mcp,
     memory,
+    observability,
     responses,
+    time_travel,
     tools,
     workflows,
     workspaces,
@@ -50,12 +52,15 @@ def create_api(
         openapi_url=f"{API_PREFIX}/openapi.json",
         docs_url=f"{API_PREFIX}/docs",
         redoc_url=None,
+        **observability.fastapi_options(),
     )
     api.state.keel = ApiContext(app, keel, storage)
     errors.install(api)
     auth.install(api, api_keys or {})
     for module in (agents, workflows, tools, memory, controllers, responses, conversations, mcp, workspaces):
         api.include_router(module.router, prefix=API_PREFIX)
+    api.include_router(time_travel.router, prefix=API_PREFIX)
+    api.include_router(observability.router, prefix=API_PREFIX)
     api.include_router(controllers.channels_router, prefix=API_PREFIX)
     api.include_router(codec.router)
     codec.install_cors(api, ui_origins)  # outside the keys: a browser's preflight carries none

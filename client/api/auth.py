@@ -7,7 +7,8 @@ and the scope of what it does (403 without it):
 A scope is `<resource>:read` (GET) or `<resource>:write` (anything else), the resource being the first part of
 the path: `agents` (and the OpenAI-compatible `/api/v1/...`), `workflows`, `stored-workflows` (for
 `/api/stored/workflows`), `tools`, `memory`, `workspaces`, `mcp` (every MCP message is a POST: a client needs
-`mcp:write`), `agent-controllers` (for `/api/agent-controller/...`, and the channel webhooks
+`mcp:write`), `observability` and `telemetry` (the traces kept in storage), `agent-controllers` (for
+`/api/agent-controller/...`, and the channel webhooks
 `/api/agent-controllers/...`, which a platform then calls with the key in `x-api-key`), and `payloads:read` for the
 codec (`/codec/...`); `*` is every scope, `<resource>:*` both of one resource."""
 

@@ -16,13 +16,24 @@ from keel.storage.postgres.blobs import PostgresBlobs
 from keel.storage.postgres.definitions import PostgresDefinitions
 from keel.storage.postgres.events import PostgresEvents
 from keel.storage.postgres.pool import guarded
+from keel.storage.postgres.search_index import PostgresSearchIndexes
+from keel.storage.postgres.spans import PostgresSpans
 from keel.storage.postgres.steps import PostgresSteps, store_answer
 from keel.storage.postgres.threads import PostgresThreads
 from keel.storage.steps import StepAnswer
 from keel.storage.threads import StoredMessage
 
 
-class PostgresStorage(PostgresThreads, PostgresEvents, PostgresSteps, PostgresDefinitions, PostgresBlobs, Storage):
+class PostgresStorage(
+    PostgresThreads,
+    PostgresEvents,
+    PostgresSteps,
+    PostgresDefinitions,
+    PostgresBlobs,
+    PostgresSearchIndexes,
+    PostgresSpans,
+    Storage,
+):
     """Storage in a PostgreSQL database, through a small asyncpg connection pool.
 
     Args:

@@ -63,3 +63,16 @@ class PostgresSteps(PostgresPool, StepStore):
             results={m.id: m for m in stored},
             attempts={r["key"]: int(r["starts"]) for r in started},
         )
+
+    @guarded
+    async def forget_steps(self, run_id: str, message_ids: Sequence[str]) -> int:
+        if not message_ids:
+            return 0
+        ids = list(dict.fromkeys(message_ids))
+        pool = await self._get_pool()
+        async with pool.acquire() as conn, conn.transaction():
+            await conn.execute("DELETE FROM run_steps WHERE run_id = $1 AND key = ANY($2::text[])", run_id, ids)
+            count = await conn.fetchval(
+                "WITH d AS (DELETE FROM messages WHERE id = ANY($1::text[]) RETURNING 1) SELECT count(*) FROM d", ids
+            )
+        return int(count)

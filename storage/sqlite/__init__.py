@@ -15,13 +15,17 @@ from keel.storage.sqlite import threads as sql_threads
 from keel.storage.sqlite.connection import now
 from keel.storage.sqlite.definitions import SQLiteDefinitions
 from keel.storage.sqlite.events import SQLiteEvents
+from keel.storage.sqlite.search_index import SQLiteSearchIndexes
+from keel.storage.sqlite.spans import SQLiteSpans
 from keel.storage.sqlite.steps import SQLiteSteps, store_answer
 from keel.storage.sqlite.threads import SQLiteThreads
 from keel.storage.steps import StepAnswer
 from keel.storage.threads import StoredMessage
 
 
-class SQLiteStorage(SQLiteThreads, SQLiteEvents, SQLiteSteps, SQLiteDefinitions, Storage):
+class SQLiteStorage(
+    SQLiteThreads, SQLiteEvents, SQLiteSteps, SQLiteDefinitions, SQLiteSearchIndexes, SQLiteSpans, Storage
+):
     """Storage in one SQLite file (WAL mode), safe to share between processes.
 
     Args:

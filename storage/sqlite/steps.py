@@ -68,3 +68,16 @@ class SQLiteSteps(SQLiteConnection, StepStore):
             results={m.id: m for m in map(rules.message, stored)},
             attempts=attempts,
         )
+
+    async def forget_steps(self, run_id: str, message_ids: Sequence[str]) -> int:
+        if not message_ids:
+            return 0
+        ids = json.dumps(list(dict.fromkeys(message_ids)))
+
+        def forget(conn: sqlite3.Connection) -> int:
+            conn.execute(
+                "DELETE FROM run_steps WHERE run_id = ? AND key IN (SELECT value FROM json_each(?))", (run_id, ids)
+            )
+            return conn.execute("DELETE FROM messages WHERE id IN (SELECT value FROM json_each(?))", (ids,)).rowcount
+
+        return await self._write_tx(forget)
