@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any
 
 from pydantic import ValidationError
@@ -41,6 +42,7 @@ from keel.workflows.contracts import (
     ToolCallResult,
     TurnConfig,
 )
+from keel.workspace_providers.errors import FilesystemUnavailable
 from keel.workspace_providers.tools import ReadRecord
 
 MAX_TOOL_RESULT_BYTES = 32 * 1024 * 1024
@@ -119,6 +121,11 @@ class ToolCalls:
             return StepSuspension(payload=suspended.payload, resume_schema=suspended.resume_schema), False, {}
         except ApplicationError:
             raise
+        except FilesystemUnavailable as err:  # the store behind the files is down: wait it out, not tell the model
+            span.failed(err)
+            raise ApplicationError(
+                str(err), type="FilesystemUnavailable", next_retry_delay=timedelta(seconds=min(2**attempt, 15))
+            ) from err
         except Exception as err:  # a tool's own failure is an answer for the model, not a retry
             span.failed(err)
             return {"error": error_text(err)}, True, ctx.effects

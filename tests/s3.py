@@ -9,6 +9,7 @@ directory. It is killed with its process group on exit, and the unix sockets it 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -20,7 +21,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -120,11 +121,14 @@ def _stop(proc: subprocess.Popen[bytes], ports: tuple[int, ...]) -> None:
     _remove_sockets(ports)
 
 
-def _start(workdir: Path, log_path: Path) -> tuple[subprocess.Popen[bytes], S3Server]:
-    ports = dict(zip(_PORTS, _free_ports(len(_PORTS)), strict=True))
+def _start(
+    workdir: Path, log_path: Path, again: tuple[int, ...] | None = None
+) -> tuple[subprocess.Popen[bytes], S3Server]:
+    """A server on free ports, or `again` on the ports (and data) of one stopped before."""
+    ports = dict(zip(_PORTS, again or _free_ports(len(_PORTS)), strict=True))
     data = workdir / f"data-{ports['s3.port']}"
     (workdir / "tmp").mkdir(exist_ok=True)
-    data.mkdir()
+    data.mkdir(exist_ok=again is not None)
     argv = [
         str(weed_binary()), "mini", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
         *(f"-{flag}={port}" for flag, port in ports.items()),
@@ -183,4 +187,27 @@ def seaweedfs_server() -> Iterator[S3Server]:
         finally:
             _stop(proc, server.ports)
     finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+@contextmanager
+def seaweedfs_with_outages() -> Iterator[tuple[S3Server, Callable[[float], Awaitable[None]]]]:
+    """A server of its own, and `outage(seconds)`: SIGKILL it (connections refused), then after `seconds` start it
+    again on the same ports and data."""
+    workdir = Path(tempfile.mkdtemp(prefix="keel-s3-outage-"))
+    log_path = workdir / "weed.log"
+    proc, server = _start(workdir, log_path)
+    _wait_ready(proc, server, log_path)
+    running = [proc]
+
+    async def outage(seconds: float) -> None:
+        _stop(running[0], server.ports)
+        await asyncio.sleep(seconds)
+        running[0], _ = _start(workdir, log_path, again=server.ports)
+        await asyncio.to_thread(_wait_ready, running[0], server, log_path)
+
+    try:
+        yield server, outage
+    finally:
+        _stop(running[0], server.ports)
         shutil.rmtree(workdir, ignore_errors=True)
