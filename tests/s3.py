@@ -21,11 +21,11 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from minio import Minio
@@ -191,7 +191,7 @@ def seaweedfs_server() -> Iterator[S3Server]:
 
 
 @contextmanager
-def seaweedfs_with_outages() -> Iterator[tuple[S3Server, Callable[[float], Awaitable[None]]]]:
+def seaweedfs_with_outages() -> Iterator[tuple[S3Server, Callable[[float], Coroutine[Any, Any, None]]]]:
     """A server of its own, and `outage(seconds)`: SIGKILL it (connections refused), then after `seconds` start it
     again on the same ports and data."""
     workdir = Path(tempfile.mkdtemp(prefix="keel-s3-outage-"))
