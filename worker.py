@@ -17,7 +17,7 @@ from temporalio.client import Client
 from temporalio.worker import Interceptor, Worker
 
 from keel.app import App, load_app
-from keel.client import KeelClient, QueueInUse
+from keel.client import KeelClient, QueueInUse, metrics
 from keel.client.connection import connect, task_queue, temporal_address
 from keel.plugin import KeelPlugin
 from keel.protocol import names, tracing
@@ -134,6 +134,8 @@ async def run_worker(
     """Load the app, connect to Temporal (waiting until it answers), check no other worker polls the task queue
     (unless `join`: scaling out the same app), and `serve`."""
     app = load_app(app_ref)
+    if endpoint := metrics.configure():  # before the first client connects: it keeps the runtime it connected with
+        print(f"keel worker: metrics at {endpoint}", flush=True)
     where = address or temporal_address()
     client = await waiting_for(f"Temporal at {where}", lambda: connect(where, namespace), (RuntimeError,))
     task_queue_ = queue or task_queue()

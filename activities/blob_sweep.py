@@ -58,7 +58,10 @@ class BlobActivities:
                 if err.status == RPCStatusCode.NOT_FOUND:
                     return False
                 raise
-            return described.close_time is None or described.close_time + retention > now
+            if described.close_time is None or described.close_time + retention > now:
+                return True
+            # A child's result (and failure) is in its parent's history too: kept while the parent is.
+            return described.parent_id is not None and await exists(described.parent_id)
 
         return await sweep_blobs(
             converter_store(client),

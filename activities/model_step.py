@@ -3,6 +3,8 @@ resolve each requested tool call's tool and policy, and save the assistant messa
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import Any
 
 from pydantic import ValidationError
@@ -45,11 +47,15 @@ from keel.protocol import (
     ToolResultPart,
     Usage,
     describe_validation_error,
+    log_context,
+    metrics,
     names,
     tracing,
 )
 from keel.storage import StepAnswer, StepRecord, Storage
 from keel.workflows.contracts import ModelStepInput, ModelStepResult, PlannedToolCall, thread_file_reads
+
+log = logging.getLogger("keel.activities.model_step")
 
 
 class ModelSteps:
@@ -64,12 +70,17 @@ class ModelSteps:
         """Run the step, or return the answer an earlier execution of it stored (`record`: what the caller's
         `begin_step` found for `input.message_id`; looked up here when not given)."""
         events = StepWriter(self._storage, input, f"model:{input.step}", mirror=mirror_of(input, input.turn))
+        context = log_context.bound(
+            run_id=input.run_id, agent_id=input.agent_id, step=input.step, thread_id=input.thread_id
+        )
         try:
-            return await self._run(input, events, record)
+            with context:
+                return await self._run(input, events, record)
         finally:
             events.stop()
 
     async def _run(self, input: ModelStepInput, events: StepWriter, record: StepRecord | None) -> ModelStepResult:
+        started_at = time.monotonic()
         agent = self._app.agent(input.agent_id)
         run_id = input.run_id
         execution = input.execution_id
@@ -139,7 +150,8 @@ class ModelSteps:
                 traced.request(instructions, context)
                 response = await model.generate(request, on_delta)
                 traced.response(response.text, response.tool_calls, response.finish_reason, response.usage)
-        except ModelError:
+        except ModelError as err:
+            log.warning("Step %d: model %s failed: %s", input.step, model.model_id, err)
             await events.flush()  # what streamed before the failure stays visible, marked with this attempt
             raise
         if started:
@@ -192,6 +204,7 @@ class ModelSteps:
         # Replacing the message: a re-execution that found no answer stored asks again, and its answer wins.
         answer = StepAnswer(input.message_id, result.model_dump(mode="json", exclude_none=True))
         await events.flush([assistant], replace=True, answer=answer)
+        _answered(input, model.model_id, result, (time.monotonic() - started_at) * 1000)
         return await self._with_run_lists(input, result)
 
     async def _stored(self, input: ModelStepInput, answer: dict[str, Any]) -> ModelStepResult:
@@ -204,6 +217,22 @@ class ModelSteps:
                 self._storage, input.thread_id, input.run_id
             )
         return result
+
+
+def _answered(input: ModelStepInput, model_id: str, result: ModelStepResult, milliseconds: float) -> None:
+    """The step's log record and metrics (once per answer: an answer found stored is neither logged nor counted)."""
+    usage = result.usage
+    tokens_in, tokens_out = (usage.input_tokens, usage.output_tokens) if usage is not None else (0, 0)
+    metrics.model_step(input.agent_id, model_id, milliseconds, tokens_in, tokens_out)
+    if not log.isEnabledFor(logging.INFO):
+        return
+    calls = ", ".join(c.tool_name for c in result.tool_calls) or "none"
+    log.info(
+        "Step %d: %s answered in %.0f ms (finish %s, tokens %d in / %d out, tool calls: %s)",
+        input.step, model_id, milliseconds, result.finish_reason, tokens_in, tokens_out, calls,
+        extra={"model": model_id, "finish_reason": result.finish_reason, "input_tokens": tokens_in,
+               "output_tokens": tokens_out, "duration_ms": round(milliseconds, 1)},
+    )  # fmt: skip
 
 
 async def _plan(

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import time
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
@@ -19,6 +21,7 @@ from keel.activities.turn_tools import TurnTools
 from keel.app import App, Tool, ToolContext, UnknownTool
 from keel.app.agent_tools import agent_tool
 from keel.app.definitions import ToolSuspended
+from keel.app.vector_api_tools import vector_api_tool
 from keel.app.workspace_api_tools import workspace_api_tool
 from keel.protocol import (
     EventRecord,
@@ -28,6 +31,8 @@ from keel.protocol import (
     ToolResultChunk,
     ToolResultPart,
     ToolResultPayload,
+    log_context,
+    metrics,
     tracing,
 )
 from keel.protocol.validation import describe_validation_error
@@ -48,6 +53,9 @@ from keel.workspace_providers.tools import ReadRecord
 MAX_TOOL_RESULT_BYTES = 32 * 1024 * 1024
 """A tool result larger than this (as JSON) becomes a tool error for the model. Smaller results of 256 KiB or more
 travel by reference (the payload store), never inline in the history."""
+
+
+log = logging.getLogger("keel.activities.tools")
 
 
 def error_text(err: BaseException) -> str:
@@ -76,20 +84,30 @@ class ToolCalls:
         tool asking Temporal for a retry (or, non-retryable, to give up) and propagates.
         """
         attempt = max(attempt or 1, activity.info().attempt)
-        with tracing.tool_call(
-            input.tool_name,
-            input.tool_call_id,
-            run_id=input.run_id or None,
-            step=input.step or None,
-            agent_id=input.agent_id or None,
-            attempt=attempt,
-        ) as span:
+        started_at = time.monotonic()
+        context = log_context.bound(
+            run_id=input.run_id, agent_id=input.agent_id, step=input.step or None, thread_id=input.thread_id,
+            tool_name=input.tool_name, tool_call_id=input.tool_call_id,
+        )  # fmt: skip
+        with (
+            context,
+            tracing.tool_call(
+                input.tool_name,
+                input.tool_call_id,
+                run_id=input.run_id or None,
+                step=input.step or None,
+                agent_id=input.agent_id or None,
+                attempt=attempt,
+            ) as span,
+        ):
             span.arguments(input.args)
             result, is_error, effects = await self._call(input, attempt, span, tool)
             if isinstance(result, StepSuspension):
                 span.suspended()
+                log.info("Tool %s suspended: it waits for resume data", input.tool_name)
             else:
                 span.result(result, is_error=is_error)
+                _finished(input, result, is_error, attempt, (time.monotonic() - started_at) * 1000)
             return result, is_error, effects
 
     async def _call(
@@ -140,10 +158,13 @@ class ToolCalls:
                 return ToolCallResult(tool_call_id=input.tool_call_id, tool_name=input.tool_name, suspended=result)
         except TimeoutError:
             result, is_error = {"error": f"Tool {input.tool_name} did not complete within {timeout:g} s"}, True
+            _finished(input, result, is_error, attempt, timeout * 1000)
         except ApplicationError as err:
-            if not err.non_retryable:
+            outage_over = err.type == "FilesystemUnavailable" and max(attempt, activity.info().attempt) >= 6
+            if not err.non_retryable and not outage_over:  # an outage: waited out ~45 s, then the model is told
                 raise
             result, is_error = {"error": f"Tool {input.tool_name} did not complete: {err}"}, True
+            _finished(input, result, is_error, attempt, 0)
         return await self.record(input, result, is_error, effects)
 
     async def call_bounded(self, input: ToolCallInput, tool: Tool | None = None) -> ToolCallResult:
@@ -155,9 +176,11 @@ class ToolCalls:
 
     async def execute(self, input: ExecuteToolInput) -> ExecuteToolResult:
         """Run one tool of an agent outside any run (no read records: a write tool that requires a read fails), or
-        with `workspace_id` one of the HTTP API's tools over that workspace."""
+        with `workspace_id` (`vector_store`) one of the HTTP API's tools over that workspace (vector store)."""
         if input.workspace_id:
             tool = workspace_api_tool(self._app, input.workspace_id, input.tool_name)
+        elif input.vector_store:
+            tool = vector_api_tool(self._app, input.vector_store, input.tool_name)
         else:
             tool = await self._tool(input.agent_id, input.tool_name, input.request_context)
         try:
@@ -245,6 +268,19 @@ class ToolCalls:
         )
         await events.flush([MessageRecord(id=input.result_message_id, role="tool", content=[part])], replace=True)
         return outcome
+
+
+def _finished(input: ToolCallInput, result: Any, is_error: bool, attempt: int, milliseconds: float) -> None:
+    """A finished call's log record and metrics (an error result at WARNING, with its message)."""
+    metrics.tool_call(input.agent_id, input.tool_name, is_error=is_error)
+    if not log.isEnabledFor(logging.WARNING if is_error else logging.INFO):
+        return
+    extra = {"attempt": attempt, "duration_ms": round(milliseconds, 1), "is_error": is_error}
+    if is_error:
+        message = tracing.redacted(str(result.get("error") if isinstance(result, dict) else result))  # a console too
+        log.warning("Tool %s failed in %.0f ms: %s", input.tool_name, milliseconds, message, extra=extra)
+    else:
+        log.info("Tool %s finished in %.0f ms", input.tool_name, milliseconds, extra=extra)
 
 
 def _workspace_span(tool: Tool, args: Mapping[str, Any]) -> contextlib.AbstractContextManager[object]:

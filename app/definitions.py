@@ -22,7 +22,7 @@ from pydantic import BaseModel, ValidationError
 if TYPE_CHECKING:  # types only (`ToolSpec` is imported where a spec is built): a client imports `keel.app` for `App`
     from keel.app.controller import ControllerDefinition
     from keel.model_providers import ChatModel, ToolSpec
-    from keel.workspace_providers import Workspace
+    from keel.workspace_providers import VectorStore, Workspace
     from keel.workspace_providers.tools import ReadRecord, WorkspaceTool
 
 
@@ -242,7 +242,9 @@ class App:
     """Everything a worker, the CLI and the HTTP API load from one reference (`module:attr`).
 
     `workspace` is the global workspace, inherited by every agent that has none of its own; `workspaces` are
-    further ones, listed and fetched by id (agents' own workspaces are registered too)."""
+    further ones, listed and fetched by id (agents' own workspaces are registered too). `vectors` are the named
+    vector stores the HTTP API serves (`new Mastra({vectors})`); each workspace's own vector store is registered
+    too, under the workspace's id, unless registered by name already."""
 
     agents: dict[str, Agent] = field(default_factory=dict)
     workspace: Workspace | None = None
@@ -256,6 +258,8 @@ class App:
     """AgentControllers by id: their sessions run on the app's workers (`keel.AgentController`)."""
     """Code workflows: `@workflow.defn` classes (subclass `keel.workflows.Resumable` for suspend points). The
     worker runs them (in Temporal's sandbox); they are listed, started and resumed like stored definitions."""
+    vectors: dict[str, VectorStore] = field(default_factory=dict)
+    """Vector stores by name (`/api/vectors`); operations on them run on the app's workers."""
 
     def __post_init__(self) -> None:
         found = [
@@ -272,6 +276,7 @@ class App:
                 raise AppError(f"Two workspaces have the id {ws.id!r}")
             registry[ws.id] = ws
         self.workspaces = registry
+        self.vectors = _with_workspace_vectors(self.vectors, registry.values())
 
     @classmethod
     def of(
@@ -282,6 +287,7 @@ class App:
         workflows: Iterable[type] = (),
         classifiers: Iterable[Classifier] = (),
         controllers: Iterable[ControllerDefinition | HoldsControllerDefinition] = (),
+        vectors: Mapping[str, VectorStore] | None = None,
     ) -> App:
         found: list[ControllerDefinition] = [
             c if not hasattr(c, "definition") else c.definition  # a `keel.AgentController` holds its definition
@@ -300,6 +306,7 @@ class App:
             workflows=tuple(workflows),
             classifiers={c.id: c for c in classifiers},
             controllers={c.id: c for c in found},
+            vectors=dict(vectors or {}),
         )
 
     def code_workflows(self) -> dict[str, type]:
@@ -358,3 +365,32 @@ class App:
         except KeyError:
             known = ", ".join(sorted(self.workspaces)) or "none"
             raise AppError(f"Unknown workspace {workspace_id!r} (known workspaces: {known})") from None
+
+    def get_vector(self, name: str) -> VectorStore:
+        try:
+            return self.vectors[name]
+        except KeyError:
+            known = ", ".join(sorted(self.vectors)) or "none"
+            raise AppError(f"Unknown vector store {name!r} (known vector stores: {known})") from None
+
+
+def _with_workspace_vectors(
+    named: Mapping[str, VectorStore], workspaces: Iterable[Workspace]
+) -> dict[str, VectorStore]:
+    """`named`, and each workspace's vector store under the workspace's id (a store registered already, by name
+    or by another workspace, is listed once)."""
+    found = dict(named)
+    listed = {id(store) for store in found.values()}
+    for ws in workspaces:
+        engine = getattr(ws, "search_engine", None)  # a stand-in workspace (a test's) may have none
+        store = engine.vector.store if engine is not None and engine.vector is not None else None
+        if store is None or id(store) in listed:
+            continue
+        if ws.id in found:
+            raise AppError(
+                f"The vector store of workspace {ws.id!r} is listed under the workspace's id, which names another "
+                "vector store: register the workspace's store under a name of its own in `vectors`"
+            )
+        found[ws.id] = store
+        listed.add(id(store))
+    return found

@@ -769,6 +769,19 @@ async def _trace(args: argparse.Namespace) -> int:
     return await cmd_trace(args)
 
 
+async def _logs(args: argparse.Namespace) -> int:
+    from keel.client.logs_cli import cmd_logs
+
+    return await cmd_logs(args)
+
+
+def _logs_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_id", metavar="RUN", help="the run")
+    p.add_argument("--level", choices=["debug", "info", "warn", "error"], help="this level and above (default: all)")
+    p.add_argument("--limit", type=int, help="the first N records")
+    p.add_argument("--json", action="store_true", help="print Mastra's log records (as /api/logs/:runId) as JSON")
+
+
 def _trace_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_id", metavar="RUN", help="the run (or a trace id: 32 hex digits)")
     p.add_argument("--json", action="store_true", help="print Mastra's span records, trace by trace, as JSON")
@@ -838,6 +851,7 @@ COMMANDS: dict[str, Command] = {
         _trace,
         _trace_args,
     ),
+    "logs": Command("print a run's log records (kept by workers with KEEL_LOGS=info)", _logs, _logs_args),
     "reset": Command(
         "time travel: run a run again from step N, in a new execution (Temporal's reset; the old one stays)",
         _reset,

@@ -533,11 +533,13 @@ class KeelClient:
         request_context: dict[str, Any] | None = None,
         timeout: timedelta = timedelta(minutes=10),
         workspace_id: str | None = None,
+        vector_store: str | None = None,
     ) -> ExecuteToolResult:
         """Run one tool of an agent as a run would, outside any run: a standalone activity on a worker of the
         task queue (the Temporal UI lists it under Standalone Activities); with no agent, one of the app's tools
-        (`App.tool`), or with `workspace_id` one of the HTTP API's tools over that workspace
-        (`keel.app.workspace_api_tools`). Tried once: a tool may not be idempotent. Raises `NoWorker` when none
+        (`App.tool`), with `workspace_id` one of the HTTP API's tools over that workspace
+        (`keel.app.workspace_api_tools`), or with `vector_store` one over that vector store
+        (`keel.app.vector_api_tools`). Tried once: a tool may not be idempotent. Raises `NoWorker` when none
         polls, `ToolFailed` when it cannot run (unknown agent or tool, bad arguments); an error the tool answers
         with comes back as `is_error`."""
         from keel.workflows.contracts import ExecuteToolInput, ExecuteToolResult
@@ -549,8 +551,11 @@ class KeelClient:
             args=args or {},
             request_context=request_context,
             workspace_id=workspace_id or "",
+            vector_store=vector_store or "",
         )
-        owner = agent_id or (f"workspace-{workspace_id}" if workspace_id else "app")
+        owner = agent_id or (
+            f"workspace-{workspace_id}" if workspace_id else f"vectors-{vector_store}" if vector_store else "app"
+        )
         try:
             result: ExecuteToolResult = await self.temporal.execute_activity(
                 names.EXECUTE_TOOL,

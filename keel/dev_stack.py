@@ -22,11 +22,14 @@ async def with_stack(args: argparse.Namespace, body: StackBody, *, codec_endpoin
     """Run `body` with a dev server (started or reused) and an in-process worker; stop what was started. A server
     started here gets `codec_endpoint` as its UI's codec."""
     from keel.app import load_app
+    from keel.client import metrics
     from keel.client.devserver import DevServer, DevServerConfig
     from keel.storage import open_storage
     from keel.worker import build_worker, check_queue_free, quiet_activity_failures
 
     quiet_activity_failures()
+    if endpoint := metrics.configure():  # before the first client connects (`keel.client.metrics`)
+        print(f"metrics at {endpoint}", flush=True)
     app = load_app(getattr(args, "app", None))
     server = DevServer(DevServerConfig(codec_endpoint=codec_endpoint))
     await server.start()
@@ -44,6 +47,42 @@ async def with_stack(args: argparse.Namespace, body: StackBody, *, codec_endpoin
 
 
 async def cmd_dev(args: argparse.Namespace) -> int:
+    if getattr(args, "s3", False):
+        return await with_local_s3(args, _cmd_dev)
+    return await _cmd_dev(args)
+
+
+async def with_local_s3(args: argparse.Namespace, run: Callable[[argparse.Namespace], Awaitable[int]]) -> int:
+    """`run(args)` with a local S3 server (`keel.client.s3_server`) started first and stopped after, the stack's
+    payload store and AWS variables pointing at it."""
+    import asyncio
+    import os
+
+    from keel.client.s3_server import LocalS3Server
+
+    server = LocalS3Server(settings_of(args).data_dir, args.s3_port)
+    try:
+        s3 = await asyncio.to_thread(server.start)
+        os.environ.update(s3.env())
+        print(f"S3 (SeaweedFS) at {s3.endpoint}, bucket {s3.bucket!r}, data in {s3.directory}", flush=True)
+        print(f"  AWS_ACCESS_KEY_ID={s3.access_key} AWS_SECRET_ACCESS_KEY={s3.secret_key}", flush=True)
+        print(f"  KEEL_PAYLOAD_STORE={s3.payload_store}", flush=True)
+        return await run(args)
+    finally:
+        server.stop()  # not in a thread: it must run even when the loop is being cancelled
+
+
+def _dev_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--s3",
+        action="store_true",
+        help="also run a local S3 server (SeaweedFS, data in $KEEL_DATA_DIR/seaweedfs) and keep the stack's large "
+        "payloads there (KEEL_PAYLOAD_STORE and AWS_* are set for the stack)",
+    )
+    parser.add_argument("--s3-port", type=int, default=8333, help="the local S3 server's port (default 8333)")
+
+
+async def _cmd_dev(args: argparse.Namespace) -> int:
     from keel.client.api import api_for_settings
     from keel.client.api.server import serving
     from keel.client.devserver import wait_for_ui
@@ -77,6 +116,7 @@ COMMANDS = {
     "dev": Command(
         "run the dev server, a worker and the HTTP API (:4111) in the foreground (Ctrl-C stops all)",
         cmd_dev,
+        _dev_args,
         options=("queue", "app", "join", "api"),
     ),
     "demo": Command("run the demo end to end (approve one run, decline another) and exit", cmd_demo),

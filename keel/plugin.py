@@ -10,7 +10,8 @@ runs in it, with Keel's data modules passed through. The options it is given are
 task queue (`keel.workflows.options`).
 
 With tracing on (`OTEL_TRACES_EXPORTER`: `keel.protocol.tracing`), it adds Temporal's `TracingInterceptor` to
-the client, or to a worker (and a replayer) whose client has none; with tracing off it adds nothing.
+the client, or to a worker (and a replayer) whose client has none; with tracing off it adds nothing. While a worker
+runs, its log records are kept in its storage when `KEEL_LOGS` names a level (`keel.client.log_handler`).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 from keel.activities import AgentActivities
 from keel.activities.blob_sweep import BlobActivities
 from keel.app import App
-from keel.client import tracing
+from keel.client import log_handler, tracing
 from keel.client.converter import KeelPayloadConverter, data_converter, external_storage
 from keel.protocol import tracing as spans
 from keel.storage import BlobStore, Storage, open_payload_store, open_storage
@@ -156,9 +157,13 @@ class KeelPlugin(SimplePlugin):
         return config
 
     async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
+        async def keeping_logs(worker: Worker) -> None:  # inside the resources: the storage is migrated by then
+            async with log_handler.keeping_logs(self.storage, worker.task_queue) if self.storage else _nothing():
+                await next(worker)
+
         try:
             async with self._host_worker(worker):
-                await super().run_worker(worker, next)
+                await super().run_worker(worker, keeping_logs)
         finally:
             run_options.unregister(worker.task_queue, self.options)
             if spans.enabled():  # the spans of the worker's last tasks, exported before the process may exit
@@ -223,6 +228,11 @@ class KeelPlugin(SimplePlugin):
         """Close the storage the plugin opened itself (a passed-in storage is the caller's to close)."""
         if self._owns_storage and self.storage is not None:
             await self.storage.close()
+
+
+@contextlib.asynccontextmanager
+async def _nothing() -> AsyncIterator[None]:
+    yield
 
 
 __all__ = ["SANDBOX_ENV", "SANDBOX_PASSTHROUGH", "KeelPlugin", "keel_workflows_runner", "sandboxed_runner"]

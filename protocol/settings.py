@@ -12,6 +12,12 @@
     KEEL_PAYLOAD_STORE       (follows the storage) where payloads of 256 KiB or more go
     KEEL_TRACE_RETENTION_HOURS 72               } the spans the storage exporter keeps (OTEL_TRACES_EXPORTER=keel):
     KEEL_TRACE_MAX_SPANS     100000             } those started less than 72 hours ago, 100000 at most
+    KEEL_LOGS                off                the level from which a worker keeps its log records in storage
+                                                (debug, info, warn, error), for /api/logs and `keel logs`
+    KEEL_LOG_RETENTION_HOURS 72                 } the log records kept: those logged less than 72 hours ago,
+    KEEL_LOG_MAX_RECORDS     100000             } 100000 at most
+    KEEL_METRICS_PORT        (off)              a worker's Prometheus endpoint (`/metrics`): Temporal's and Keel's
+    KEEL_METRICS_HOST        127.0.0.1          the address it listens on (0.0.0.0: every interface)
 
 A contradiction (an address whose host or port differs from one set on its own) is an error naming both values.
 `keel config` prints what is in effect and where each value came from.
@@ -23,7 +29,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, PrivateAttr, ValidationError, model_validator
+from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 Source = Literal["flag", "environment", "default", "derived"]
@@ -56,6 +62,19 @@ class Settings(BaseSettings):
     """The storage exporter's spans are deleted this long after they started (`keel.storage.spans`)."""
     trace_max_spans: int = Field(default=100_000, ge=1)
     """The storage exporter keeps at most this many spans, deleting the oldest first."""
+    logs: Literal["off", "debug", "info", "warn", "error"] = "off"
+    """The level from which a worker keeps its log records in storage (`keel.client.log_handler`); `off`: none."""
+    log_retention_hours: float = Field(default=72, gt=0)
+    log_max_records: int = Field(default=100_000, ge=1)
+    metrics_port: int | None = Field(default=None, ge=1, le=65535)
+    """A worker's Prometheus endpoint (`keel.client.metrics`); unset: no metrics, at no cost."""
+    metrics_host: str = "127.0.0.1"
+
+    @field_validator("logs", mode="before")
+    @classmethod
+    def _log_level(cls, value: Any) -> Any:
+        text = str(value).strip().lower() if value is not None else "off"
+        return {"": "off", "none": "off", "warning": "warn", "critical": "error"}.get(text, text)
 
     @model_validator(mode="after")
     def _derive(self) -> Settings:

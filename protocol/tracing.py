@@ -202,6 +202,11 @@ def _secrets() -> list[str]:
     return sorted((s for s in found if len(s) >= _MIN_SECRET_CHARS), key=len, reverse=True)
 
 
+def known_secrets() -> list[str]:
+    """The secrets `redacted` replaces, as it finds them now (pass them to it for many strings in a row)."""
+    return _secrets()
+
+
 def redacted(text: str, secrets: Sequence[str] | None = None) -> str:
     """`text` with every known secret and bearer token replaced by `[REDACTED]`."""
     for secret in _secrets() if secrets is None else secrets:
@@ -517,6 +522,7 @@ __all__ = [
     "enabled",
     "exporter_names",
     "flush",
+    "known_secrets",
     "model_call",
     "redacted",
     "redacting",

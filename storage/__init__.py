@@ -28,6 +28,10 @@ _EXPORTS: dict[str, str] = {
     "Storage": "keel.storage.base",
     "EventStore": "keel.storage.events",
     "RunEvent": "keel.storage.events",
+    "LogQuery": "keel.storage.logs",
+    "LogRetention": "keel.storage.logs",
+    "LogStore": "keel.storage.logs",
+    "StoredLog": "keel.storage.logs",
     "PostgresStorage": "keel.storage.postgres",
     "SQLiteStorage": "keel.storage.sqlite",
     "SpanQuery": "keel.storage.spans",
@@ -50,6 +54,9 @@ __all__ = [
     "DirectoryBlobStore",
     "EventRecord",
     "EventStore",
+    "LogQuery",
+    "LogRetention",
+    "LogStore",
     "PostgresStorage",
     "RunEvent",
     "SQLiteStorage",
@@ -65,6 +72,7 @@ __all__ = [
     "StorageError",
     "StorageUnavailable",
     "StoredBlob",
+    "StoredLog",
     "StoredMessage",
     "StoredSpan",
     "Thread",
@@ -81,6 +89,7 @@ if TYPE_CHECKING:
     from keel.protocol import EventRecord
     from keel.storage.base import Storage
     from keel.storage.events import EventStore, RunEvent
+    from keel.storage.logs import LogQuery, LogRetention, LogStore, StoredLog
     from keel.storage.postgres import PostgresStorage
     from keel.storage.spans import SpanQuery, SpanRetention, SpanStore, StoredSpan, TimeRange
     from keel.storage.sqlite import SQLiteStorage

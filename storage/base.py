@@ -4,7 +4,7 @@ Two backends implement it (`SQLiteStorage`, `PostgresStorage`) and one contract 
 (`tests/test_storage_contract.py`) runs against both. Each domain has its own module (`threads.py`, `events.py`,
 `steps.py` for what each step of a run did, `blobs.py` for values too large for Temporal's history,
 `definitions.py` for stored workflow definitions, `search_index.py` for workspaces' search indexes, `spans.py` for
-trace spans), each
+trace spans, `logs.py` for log records), each
 backend one module per domain, and `rules.py` the rules both backends follow. The schema is created and upgraded
 by numbered migrations per dialect (`schema/<dialect>/NNNN_name.sql`, `migrations.py`), applied by `init()`.
 """
@@ -20,15 +20,16 @@ from keel.storage.blobs import BlobStore
 from keel.storage.definitions import DefinitionStore
 from keel.storage.errors import SchemaError
 from keel.storage.events import EventStore
+from keel.storage.logs import LogStore
 from keel.storage.search_index import SearchIndexes
 from keel.storage.spans import SpanStore
 from keel.storage.steps import StepAnswer, StepStore
 from keel.storage.threads import StoredMessage, ThreadStore
 
 
-class Storage(ThreadStore, EventStore, StepStore, DefinitionStore, SearchIndexes, SpanStore, abc.ABC):
+class Storage(ThreadStore, EventStore, StepStore, DefinitionStore, SearchIndexes, SpanStore, LogStore, abc.ABC):
     """Threads, messages, run events, what each step of a run did, stored workflow definitions, workspaces'
-    search indexes and trace spans."""
+    search indexes, trace spans and log records."""
 
     dialect: ClassVar[migrations.Dialect]
 

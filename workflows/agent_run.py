@@ -38,6 +38,7 @@ from keel.protocol import (
     names,
 )
 from keel.protocol.workflow_definition import schema_problems
+from keel.workflows import run_telemetry
 from keel.workflows.contracts import (
     ALL_SHAPES,
     LEGACY_LOCAL_STEPS_PER_TASK,
@@ -281,14 +282,17 @@ class AgentRun:
         if not _set_at_start(attributes):
             workflow.upsert_search_attributes(attributes)
         self._turn = input.turn
+        run_telemetry.started(run_id, input.agent_id, thread_id, continued=input.carry is not None)
         loop = _Loop(self, input, run_id, thread_id, resource_id)
         try:
             result = await loop.run()
         except asyncio.CancelledError:
+            run_telemetry.ended("canceled")
             await loop.kill_processes()  # a canceled run leaves no command of its own running
             raise
         except (ActivityError, ApplicationError) as err:
             cause = err.cause if isinstance(err, ActivityError) and err.cause is not None else err
+            run_telemetry.ended("failed", cause)
             refused = isinstance(cause, ApplicationError) and cause.type == RUN_ID_REUSED
             if refused and workflow.patched(REFUSED_RUN_UNLISTED_PATCH):
                 # Not a run of its own: the run is the execution that holds the id (see the patch's note).
@@ -301,6 +305,7 @@ class AgentRun:
                 f"Agent run failed: {cause}", type=getattr(cause, "type", None), non_retryable=True
             ) from err
         workflow.upsert_search_attributes([KEEL_STATUS.value_set("completed")])
+        run_telemetry.ended("completed")
         return result
 
     async def wait_for_decisions(self, calls: list[PlannedToolCall], step: int) -> dict[str, ToolApproval]:
@@ -315,10 +320,12 @@ class AgentRun:
         workflow.upsert_search_attributes([KEEL_STATUS.value_set("suspended")])
         workflow.set_current_details(_waiting_details(workflow.info().workflow_id, calls))
         await self._tell_session(names.TURN_WAITING_SIGNAL, [self._pending_item("approval", c) for c in calls])
-        await workflow.wait_condition(lambda: all(c.tool_call_id in self._decisions for c in calls))
+        with run_telemetry.waiting(calls):
+            await workflow.wait_condition(lambda: all(c.tool_call_id in self._decisions for c in calls))
         workflow.set_current_details("")
         workflow.upsert_search_attributes([KEEL_STATUS.value_set("running")])
         decided = {c.tool_call_id: self._decisions.pop(c.tool_call_id) for c in calls}
+        run_telemetry.decided(calls, decided)
         for call_id, decision in decided.items():
             self._pending.pop(call_id, None)
             self._decided[call_id] = decision.approved
@@ -340,7 +347,8 @@ class AgentRun:
         workflow.set_current_details(_suspended_details(workflow.info().workflow_id, calls))
         items = [self._pending_item("suspension", c, s) for c, s in calls]
         await self._tell_session(names.TURN_WAITING_SIGNAL, items)
-        await workflow.wait_condition(lambda: all(c.tool_call_id in self._resumes for c, _ in calls))
+        with run_telemetry.waiting([c for c, _ in calls], "resume data"):
+            await workflow.wait_condition(lambda: all(c.tool_call_id in self._resumes for c, _ in calls))
         workflow.set_current_details("")
         workflow.upsert_search_attributes([KEEL_STATUS.value_set("running")])
         resumed = {c.tool_call_id: self._resumes.pop(c.tool_call_id).resume_data for c, _ in calls}

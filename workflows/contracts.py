@@ -483,14 +483,16 @@ def thread_file_reads(messages: list[MessageRecord], limit: int = MAX_FILE_READS
 
 class ExecuteToolInput(Contract):
     """Input of the standalone `keel.execute_tool` activity: one tool of an agent, outside any run; with no
-    agent, one of the app's tools (`App.tool`), or with `workspace_id` one of the HTTP API's tools over that
-    workspace (`keel.app.workspace_api_tools`)."""
+    agent, one of the app's tools (`App.tool`), with `workspace_id` one of the HTTP API's tools over that
+    workspace (`keel.app.workspace_api_tools`), or with `vector_store` one over that vector store
+    (`keel.app.vector_api_tools`)."""
 
     agent_id: str = ""
     tool_name: str = Field(min_length=1)
     args: dict[str, Any] = Field(default_factory=dict)
     request_context: dict[str, Any] | None = None
     workspace_id: str = ""
+    vector_store: str = ""
 
 
 class ExecuteToolResult(Contract):

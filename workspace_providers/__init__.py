@@ -2,6 +2,7 @@
 filesystem, sandbox, search, skills and LSP). Keel turns a workspace's tools into agent tools in `keel.app`.
 `PgVectorStore` (vectors in PostgreSQL) is in `keel.workspace_providers.pgvector`."""
 
+from keel.workspace_providers.composite_filesystem import CompositeFilesystem
 from keel.workspace_providers.embedders import SentenceTransformerEmbedder
 from keel.workspace_providers.errors import (
     DirectoryNotEmpty,
@@ -27,6 +28,7 @@ from keel.workspace_providers.errors import (
 from keel.workspace_providers.local_filesystem import LocalFilesystem
 from keel.workspace_providers.local_sandbox import LocalSandbox
 from keel.workspace_providers.s3_filesystem import S3Filesystem
+from keel.workspace_providers.sandbox_mounts import OnMountArgs
 from keel.workspace_providers.search import SearchResult
 from keel.workspace_providers.tool_config import WORKSPACE_TOOLS, ToolConfigContext, ToolHookContext
 from keel.workspace_providers.types import CommandResult, FileEntry, FileStat
@@ -36,6 +38,7 @@ from keel.workspace_providers.workspace import Workspace
 __all__ = [
     "WORKSPACE_TOOLS",
     "CommandResult",
+    "CompositeFilesystem",
     "DirectoryNotEmpty",
     "DirectoryNotFound",
     "FileEntry",
@@ -51,6 +54,7 @@ __all__ = [
     "LocalFilesystem",
     "LocalSandbox",
     "NotDirectory",
+    "OnMountArgs",
     "PermissionDenied",
     "ProcessNotFound",
     "S3Filesystem",

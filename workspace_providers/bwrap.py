@@ -60,10 +60,23 @@ def _covered(path: str) -> bool:
     return any(path == p or path.startswith(p + os.sep) for p in SYSTEM_PATHS)
 
 
+def reserved_paths(working_directory: str, writable_paths: Sequence[str] = ()) -> list[str]:
+    """The paths the sandbox's own view needs: a workspace mount is not bound over (or above) one of these."""
+    own = ("/tmp", "/proc", "/dev", sys.base_prefix, working_directory, *writable_paths)
+    return [*SYSTEM_PATHS, *RUNTIME_PATHS, *own]
+
+
 def bwrap_argv(
-    bwrap: str, script: str, *, working_directory: str, cwd: str, writable_paths: Sequence[str] = ()
+    bwrap: str,
+    script: str,
+    *,
+    working_directory: str,
+    cwd: str,
+    writable_paths: Sequence[str] = (),
+    mounts: Sequence[tuple[str, str, bool]] = (),
 ) -> list[str]:
-    """The argv that runs `sh -c script` in `cwd` inside a bubblewrap sandbox.
+    """The argv that runs `sh -c script` in `cwd` inside a bubblewrap sandbox; `mounts` are more binds, each
+    (host directory, path inside, read-only).
 
     Beyond Mastra's flags: `--remount-ro /` (so writes outside the binds fail instead of landing in bwrap's scratch
     root), `--cap-drop ALL` (bwrap keeps root's capabilities otherwise, and they would allow remounting) and
@@ -81,6 +94,8 @@ def bwrap_argv(
     argv += ["--bind", working_directory, working_directory]
     for path in writable_paths:
         argv += ["--bind", path, path]
+    for host, inside, read_only in mounts:
+        argv += ["--ro-bind" if read_only else "--bind", host, inside]
     # After every bind: a later bind of /dev would shadow the device nodes, and mount points need a writable root.
     argv += ["--dev", "/dev", "--remount-ro", "/"]
     argv += ["--cap-drop", "ALL", "--new-session", "--die-with-parent", "--chdir", cwd, "--", "sh", "-c", script]

@@ -310,6 +310,16 @@ class LocalFilesystem:
         """Identifies this filesystem for a read tracker."""
         return f"local:{self.base_path}"
 
+    @property
+    def tree_source(self) -> _Disk:
+        """The synchronous view `list_files` and `grep` walk (`scan`, `kind`, `read_text`, `gitignore`): how a
+        `CompositeFilesystem` walks this filesystem as one of its mounts."""
+        return self._disk
+
+    def get_mount_config(self) -> dict[str, Any]:
+        """What a sandbox needs to show this filesystem to commands (Mastra's `getMountConfig()`)."""
+        return {"type": "local", "basePath": self.base_path}
+
     async def init(self) -> None:
         """Create the base directory; status becomes ``ready``."""
         try:

@@ -2,7 +2,8 @@
 inside bubblewrap.
 
 Commands see only `PATH` (the worker's), `HOME` (the working directory), the sandbox's `env` and the call's `env`;
-nothing else of the worker's environment. Lifecycle as Mastra's: ``pending -> starting -> running``, then
+nothing else of the worker's environment. A workspace's `mounts` appear under the working directory (and at their
+own paths under bubblewrap): `sandbox_mounts`. Lifecycle as Mastra's: ``pending -> starting -> running``, then
 ``stopping -> stopped`` (it can start again) or ``destroying -> destroyed``; a failed start leaves ``error``.
 """
 
@@ -19,9 +20,10 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from keel.workspace_providers.bwrap import bwrap_argv, find_bwrap
+from keel.workspace_providers.bwrap import bwrap_argv, find_bwrap, reserved_paths
 from keel.workspace_providers.errors import SandboxError, iso_ms
 from keel.workspace_providers.processes import Launch, ProcessManager
+from keel.workspace_providers.sandbox_mounts import SandboxMounts
 from keel.workspace_providers.types import CommandResult
 
 Instructions = str | Callable[[Mapping[str, Any] | None], str]
@@ -90,10 +92,12 @@ class LocalSandbox:
         self._instructions = instructions
         self._created_at = datetime.now(UTC)
         self._bwrap: str | None = None
+        self.mounts = SandboxMounts(self.working_directory)
+        """The workspace's mounts as commands see them (given by the `Workspace`; shown when the sandbox starts)."""
 
     async def init(self) -> None:
         """Start: kill the commands of sandboxes whose worker died without cleaning up (`leftovers`), check the
-        isolation backend and create the working directory.
+        isolation backend, create the working directory and show the workspace's mounts in it.
 
         Raises:
             IsolationUnavailable: ``isolation="bwrap"`` and bubblewrap is not installed.
@@ -109,6 +113,7 @@ class LocalSandbox:
             if self.isolation == "bwrap":
                 self._bwrap = find_bwrap()
             await asyncio.to_thread(os.makedirs, self.working_directory, exist_ok=True)
+            await self.mounts.process_pending()
         except BaseException:
             self.status = "error"
             raise
@@ -123,11 +128,13 @@ class LocalSandbox:
         self.status = "stopped"
 
     async def destroy(self) -> None:
-        """Kill every process the sandbox started; it cannot start again."""
+        """Kill every process the sandbox started and remove its mount links; it cannot start again. (`stop`
+        keeps the links: another worker process on this host may be running commands in the same directory.)"""
         if self.status == "destroyed":
             return
         self.status = "destroying"
         await self.processes.kill_all()
+        await asyncio.to_thread(self.mounts.unmount_all)
         self.status = "destroyed"
 
     def get_info(self) -> dict[str, Any]:
@@ -163,7 +170,12 @@ class LocalSandbox:
             return self._instructions
         if self._instructions is not None:
             return self._instructions(request_context)
-        return f'Local command execution. Working directory: "{self.working_directory}".'
+        text = f'Local command execution. Working directory: "{self.working_directory}".'
+        mounts = self.mounts.instructions(isolated=self.isolation == "bwrap", reserved=self._reserved())
+        return f"{text}\n{mounts}" if mounts else text
+
+    def _reserved(self) -> list[str]:
+        return reserved_paths(self.working_directory, self._writable_paths)
 
     async def execute_command(
         self,
@@ -190,17 +202,22 @@ class LocalSandbox:
             raise SandboxError(f"Sandbox is not ready: {self.id}")
         await self.init()
         directory = os.path.normpath(os.path.join(self.working_directory, cwd)) if cwd else self.working_directory
+        # A cwd under a mount path (`/src/lib`) is its link in the working directory on the host side.
+        host_directory = self.mounts.host_dir(directory) or directory
         full_env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": self.working_directory}
         full_env |= self._env
         full_env |= env or {}
+        # Named mounts commands cannot see (S3) get a line on stderr first: the command still runs as written.
+        script = "".join(f"printf '%s\\n' {shell_quote(n)} >&2\n" for n in self.mounts.notes(command)) + command
         if self._bwrap is None:
-            argv = ["sh", "-c", command]
+            argv = ["sh", "-c", script]
         else:
             argv = bwrap_argv(
                 self._bwrap,
-                command,
+                script,
                 working_directory=self.working_directory,
-                cwd=directory,
+                cwd=host_directory,
                 writable_paths=self._writable_paths,
+                mounts=self.mounts.binds(self._reserved()),
             )
-        return Launch(argv, directory, full_env)
+        return Launch(argv, host_directory, full_env)

@@ -106,6 +106,18 @@ class S3Filesystem:
         """Identifies this filesystem for a read tracker."""
         return f"s3:{self.location.endpoint}/{self.bucket}/{self.prefix}"
 
+    @property
+    def tree_source(self) -> S3Objects:
+        """The synchronous view `list_files` and `grep` walk (`scan`, `kind`, `read_text`, `gitignore`): how a
+        `CompositeFilesystem` walks this filesystem as one of its mounts."""
+        return self._objects
+
+    def get_mount_config(self) -> dict[str, Any]:
+        """Where the objects are, for a sandbox's `on_mount` hook (Mastra's `getMountConfig()`; no credentials:
+        the hook has the filesystem's `location`)."""
+        config = {"type": "s3", "bucket": self.bucket, "prefix": self.prefix, "region": self.location.region}
+        return {**config, "endpoint": self.location.endpoint, "readOnly": self.read_only}
+
     async def init(self) -> None:
         """Check that the bucket exists and the credentials open it; status becomes ``ready``."""
         where = f"s3://{self.bucket}/{self.prefix}"

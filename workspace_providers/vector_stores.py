@@ -100,10 +100,15 @@ class _Index:
     _matrix: np.ndarray | None = None
 
     def matrix(self) -> np.ndarray:
+        """The vectors as unit rows (the vectors themselves are kept as given, for `include_vector`)."""
         import numpy as np
 
         if self._matrix is None:
-            self._matrix = np.vstack(self.vectors) if self.vectors else np.zeros((0, self.dimension))
+            if not self.vectors:
+                return np.zeros((0, self.dimension), dtype=np.float32)
+            rows = np.vstack(self.vectors)
+            norms = np.linalg.norm(rows, axis=1, keepdims=True)
+            self._matrix = rows / np.where(norms == 0, 1, norms)
         return self._matrix
 
     def put(self, vector_id: str, vector: np.ndarray, meta: dict[str, Any]) -> None:
@@ -213,7 +218,7 @@ class InMemoryVectorStore:
         metadata = list(metadata) if metadata is not None else [{} for _ in vectors]
         if not (len(ids) == len(vectors) == len(metadata)):
             raise SearchError("upsert needs as many ids and metadata entries as vectors")
-        rows = [_unit(vector, index.dimension) for vector in vectors]  # all checked before any is stored
+        rows = [_row(vector, index.dimension) for vector in vectors]  # all checked before any is stored
         for vector_id, row, meta in zip(ids, rows, metadata, strict=True):
             index.put(vector_id, row, dict(meta))
         return ids
@@ -288,19 +293,32 @@ def _hits(
         meta = index.metadata[row]
         if filter and not vector_filter.matches(meta, filter):
             continue
-        vector = index.vectors[row].tolist() if include_vector else None
+        # each float32 as its shortest decimal (0.9, not 0.8999999761581421), as pgvector and LibSQL print them
+        vector = [float(str(x)) for x in index.vectors[row]] if include_vector else None
         hits.append(VectorHit(index.ids[row], float(scores[row]), dict(meta), vector))
         if len(hits) == top_k:
             break
     return hits
 
 
+def _row(vector: Sequence[float], dimension: int) -> np.ndarray:
+    import numpy as np
+
+    try:
+        row = np.asarray(vector, dtype=np.float32)
+    except (TypeError, ValueError):
+        raise SearchError("A vector must be a list of numbers") from None
+    if row.shape != (dimension,):
+        raise SearchError(f"A vector of dimension {row.shape[-1] if row.ndim else 0} for an index of {dimension}")
+    if not np.isfinite(row).all():
+        raise SearchError("A vector's values must be finite numbers")
+    return row
+
+
 def _unit(vector: Sequence[float], dimension: int) -> np.ndarray:
     import numpy as np
 
-    row = np.asarray(vector, dtype=np.float32)
-    if row.shape != (dimension,):
-        raise SearchError(f"A vector of dimension {row.shape[-1] if row.ndim else 0} for an index of {dimension}")
+    row = _row(vector, dimension)
     norm = float(np.linalg.norm(row))
     return row / norm if norm else row
 

@@ -86,7 +86,10 @@ class Workspace:
     Args:
         id: default generated (`ws-…`). name: default `workspace-{id[:8]}`.
         filesystem: a filesystem provider, or a function of the request context returning one (one per tenant).
-        mounts: several filesystems under path prefixes, instead of `filesystem`.
+        mounts: several filesystems under path prefixes (`CompositeFilesystem`), instead of `filesystem`. A
+            static sandbox with mounts support (`LocalSandbox`) shows them to its commands (`sandbox_mounts`).
+        on_mount: called before the sandbox shows each mount (Mastra's `onMount`): False skips it, a mapping
+            ``{"success": True, "host_path": DIR}`` shows `DIR` there, None leaves the sandbox's default.
         sandbox: a sandbox provider, or a function of the request context returning one.
         sandbox_cache_key: for a resolver sandbox: a function of the request context whose value keys a cache of
             resolved sandboxes, so background processes are found again by later calls.
@@ -116,6 +119,7 @@ class Workspace:
         name: str | None = None,
         filesystem: Any | Resolver | None = None,
         mounts: Mapping[str, Any] | None = None,
+        on_mount: Callable[[Any], Any] | None = None,
         sandbox: Any | Resolver | None = None,
         sandbox_cache_key: Callable[[RequestContext], str | None] | None = None,
         instructions: Mapping[str, Any] | None = None,
@@ -157,6 +161,11 @@ class Workspace:
             from keel.workspace_providers.composite_filesystem import CompositeFilesystem
 
             self._fs = CompositeFilesystem(mounts)
+            sandbox_mounts = getattr(self._sandbox, "mounts", None)
+            if sandbox_mounts is not None and hasattr(sandbox_mounts, "add"):
+                sandbox_mounts.set_context(self._sandbox, self)
+                sandbox_mounts.add(self._fs.mounts)
+                sandbox_mounts.set_on_mount(on_mount)
         elif inspect.isclass(filesystem):
             raise WorkspaceError(
                 "filesystem received a class instead of an instance or resolver function. Pass an instance "

@@ -19,12 +19,15 @@ from keel.client.api import (
     controllers,
     conversations,
     errors,
+    logs,
     mcp,
     memory,
+    metrics,
     observability,
     responses,
     time_travel,
     tools,
+    vectors,
     workflows,
     workspaces,
 )
@@ -57,10 +60,12 @@ def create_api(
     api.state.keel = ApiContext(app, keel, storage)
     errors.install(api)
     auth.install(api, api_keys or {})
-    for module in (agents, workflows, tools, memory, controllers, responses, conversations, mcp, workspaces):
+    for module in (agents, workflows, tools, memory, controllers, responses, conversations, mcp, workspaces, vectors):
         api.include_router(module.router, prefix=API_PREFIX)
     api.include_router(time_travel.router, prefix=API_PREFIX)
     api.include_router(observability.router, prefix=API_PREFIX)
+    api.include_router(logs.router, prefix=API_PREFIX)
+    api.include_router(metrics.router, prefix=API_PREFIX)
     api.include_router(controllers.channels_router, prefix=API_PREFIX)
     api.include_router(codec.router)
     codec.install_cors(api, ui_origins)  # outside the keys: a browser's preflight carries none

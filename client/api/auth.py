@@ -6,9 +6,9 @@ and the scope of what it does (403 without it):
 
 A scope is `<resource>:read` (GET) or `<resource>:write` (anything else), the resource being the first part of
 the path: `agents` (and the OpenAI-compatible `/api/v1/...`), `workflows`, `stored-workflows` (for
-`/api/stored/workflows`), `tools`, `memory`, `workspaces`, `mcp` (every MCP message is a POST: a client needs
-`mcp:write`), `observability` and `telemetry` (the traces kept in storage), `agent-controllers` (for
-`/api/agent-controller/...`, and the channel webhooks
+`/api/stored/workflows`), `tools`, `memory`, `workspaces`, `vectors` (and `/api/vector/...`), `mcp` (every MCP
+message is a POST: a client needs `mcp:write`), `observability` and `telemetry` (the traces kept in storage),
+`logs` (the log records kept), `agent-controllers` (for `/api/agent-controller/...`, and the channel webhooks
 `/api/agent-controllers/...`, which a platform then calls with the key in `x-api-key`), and `payloads:read` for the
 codec (`/codec/...`); `*` is every scope, `<resource>:*` both of one resource."""
 
@@ -56,6 +56,8 @@ def required_scope(method: str, path: str) -> str:
         return "payloads:read"
     if resource in ("agent-controller", "agent-controllers"):  # sessions, and the channel webhooks
         resource = "agent-controllers"
+    if resource == "vector":  # a store's routes (`/api/vector/:vectorName/...`) and the list (`/api/vectors`)
+        resource = "vectors"
     if resource == "v1":  # the OpenAI-compatible responses and conversations run and read agents, as Mastra's
         resource = "agents"
     return f"{resource}:{'read' if method in ('GET', 'HEAD', 'OPTIONS') else 'write'}"

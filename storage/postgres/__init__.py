@@ -15,6 +15,7 @@ from keel.storage.postgres import threads as sql_threads
 from keel.storage.postgres.blobs import PostgresBlobs
 from keel.storage.postgres.definitions import PostgresDefinitions
 from keel.storage.postgres.events import PostgresEvents
+from keel.storage.postgres.logs import PostgresLogs
 from keel.storage.postgres.pool import guarded
 from keel.storage.postgres.search_index import PostgresSearchIndexes
 from keel.storage.postgres.spans import PostgresSpans
@@ -32,6 +33,7 @@ class PostgresStorage(
     PostgresBlobs,
     PostgresSearchIndexes,
     PostgresSpans,
+    PostgresLogs,
     Storage,
 ):
     """Storage in a PostgreSQL database, through a small asyncpg connection pool.

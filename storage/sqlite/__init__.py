@@ -15,6 +15,7 @@ from keel.storage.sqlite import threads as sql_threads
 from keel.storage.sqlite.connection import now
 from keel.storage.sqlite.definitions import SQLiteDefinitions
 from keel.storage.sqlite.events import SQLiteEvents
+from keel.storage.sqlite.logs import SQLiteLogs
 from keel.storage.sqlite.search_index import SQLiteSearchIndexes
 from keel.storage.sqlite.spans import SQLiteSpans
 from keel.storage.sqlite.steps import SQLiteSteps, store_answer
@@ -24,7 +25,7 @@ from keel.storage.threads import StoredMessage
 
 
 class SQLiteStorage(
-    SQLiteThreads, SQLiteEvents, SQLiteSteps, SQLiteDefinitions, SQLiteSearchIndexes, SQLiteSpans, Storage
+    SQLiteThreads, SQLiteEvents, SQLiteSteps, SQLiteDefinitions, SQLiteSearchIndexes, SQLiteSpans, SQLiteLogs, Storage
 ):
     """Storage in one SQLite file (WAL mode), safe to share between processes.
 

@@ -22,6 +22,8 @@ from keel.model_providers import (
 from tests.apps import app as test_app
 from tests.apps import pay
 from tests.controller.apps import controller
+from tests.http_api.vector_app import VECTORS
+from tests.http_api.vector_app import WORKSPACES as VECTOR_WORKSPACES
 from tests.http_api.workspace_app import AGENTS as WORKSPACE_AGENTS
 from tests.workflows_json.code_workflows import Release
 
@@ -90,4 +92,6 @@ app = App(
     classifiers=dict(test_app.classifiers),
     workflows=(Release,),
     controllers={controller.id: dataclasses.replace(controller.definition, channels=channels)},
+    workspaces=VECTOR_WORKSPACES,
+    vectors=VECTORS,
 )

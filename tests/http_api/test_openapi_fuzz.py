@@ -41,6 +41,7 @@ KNOWN_IDS = """
 "path.controller_id" = "assistant-controller"
 "path.resource_id" = "ann"
 "path.platform" = "generic"
+"path.vector_name" = "docs"
 """
 
 

@@ -219,14 +219,23 @@ async def test_commands_left_by_a_killed_worker_are_killed_when_a_sandbox_starts
         "    await asyncio.sleep(60)\n"
         "asyncio.run(main())\n"
     )
-    owner = await asyncio.create_subprocess_exec(sys.executable, "-c", script, stdout=asyncio.subprocess.PIPE)
+    # A leftovers directory of the test's own (`TMPDIR`): a sandbox started meanwhile by any other process of this
+    # user on the host would otherwise kill the orphans before the test sees them.
+    (tmp_path / "tmp").mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp_path / "tmp")}
+    owner = await asyncio.create_subprocess_exec(sys.executable, "-c", script, stdout=asyncio.subprocess.PIPE, env=env)
     assert owner.stdout is not None
     assert await asyncio.wait_for(owner.stdout.readline(), 30) == b"started\n"
     owner.kill()  # kill -9: no cleanup ran
     await owner.wait()
     await asyncio.sleep(0.2)
     assert len(processes_with("sleep 76.5")) >= 2  # orphaned (the shell and its sleeps), still running
-    await LocalSandbox(tmp_path / "next").init()
+    nxt = (
+        "import asyncio\nfrom keel.workspace_providers import LocalSandbox\n"
+        f"asyncio.run(LocalSandbox({str(tmp_path / 'next')!r}).init())\n"
+    )
+    starter = await asyncio.create_subprocess_exec(sys.executable, "-c", nxt, env=env)
+    assert await starter.wait() == 0
     assert await gone("sleep 76.5")
 
 
