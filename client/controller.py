@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 
 Listener = Callable[[dict[str, Any]], Any]
 WAIT_SECONDS = 30.0
+HEARD_SECONDS = 30.0
+"""How long `send_message` and `settled` wait for this process's listeners to handle what the turn wrote."""
 
 
 class SessionError(KeelClientError):
@@ -148,6 +150,7 @@ class Session:
         self.display_state = _DisplayStateReader(self)
         self.goal = _Goal(self)
         self._attaching: set[asyncio.Event] = set()  # subscribers still finding where "now" is
+        self._delivered: dict[asyncio.Future[None], int] = {}  # each subscriber: the offset it has handled up to
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Session) and other.id == self.id
@@ -202,6 +205,7 @@ class Session:
         result: SessionSnapshot = await self._update(
             names.SESSION_SETTLED_UPDATE, Settle(run_id=run_id), SessionSnapshot, wait=timedelta(hours=1)
         )
+        await self._heard()
         return result
 
     async def respond_to_tool_approval(
@@ -239,7 +243,12 @@ class Session:
     # --- events -----------------------------------------------------------------------------------------------
 
     async def events(
-        self, offset: int | None = None, *, display_state: bool = True, _attached: asyncio.Event | None = None
+        self,
+        offset: int | None = None,
+        *,
+        display_state: bool = True,
+        _attached: asyncio.Event | None = None,
+        _handled: Callable[[int], None] | None = None,
     ) -> AsyncIterator[dict[str, Any]]:
         """The session's events from `offset` (default: from now), as they are written, each once; with
         `display_state`, each followed by `display_state_changed` (Mastra's stream). Each event carries its
@@ -249,6 +258,8 @@ class Session:
         if _attached is not None:  # a change this process sends from now on is seen by the subscriber
             _attached.set()
             self._attaching.discard(_attached)
+        handled = _handled or (lambda _offset: None)
+        handled(start)
         state = await self._fold_until(start, snapshot.snapshot_offset)
         async for shown in follow(self._storage, self.id, offset=start, until=frozenset()):
             event = {**shown.event.payload, "type": shown.event.type, "offset": shown.event.offset}
@@ -258,11 +269,11 @@ class Session:
                 # did not say
                 event["message"] = {**message, "createdAt": shown.event.created_at.isoformat()}
             state.apply(event)
-            if event["type"] == "display_state":
-                continue
-            yield event
-            if display_state:
-                yield {"type": "display_state_changed", "displayState": state.snapshot(), "offset": event["offset"]}
+            if event["type"] != "display_state":
+                yield event
+                if display_state:
+                    yield {"type": "display_state_changed", "displayState": state.snapshot(), "offset": event["offset"]}
+            handled(shown.event.offset + 1)
 
     def subscribe(self, listener: Listener, offset: int | None = None) -> Callable[[], None]:
         """Call `listener` with each event (Mastra's `subscribe`); returns the unsubscribe function. From
@@ -272,21 +283,45 @@ class Session:
         self._attaching.add(attached)
 
         async def pump() -> None:
+            def handled(offset: int) -> None:
+                self._delivered[task] = offset
+
             try:
-                async for event in self.events(offset, _attached=attached):
+                async for event in self.events(offset, _attached=attached, _handled=handled):
                     outcome = listener(event)
                     if asyncio.iscoroutine(outcome):
                         await outcome
             finally:
                 attached.set()
                 self._attaching.discard(attached)
+                self._delivered.pop(task, None)
 
-        task = asyncio.ensure_future(pump())
+        task: asyncio.Future[None] = asyncio.ensure_future(pump())
 
         def unsubscribe() -> None:
             task.cancel()
+            self._delivered.pop(task, None)
 
         return unsubscribe
+
+    async def _heard(self) -> None:
+        """Wait (a while at most) until every listener of this handle has handled every event written so far, as
+        Mastra's in-process listeners have been called before `sendMessage` resolves: a listener that answers a
+        question is done before the caller goes on. A listener waiting here for itself is not waited for."""
+        if not self._delivered:
+            return
+        end = await self._storage.log_end(self.id)
+        me = asyncio.current_task()
+        deadline = asyncio.get_running_loop().time() + HEARD_SECONDS
+
+        def behind() -> bool:
+            late = any(t is not me and not t.done() and at < end for t, at in list(self._delivered.items()))
+            return late or any(not a.is_set() for a in self._attaching)
+
+        while behind():
+            if asyncio.get_running_loop().time() > deadline:
+                return
+            await asyncio.sleep(0.02)
 
     async def _fold_until(self, offset: int, snapshot_offset: int | None) -> DisplayState:
         state = DisplayState()

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from keel.client.controller import Session
 from keel.client.devserver import DevServer
 from tests.conftest import free_port
 from tests.fake_openai import FakeOpenAI, delta, finish, sse
@@ -127,6 +128,19 @@ async def test_the_controller_page_runs_as_written(
         assert quick.returncode == 0, err.decode()
         assert out.decode().strip() == "".join(PLAN)  # streamed by the listener, delta by delta
 
+        # A listener may hear of an event late (a busy machine, a slow network): the page must not depend on it.
+        subscribe = Session.subscribe
+
+        def slow_subscribe(self: Session, listener: Any, offset: int | None = None) -> Any:
+            async def late(event: dict[str, Any]) -> None:
+                await asyncio.sleep(0.2)
+                outcome = listener(event)
+                if asyncio.iscoroutine(outcome):
+                    await outcome
+
+            return subscribe(self, late, offset)
+
+        monkeypatch.setattr(Session, "subscribe", slow_subscribe)
         for key, value in keel.env.items():  # the REPL: the same settings, the same folder
             monkeypatch.setenv(key, value)
         monkeypatch.chdir(project)
