@@ -186,9 +186,11 @@ async def cmd_run(args: argparse.Namespace) -> int:
         max_steps=args.max_steps,
         run_id=args.run_id,
     )
-    print(f"run {run_id} started (agent {args.agent})", flush=True)
-    if args.no_follow:
+    if args.no_follow:  # the id alone on stdout, for `RUN=$(keel run ... --no-follow)`
+        print(f"run {run_id} started (agent {args.agent})", file=sys.stderr, flush=True)
+        print(run_id, flush=True)
         return 0
+    print(f"run {run_id} started (agent {args.agent})", flush=True)
     storage = await open_store()
     try:
         return await _follow_run(keel, storage, run_id, 0)
@@ -644,7 +646,7 @@ def _run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resource-id", help="who the thread belongs to (default: the agent's id)")
     p.add_argument("--run-id", help="the run's id (default: a new run-<uuid>); run ids are never reused")
     p.add_argument("--max-steps", type=int, help="model calls at most (default: the agent's maxSteps)")
-    p.add_argument("--no-follow", action="store_true", help="print the run id and return at once")
+    p.add_argument("--no-follow", action="store_true", help="print the run id (alone on stdout) and return at once")
 
 
 def _approve_args(p: argparse.ArgumentParser) -> None:

@@ -33,6 +33,7 @@ from temporalio.client import (
     WorkflowHandle,
     WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
+    WorkflowUpdateStage,
 )
 from temporalio.client import WorkflowExecutionStatus as ExecutionStatus
 from temporalio.common import (
@@ -87,6 +88,7 @@ if TYPE_CHECKING:
         IfActive,
         IfIdle,
         PendingToolCall,
+        RunSettled,
         ThreadSendResult,
     )
 
@@ -176,6 +178,10 @@ a second does not describe the task queue for each (a worker that stops is notic
 WORKER_ANSWER_SECONDS = 30.0
 """How long a query or an update waits for a worker to answer (a worker seen polling may be busy or restarting)
 before Keel says none did. Without any worker seen, Keel says so at once."""
+
+
+SETTLE_TRIES = 5
+"""How often `settle` asks again when the run's execution changed under it (continue-as-new, a reset)."""
 
 
 class KeelClient:
@@ -374,6 +380,39 @@ class KeelClient:
             return await handle.query(AgentRun.pending_tool_calls, rpc_timeout=timedelta(seconds=WORKER_ANSWER_SECONDS))
         except RPCError as err:
             raise await self._worker_error(run_id, err) from None
+
+    async def settle(self, run_id: str) -> RunSettled:
+        """Wait until the run waits on a person or has ended, and say which: `pending` calls to approve or
+        decline, `suspended` calls to resume, or `ended` (then `result()` has its outcome). It is the run's
+        `settled` update, answered by the workflow the moment that happens: nothing polls.
+
+        Raises:
+            RunNotFound: no such run.
+            NoWorker: no worker polls the run's task queue (or none answered in `WORKER_ANSWER_SECONDS`).
+        """
+        from keel.workflows.agent_run import AgentRun
+        from keel.workflows.contracts import RunSettled
+
+        handle = self.temporal.get_workflow_handle_for(AgentRun.run, run_id)
+        for _ in range(SETTLE_TRIES):
+            try:
+                update = await handle.start_update(
+                    names.RUN_SETTLED_UPDATE,
+                    result_type=RunSettled,
+                    wait_for_stage=WorkflowUpdateStage.ACCEPTED,
+                    rpc_timeout=timedelta(seconds=WORKER_ANSWER_SECONDS),
+                )
+                settled: RunSettled = await update.result()
+                return settled
+            except WorkflowUpdateRPCTimeoutOrCancelledError:
+                raise await self._no_answer(run_id, signal_hint=None) from None
+            except (WorkflowUpdateFailedError, RPCError) as err:
+                if isinstance(err, RPCError) and not isinstance(self._rpc_error(run_id, err), RunClosed):
+                    raise self._rpc_error(run_id, err) from None
+                # The run ended (or continued as new) while the update waited: ask the execution now current.
+                if (await handle.describe()).status != ExecutionStatus.RUNNING:
+                    return RunSettled(ended=True)
+        raise KeelClientError(f"Run {run_id!r} did not answer `settled` (is its worker an older Keel?)")
 
     async def approve(
         self,

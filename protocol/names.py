@@ -57,6 +57,8 @@ USER_MESSAGE_SIGNAL: Final = "user_message"
 """A user message delivered into a running `AgentRun` (its next model step reads it)."""
 APPROVE_TOOL_CALL_UPDATE: Final = "approve_tool_call"
 PENDING_TOOL_CALLS_QUERY: Final = "pending_tool_calls"
+RUN_SETTLED_UPDATE: Final = "settled"
+"""Answered once the run waits on a person (calls to decide or to resume) or has ended."""
 REJECTED_SIGNALS_QUERY: Final = "rejected_signals"
 
 # AgentController sessions

@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
 from temporalio.client import Client
 
 from keel.app.demo import app as demo_app
 from keel.client import KeelClient
+from keel.client.errors import RunNotFound
 from keel.storage import Storage
 from tests.apps import app as test_app
 from tests.conftest import running_worker
@@ -36,6 +38,27 @@ async def test_approved_demo_run_runs_the_tool_and_reports_its_result(
     assert "Tool result" in result.text and "demo.md" in result.text
     assert (data_dir / "notes" / "demo.md").read_text() == "remember the milk"
     assert [r.payload.result["bytes"] for r in result.tool_results] == [len("remember the milk")]
+
+
+async def test_settle_answers_once_the_run_waits_on_a_person_or_has_ended(
+    client: Client, storage: Storage, task_queue: str
+) -> None:
+    async with running_worker(client, demo_app, storage, task_queue) as keel:
+        run_id = await keel.start_run("demo", "settle me")
+        settled = await keel.settle(run_id)  # right after the start: the update waits for the first step
+        assert [(p.tool_name, p.step) for p in settled.pending] == [("save_note", 1)]
+        assert not settled.ended and not settled.suspended
+        assert await keel.settle(run_id) == settled  # still waiting: the same answer at once
+        await keel.approve(run_id, settled.pending[0].tool_call_id)
+        assert (await keel.settle(run_id)).ended  # waited through the tool and the last step
+        assert (await keel.settle(run_id)).ended  # a closed run
+        assert (await keel.result(run_id)).finish_reason == "stop"
+        with pytest.raises(RunNotFound):
+            await keel.settle("run-that-never-was")
+    async with running_worker(client, test_app, storage, task_queue) as keel:
+        run_id = await keel.start_run("multi", "steps=3")
+        assert (await keel.settle(run_id)).ended  # no approval on the way: it ends, and says so
+        assert (await keel.result(run_id)).text == "done after 3 tool calls"
 
 
 async def test_declined_tool_call_never_runs_the_tool(

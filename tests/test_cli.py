@@ -91,7 +91,7 @@ async def test_cli_errors_are_one_clear_line_with_exit_code_2(
         assert code == 2 and "(known agents: assistant, coder, demo)" in err
 
         code, out, _ = await keel("run", "demo", "hi", "--no-follow")
-        run_id = out.split()[1]
+        run_id = out.strip()
         code, _, err = await keel("approve", run_id, "call_404")
         assert code == 2 and "no pending tool call 'call_404'" in err
         code, _, err = await keel("approve", "run-does-not-exist", "call_1")

@@ -105,7 +105,7 @@ async def test_without_a_worker_every_command_says_so_within_seconds(keel: Keel,
     assert code == 2 and f"No worker is polling task queue '{keel.env['KEEL_TASK_QUEUE']}'" in err
     code, out, _ = await keel("run", "demo", "hello", "--no-follow")
     assert code == 0
-    run_id = out.split()[1]
+    run_id = out.strip()
     code, _, err = await keel("pending", run_id)
     assert code == 2 and "No worker is polling" in err
     code, _, err = await keel("approve", run_id, "call_1")

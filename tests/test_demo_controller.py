@@ -159,7 +159,8 @@ async def test_a_rejected_plan_is_revised_with_the_feedback_once_then_the_assist
 async def test_keel_chat_against_the_demo_app_plans_asks_and_builds(
     dev_server: DevServer, client: Client, tmp_path: Path, data_dir: Path, task_queue: str
 ) -> None:
-    """`keel chat assistant-controller` on a pseudo-terminal, against a worker for the bundled demo app."""
+    """The README's `keel chat assistant-controller --resource alice`, on a pseudo-terminal, against a worker for
+    the bundled demo app."""
     with worker_subprocess(dev_server, task_queue, tmp_path, data_dir, app="keel.app.demo:app"):
         await KeelClient(client, task_queue=task_queue).wait_for_worker(30)
         env = {

@@ -1,4 +1,4 @@
-"""Keel in a user's own Temporal client and worker, as the README shows: one `KeelPlugin` on the client."""
+"""Keel in a user's own Temporal client and worker, as docs/your-app.md shows: one `KeelPlugin` on the client."""
 
 from __future__ import annotations
 

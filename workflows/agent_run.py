@@ -60,6 +60,7 @@ from keel.workflows.contracts import (
     PersistWritesInput,
     PlannedToolCall,
     RunCarry,
+    RunSettled,
     RunShape,
     StepSuspension,
     SubagentPlan,
@@ -129,12 +130,24 @@ class AgentRun:
         self._suspended: dict[str, SuspendedToolCall] = {}  # calls waiting for resume data
         self._resumes: dict[str, ToolResume] = {}  # resume data for them
         self._turn: TurnConfig | None = None  # a session's turn: its current mode and permissions
+        self._ended = False  # the loop has returned: `settled` answers, then the run completes
 
     # --- handlers ------------------------------------------------------------------------------------
 
     @workflow.query(name=names.PENDING_TOOL_CALLS_QUERY)
     def pending_tool_calls(self) -> list[PendingToolCall]:
         return [call for call_id, call in self._pending.items() if call_id not in self._decisions]
+
+    @workflow.update(name=names.RUN_SETTLED_UPDATE)
+    async def settled(self) -> RunSettled:
+        """Once the run waits on a person (the calls to decide or to resume) or has ended: a client that
+        started a run waits for it here instead of polling. No command: any run, of any shape, answers it."""
+        await workflow.wait_condition(
+            lambda: self._ended or bool(self.pending_tool_calls()) or bool(self.suspended_tool_calls())
+        )
+        if self._ended:
+            return RunSettled(ended=True)
+        return RunSettled(pending=self.pending_tool_calls(), suspended=self.suspended_tool_calls())
 
     @workflow.query(name=names.REJECTED_SIGNALS_QUERY)
     def rejected_signals(self) -> list[str]:
@@ -306,6 +319,8 @@ class AgentRun:
             ) from err
         workflow.upsert_search_attributes([KEEL_STATUS.value_set("completed")])
         run_telemetry.ended("completed")
+        self._ended = True
+        await workflow.wait_condition(workflow.all_handlers_finished)  # `settled` answered (no command)
         return result
 
     async def wait_for_decisions(self, calls: list[PlannedToolCall], step: int) -> dict[str, ToolApproval]:

@@ -336,6 +336,14 @@ class ApprovalAccepted(Contract):
     tool_call_id: str
 
 
+class RunSettled(Contract):
+    """`AgentRun`'s `settled` update: what the run waits for now, or that it has ended (then both are empty)."""
+
+    pending: list[PendingToolCall] = Field(default_factory=list)
+    suspended: list[SuspendedToolCall] = Field(default_factory=list)
+    ended: bool = False
+
+
 # --- Activities -----------------------------------------------------------------------------------------
 
 
