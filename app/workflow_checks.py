@@ -8,13 +8,14 @@ the offending value.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from keel.app.definitions import AppError
 from keel.protocol.workflow_definition import (
@@ -27,6 +28,7 @@ from keel.protocol.workflow_definition import (
     ConditionalEntry,
     Existence,
     ForeachEntry,
+    GraphEntry,
     LoopEntry,
     MappingEntry,
     Membership,
@@ -47,6 +49,7 @@ MAX_GRAPH_ENTRIES = 500
 MAX_NESTING = 10
 """Nested workflow references, at most this deep."""
 TEMPLATE_ROOTS = ("initData", "inputData", "stepResults", "state", "requestContext")
+_ENTRY: TypeAdapter[Any] = TypeAdapter(GraphEntry)
 
 
 @dataclass(frozen=True)
@@ -94,7 +97,9 @@ def check_definition(raw: Any, known: Known) -> WorkflowDefinition:
     try:
         definition = WorkflowDefinition.model_validate(raw)
     except ValidationError as err:
-        raise InvalidDefinition(workflow_id, [_shape_error(raw, e) for e in err.errors()]) from None
+        shape = [_shape_error(raw, e) for e in err.errors()]
+        found = sorted([*shape, *_references_of_sound_entries(raw, workflow_id, known)], key=_entry_index)
+        raise InvalidDefinition(workflow_id, found) from None
     errors = list(_semantic_errors(definition, known))
     if errors:
         raise InvalidDefinition(definition.id, errors)
@@ -130,6 +135,34 @@ def _shape_error(raw: Any, error: Any) -> DefinitionError:
     return DefinitionError(path, message, node if kind != "missing" else None)
 
 
+def _references_of_sound_entries(raw: Any, workflow_id: str, known: Known) -> Iterator[DefinitionError]:
+    """With a shape error somewhere, what the entries that have a sound shape name must still exist: a
+    definition's unknown tool is reported with its unknown step type, not after it is fixed."""
+    graph = raw.get("graph") if isinstance(raw, dict) else None
+    if not isinstance(graph, list):
+        return
+    for index, item in enumerate(graph[:MAX_GRAPH_ENTRIES]):
+        try:
+            entry = _ENTRY.validate_python(item)
+        except ValidationError:
+            continue  # its own shape errors are reported already
+        for where, step in _steps(f"graph[{index}]", entry):
+            yield from _reference_errors(where, step, workflow_id, known)
+
+
+def _entry_index(error: DefinitionError) -> int:
+    found = re.match(r"graph\[(\d+)\]", error.path)
+    return int(found.group(1)) if found else -1
+
+
+def _steps(at: str, entry: Any) -> list[tuple[str, Any]]:
+    """The steps an entry runs, each at its JSON path: a container's inner steps, else the entry itself."""
+    if isinstance(entry, ForeachEntry | LoopEntry):
+        return [(f"{at}.step", entry.step)]
+    inner = [(f"{at}.steps[{i}]", s) for i, s in enumerate(getattr(entry, "steps", []))]
+    return inner or [(at, entry)]
+
+
 # --- semantic errors ----------------------------------------------------------------------------------------
 
 
@@ -144,9 +177,8 @@ def _semantic_errors(d: WorkflowDefinition, known: Known) -> Iterator[Definition
     containers: dict[str, str] = {}
     for index, entry in enumerate(d.graph):
         at = f"graph[{index}]"
-        inner = [(f"{at}.steps[{i}]", s) for i, s in enumerate(getattr(entry, "steps", []))]
-        if isinstance(entry, ForeachEntry | LoopEntry):
-            inner = [(f"{at}.step", entry.step)]
+        steps = _steps(at, entry)
+        inner = steps if steps != [(at, entry)] else []
         if isinstance(entry, MappingEntry):
             yield from _mapping_errors(at, entry, seen)
         if isinstance(entry, ConditionalEntry):
@@ -155,9 +187,8 @@ def _semantic_errors(d: WorkflowDefinition, known: Known) -> Iterator[Definition
         if isinstance(entry, LoopEntry):
             own = {entry.step.id: f"{at}.step.id"}
             yield from _predicate_errors(f"{at}.predicate", entry.predicate, {**seen, **own})
-        steps = inner or [(at, entry)]
         for where, step in steps:
-            yield from _reference_errors(where, step, d, known)
+            yield from _reference_errors(where, step, d.id, known)
             yield from _claim(seen, f"{where}.id", getattr(step, "id", None))
         container_id = getattr(entry, "id", None) if inner else None
         if container_id is not None:  # unique too, but not a readable step result (Mastra: map from the branches)
@@ -196,7 +227,7 @@ def _schema_errors(path: str, schema: Any) -> Iterator[DefinitionError]:
         yield DefinitionError(f"{path}{where}", f"not a valid JSON Schema: {err.message}", err.instance)
 
 
-def _reference_errors(at: str, step: Any, d: WorkflowDefinition, known: Known) -> Iterator[DefinitionError]:
+def _reference_errors(at: str, step: Any, workflow_id: str, known: Known) -> Iterator[DefinitionError]:
     if isinstance(step, ToolEntry) and step.tool_id not in known.tools:
         yield DefinitionError(f"{at}.toolId", f"unknown tool (known: {_names(known.tools)})", step.tool_id)
     elif isinstance(step, AgentEntry):
@@ -209,17 +240,17 @@ def _reference_errors(at: str, step: Any, d: WorkflowDefinition, known: Known) -
         yield DefinitionError(f"{at}.classifierId", f"unknown classifier (known: {names})", step.classifier_id)
     elif isinstance(step, NestedWorkflowEntry):
         workflows = known.workflows
-        if step.workflow_id == d.id:
+        if step.workflow_id == workflow_id:
             yield DefinitionError(f"{at}.workflowId", "a workflow cannot run itself", step.workflow_id)
         elif step.workflow_id not in workflows:
             yield DefinitionError(
                 f"{at}.workflowId", f"unknown workflow (known: {_names(workflows)})", step.workflow_id
             )
         else:
-            cycle = _cycle(d.id, step.workflow_id, workflows, [d.id])
+            cycle = _cycle(workflow_id, step.workflow_id, workflows, [workflow_id])
             if cycle is not None:
                 chain = " -> ".join(cycle)
-                message = f"nested workflows reach this one again: {chain}" if cycle[-1] == d.id else chain
+                message = f"nested workflows reach this one again: {chain}" if cycle[-1] == workflow_id else chain
                 yield DefinitionError(f"{at}.workflowId", message, step.workflow_id)
 
 

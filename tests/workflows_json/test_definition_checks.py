@@ -282,3 +282,21 @@ def test_object_form_map_config_is_stored_as_mastras_json_string() -> None:
     definition = check_definition(d, KNOWN)
     mapping = definition.graph[6]
     assert json.loads(mapping.model_dump(by_alias=True)["mapConfig"]) == {"items": {"value": [1, 2, 3]}}
+
+
+def test_a_shape_error_does_not_hide_an_unknown_tool_of_another_entry() -> None:
+    """Found from outside: an unknown step type first and an unknown tool second reported only the first."""
+    d = {
+        "id": "two-mistakes",
+        "inputSchema": {},
+        "outputSchema": {},
+        "graph": [
+            {"type": "nap", "id": "a"},
+            {"type": "tool", "id": "t", "toolId": "nope"},
+            {"type": "parallel", "id": "p", "steps": [{"type": "agent", "id": "g", "agentId": "ghost"}]},
+        ],
+    }
+    with pytest.raises(InvalidDefinition) as caught:
+        check_definition(d, KNOWN)
+    assert [e.path for e in caught.value.errors] == ["graph[0]", "graph[1].toolId", "graph[2].steps[0].agentId"]
+    assert "unknown step type 'nap'" in caught.value.errors[0].message
