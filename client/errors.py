@@ -52,6 +52,19 @@ class InvalidRunInput(KeelClientError):
         self.details = details
 
 
+class CallIdInUse(KeelClientError):
+    """A tool call id already naming another call (other arguments, or another agent or tool): a call id names
+    one call, so the second is refused rather than approved as, or answered with, the first."""
+
+    def __init__(self, call_id: str, workflow_id: str, what: str) -> None:
+        super().__init__(
+            f"Call id {call_id!r} already names another call ({what}; its execution is {workflow_id}): "
+            "give this call an id of its own"
+        )
+        self.call_id = call_id
+        self.workflow_id = workflow_id
+
+
 class RunIdInUse(KeelClientError):
     """A run id already used: run ids are never reused (each names one run's events, messages and history)."""
 

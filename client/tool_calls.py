@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from temporalio.client import WorkflowFailureError
+from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.common import (
     SearchAttributePair,
     TypedSearchAttributes,
@@ -30,8 +30,8 @@ from temporalio.common import (
 from temporalio.exceptions import TerminatedError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from keel.client.errors import InvalidRunInput, KeelClientError, RunNotFound
-from keel.protocol import names
+from keel.client.errors import CallIdInUse, InvalidRunInput, KeelClientError, RunNotFound
+from keel.protocol import args_digest, names
 from keel.workflows.search_attributes import KEEL_KIND, KEEL_STATUS
 
 if TYPE_CHECKING:
@@ -39,6 +39,8 @@ if TYPE_CHECKING:
     from keel.client.keel_client import KeelClient
     from keel.workflows.contracts import ToolCallOutcome
 
+CALL_MEMO = "keelCall"
+"""The memo of a call's execution: the agent, tool and argument digest the call id was first used for."""
 CALL_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
 """A caller's call id: it becomes part of a workflow id and the tool's `ctx.tool_call_id` (file names use it)."""
 
@@ -91,6 +93,7 @@ class ToolCalls:
             raise InvalidRunInput(
                 f"call id {call_id!r}: up to 128 letters, digits and _ . : - (starting with a letter or digit)"
             )
+        caller_chose_id = call_id is not None
         call_id = call_id or f"call-{uuid.uuid4().hex}"
         request = ToolCallRequest(
             agent_id=agent_id,
@@ -103,9 +106,10 @@ class ToolCalls:
             caller=caller,
         )
         workflow_id = tool_call_workflow_id(agent_id, tool.id, call_id)
+        call = {"agentId": agent_id, "toolName": tool.id, "argsDigest": args_digest(dict(args))}
         await self.keel.wait_for_worker()
         try:
-            await self.keel.temporal.start_workflow(
+            handle = await self.keel.temporal.start_workflow(
                 ToolCall.run,
                 request,
                 id=workflow_id,
@@ -119,10 +123,23 @@ class ToolCalls:
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 request_eager_start=self.keel.eager_start,
+                memo={CALL_MEMO: call},
             )
         except WorkflowAlreadyStartedError:
-            pass
+            handle = self.keel.temporal.get_workflow_handle(workflow_id)
+        if caller_chose_id:  # the execution under the id may be another call's: then this one is refused
+            await self._same_call(handle, call_id, call)
         return StartedToolCall(workflow_id, call_id, tool.id, request.requires_approval)
+
+    async def _same_call(self, handle: WorkflowHandle[Any, Any], call_id: str, call: dict[str, str]) -> None:
+        recorded = (await (await handle.describe()).memo()).get(CALL_MEMO)
+        if not isinstance(recorded, dict):
+            return  # an execution started before calls were recorded: nothing to compare with
+        if (recorded.get("agentId"), recorded.get("toolName")) != (call["agentId"], call["toolName"]):
+            what = f"tool {recorded.get('toolName')!r} of agent {recorded.get('agentId')!r}"
+            raise CallIdInUse(call_id, handle.id, what)
+        if recorded.get("argsDigest") != call["argsDigest"]:
+            raise CallIdInUse(call_id, handle.id, "the same tool with other arguments")
 
     async def result(self, call: StartedToolCall) -> ToolCallOutcome:
         """Wait for the call's outcome (through its approval wait). An execution that ended without one

@@ -15,6 +15,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from keel.app import AppError, UnknownAgent, UnknownTool
 from keel.app.workflow_checks import InvalidDefinition
 from keel.client.errors import (
+    CallIdInUse,
     InvalidRunInput,
     KeelClientError,
     NoWorker,
@@ -53,6 +54,7 @@ STATUS_OF: tuple[tuple[type[Exception], int], ...] = (
     (InvalidRunInput, 400),
     (InvalidDefinition, 400),
     (RunIdInUse, 409),
+    (CallIdInUse, 409),
     (RunClosed, 409),
     (ToolCallRejected, 409),
     (ResumeRefused, 409),

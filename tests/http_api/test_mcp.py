@@ -211,6 +211,30 @@ async def test_a_call_abandoned_while_it_waited_answers_a_retry_with_the_same_ca
     assert (await api.keel.temporal.count_workflows(f"WorkflowId='{workflow_id}'")).count == 1
 
 
+async def test_a_call_id_used_again_with_other_arguments_is_refused_not_answered_with_the_first_call(
+    api: Api, dev_server: DevServer, data_dir: Path
+) -> None:
+    """A call id names one call: another call under it (other arguments, or another tool whose execution id
+    reads the same) must not be approved as the first, nor answered with the first's result."""
+    meta = {CALL_ID_META: "note-reused"}
+    workflow_id = "keel-tool-call-demo-save_note-note-reused"
+    other = {**NOTE, "text": "something else entirely"}
+    async with mcp_session(api.url, "demo") as session:
+        first = asyncio.create_task(session.call_tool("save_note", NOTE, meta=meta))
+        await until_suspended(api.keel, workflow_id)
+        refused = await session.call_tool("save_note", other, meta=meta)
+        assert refused.isError
+        assert "note-reused" in text_of(refused) and "other arguments" in text_of(refused)
+        await approve(dev_server, workflow_id, "note-reused")
+        answered = await first
+    assert not answered.isError
+    assert Path(json.loads(text_of(answered))["path"]).read_text() == NOTE["text"]
+    async with mcp_session(api.url, "demo") as session:  # after the first call ended: still refused
+        late = await session.call_tool("save_note", other, meta=meta)
+    assert late.isError and "other arguments" in text_of(late)
+    assert Path(json.loads(text_of(answered))["path"]).read_text() == NOTE["text"]
+
+
 async def test_an_unknown_server_is_a_404_with_mastras_error(api: Api) -> None:
     async with httpx.AsyncClient(base_url=api.url) as http:
         answers = [
