@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query
 from fastapi.responses import StreamingResponse
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from keel.app import Agent, UnknownAgent, UnknownTool
 from keel.app.agent_tools import agent_tool, agent_tools
@@ -106,6 +106,14 @@ class DeliveryTarget(Lenient):
     thread_id: str | None = Field(None, alias="threadId", min_length=1)
     if_active: IfActiveOption | None = Field(None, alias="ifActive")
     if_idle: IfIdleOption | None = Field(None, alias="ifIdle")
+
+    @model_validator(mode="after")
+    def _has_a_target(self) -> DeliveryTarget:
+        """Mastra's body schema: a `runId`, or both `resourceId` and `threadId` (its zod union refuses the rest
+        as an invalid body)."""
+        if self.run_id is None and not (self.resource_id and self.thread_id):
+            raise ValueError("resourceId and threadId are required when runId is not given")
+        return self
 
 
 class MessageBody(DeliveryTarget):
@@ -396,11 +404,12 @@ async def _send(
     *,
     queue: bool,
     message_id: str,
-) -> tuple[bool, str | None]:
+) -> str | None:
+    """The run the message went into (or woke, or waits for); None when it was discarded or persisted."""
     _agent(ctx, agent_id)
     if body.run_id is not None:  # to one run: delivered into it (it must be running)
         await ctx.keel.deliver(body.run_id, content, message_id=message_id)
-        return True, body.run_id
+        return body.run_id
     if not body.thread_id or not body.resource_id:
         raise bad_request("resourceId and threadId are required when runId is not given")
     if_active: IfActive = "queue" if queue else (body.if_active.behavior if body.if_active else "deliver")
@@ -418,7 +427,13 @@ async def _send(
         max_steps=options.get("maxSteps"),
         request_context=options.get("requestContext"),
     )
-    return sent.accepted, sent.run_id
+    return sent.run_id if sent.outcome in ("delivered", "queued", "woke") else None
+
+
+def _accepted(run_id: str, signal: dict[str, Any]) -> dict[str, Any]:
+    """Mastra's answer to a message or signal it took: `accepted` is always true (what it refuses is an error), and
+    `runId` the run it went into or woke, else (discarded or persisted on an idle thread) the signal's own id."""
+    return {"accepted": True, "runId": run_id, "signal": signal}
 
 
 def _now() -> str:
@@ -427,7 +442,7 @@ def _now() -> str:
 
 async def _send_message(ctx: Ctx, agent_id: str, body: MessageBody, *, queue: bool) -> dict[str, Any]:
     message_id = str(uuid.uuid4())
-    accepted, run_id = await _send(ctx, agent_id, body, _contents(body.message), queue=queue, message_id=message_id)
+    run_id = await _send(ctx, agent_id, body, _contents(body.message), queue=queue, message_id=message_id)
     now = _now()
     signal = {
         "contents": body.message.get("contents") if isinstance(body.message, dict) else body.message,
@@ -438,7 +453,7 @@ async def _send_message(ctx: Ctx, agent_id: str, body: MessageBody, *, queue: bo
         "createdAt": now,
         "__isCreatedSignal": True,
     }
-    return {"accepted": accepted, "runId": run_id, "signal": signal}
+    return _accepted(run_id or message_id, signal)
 
 
 @router.post("/{agent_id}/send-message")
@@ -463,7 +478,7 @@ async def send_signal(ctx: Ctx, agent_id: str, body: SignalBody) -> dict[str, An
     tag = body.signal.tag_name or default_tag
     message_id = body.signal.id or str(uuid.uuid4())
     content = _signal_content(body.signal, tag)
-    accepted, run_id = await _send(ctx, agent_id, body, content, queue=False, message_id=message_id)
+    run_id = await _send(ctx, agent_id, body, content, queue=False, message_id=message_id)
     now = _now()
     signal = {
         **body.signal.model_dump(by_alias=True, exclude_none=True),
@@ -474,7 +489,7 @@ async def send_signal(ctx: Ctx, agent_id: str, body: SignalBody) -> dict[str, An
         "createdAt": now,
         "__isCreatedSignal": True,
     }
-    return {"accepted": accepted, "runId": run_id, "signal": signal}
+    return _accepted(run_id or message_id, signal)
 
 
 @router.get("/{agent_id}/suspended-runs")

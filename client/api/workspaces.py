@@ -92,16 +92,21 @@ def _listed(app: App, ws: Workspace) -> dict[str, Any]:
 
 
 def _filesystem_info(fs: Any) -> dict[str, Any]:
+    """Mastra's route shows its provider's `getInfo()`: `readOnly` only for a read-only filesystem (a Mastra
+    provider's `readOnly` is unset otherwise), beside the metadata, where Keel's providers note it."""
     info = dict(fs.get_info())
+    metadata = info.get("metadata")
+    if isinstance(metadata, dict):
+        metadata = {k: v for k, v in metadata.items() if k != "readOnly"}
     shown = {
         "id": info.get("id"),
         "name": info.get("name"),
         "provider": info.get("provider"),
         "status": _status(str(info["status"])) if info.get("status") else None,
         "error": info.get("error"),
-        "readOnly": bool(getattr(fs, "read_only", False)),
+        "readOnly": True if getattr(fs, "read_only", False) else None,
         "icon": info.get("icon"),
-        "metadata": info.get("metadata"),
+        "metadata": metadata,
     }
     return {k: v for k, v in shown.items() if v is not None}
 
