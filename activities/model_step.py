@@ -105,6 +105,8 @@ class ModelSteps:
         if record is None:
             record = await self._storage.begin_step(run_id, answer_id=input.message_id)
         if record.answer is not None:
+            if input.writes.messages:  # what came with it this time (a delivered message) is kept, not heard
+                await events.flush(input.writes.messages)
             return await self._stored(input, record.answer)
         if input.step == 1 and execution is not None:
             events.add(
@@ -209,7 +211,9 @@ class ModelSteps:
 
     async def _stored(self, input: ModelStepInput, answer: dict[str, Any]) -> ModelStepResult:
         """The answer an earlier execution stored (with its message and chunks: nothing to write again)."""
-        return await self._with_run_lists(input, ModelStepResult.model_validate(answer))
+        stored = ModelStepResult.model_validate(answer)
+        stored.reused = True
+        return await self._with_run_lists(input, stored)
 
     async def _with_run_lists(self, input: ModelStepInput, result: ModelStepResult) -> ModelStepResult:
         if not result.tool_calls:  # the run ends here: its result lists, from storage

@@ -137,6 +137,12 @@ def thread_run_log(agent_id: str, thread_id: str) -> str:
     return thread_workflow_id(agent_id, thread_id)
 
 
+def delivered_message_id(run_id: str, delivery_id: str) -> str:
+    """The id of a user message delivered into a running run (`user_message`), from its delivery's id: the same
+    whichever step it goes with, so a step executed again keeps its own answer's id."""
+    return f"{run_id}-d-{delivery_id}"
+
+
 def run_message_id(run_id: str, seq: int) -> str:
     """The id of a run's `seq`-th message (1-based: its input messages, then each answer and tool result).
     Fixed contract: a run's first answer is `run_message_id(run_id, len(input messages) + 1)`, the message id

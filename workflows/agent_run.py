@@ -94,6 +94,14 @@ runs whose history holds no `RunShape` marker (started before shapes were pinned
 PERSIST_BEFORE_CONTINUE_PATCH = "persist-before-continue-as-new"
 """Runs recorded before this patch carried the last step's tool results across continue-as-new."""
 
+DELIVERED_IDS_PATCH = "delivered-message-ids"
+"""Delivered user messages take ids of their own (`names.delivered_message_id`), no longer the run's next message
+sequence number: a workflow task executed again (the server refused the run's completion because a message came
+in) drains the message before a step it had run as a local activity, and that step must keep its answer's id.
+Runs that drained a message before this patch keep the old ids; the patch may go once none is open (runs are
+short-lived: a release after this one).
+"""
+
 REFUSED_RUN_UNLISTED_PATCH = "refused-run-unlisted"
 """An execution refused its run id (a `temporal workflow start` reusing a run's id) removes Keel's search
 attributes, so `KeelKind='agent'` lists and counts never show it beside the run that holds the id. Executions
@@ -424,6 +432,7 @@ class _Loop:
         self.carry = input.carry or RunCarry(step=0, message_seq=0)
         self.local_in_task = 0  # local activities since the run last waited on the server (in this task)
         self.local_bytes_in_task = 0  # what they returned, as JSON (shapes past the legacy budget bound it)
+        self._drained_for_step = 0  # delivered messages that went with the latest model step's input
         self.carry.shape = self.shape
         if input.carry is None:
             messages = input.messages
@@ -444,13 +453,14 @@ class _Loop:
             if step is None:
                 c.step += 1
                 step = await self._model_step()
+            self._note_heard(step)
             c.usage = c.usage.plus(step.usage)
             c.max_steps = self.input.max_steps or c.max_steps or step.max_steps
             if step.file_reads and not c.file_reads:  # what the thread's earlier runs read
                 c.file_reads = dict(step.file_reads)
             c.last_message_id = step.message_id
             if not step.tool_calls:
-                if self.wf._inbox:  # delivered while the model answered: the turn goes on with it, or keeps it
+                if self.wf._inbox or c.unheard:  # delivered while the model answered: the turn goes on, or keeps it
                     if c.step < c.max_steps:
                         step = None
                         continue
@@ -472,15 +482,29 @@ class _Loop:
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(self.input.model_copy(update={"carry": c, "turn": self.wf._turn}))
 
-    def _drain_inbox(self) -> None:
-        """Delivered user messages join the pending writes (the next storage write stores them, in order)."""
+    def _drain_inbox(self) -> int:
+        """Delivered user messages join the pending writes (the next storage write stores them, in order); how
+        many did."""
+        if not self.wf._inbox:
+            return 0
+        own_ids = workflow.patched(DELIVERED_IDS_PATCH)
         for message in self.wf._inbox:
-            record = MessageRecord(id=self._next_message_id(), role="user", content=message.content)
-            self.carry.pending.messages.append(record)
+            message_id = names.delivered_message_id(self.run_id, message.id) if own_ids else self._next_message_id()
+            self.carry.pending.messages.append(MessageRecord(id=message_id, role="user", content=message.content))
+        drained = len(self.wf._inbox)
         self.wf._inbox.clear()
+        return drained
+
+    def _note_heard(self, step: ModelStepResult) -> None:
+        """A step that answered from storage did not hear the messages delivered with it: the run goes on until a
+        step that asks the model has (see `RunCarry.unheard`)."""
+        if not step.reused:
+            self.carry.unheard = False
+        elif self._drained_for_step:
+            self.carry.unheard = True
 
     def _next_model_input(self) -> ModelStepInput:
-        self._drain_inbox()
+        self._drained_for_step = self._drain_inbox()
         c = self.carry
         step_input = ModelStepInput(
             run_id=self.run_id,

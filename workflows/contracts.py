@@ -132,6 +132,9 @@ class RunCarry(Contract):
     pending: PendingWrites = Field(default_factory=PendingWrites)
     pending_bytes: int = 0
     """Bytes of tool results in `pending` (bounded by `MAX_PENDING_RESULT_BYTES`)."""
+    unheard: bool = False
+    """Delivered user messages went with a step that answered from storage (an earlier execution's answer, given
+    before they came): a later model step must hear them before the run ends."""
     file_reads: dict[str, FileReadRecord] = Field(default_factory=dict)
     """Read-before-write state of workspace tools, by path (at most `MAX_FILE_READS`)."""
     processes: dict[str, str] = Field(default_factory=dict)
@@ -417,6 +420,8 @@ class ModelStepResult(RunLists):
     usage: Usage | None = None
     max_steps: int = 5
     file_reads: dict[str, FileReadRecord] | None = None
+    reused: bool = False
+    """The answer an earlier execution of the step stored, returned again (the model was not asked)."""
 
 
 class ToolCallInput(Contract):

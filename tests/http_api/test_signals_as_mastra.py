@@ -4,8 +4,8 @@ thread's signal discarded and persisted, and the signals refused) answered by Ke
 them, and heard by the agent as Mastra's agent hears them: Mastra's answers, recorded by
 bench/mastra/signal_http_record.mjs with the same scripted agent, are tests/fixtures/mastra_signal_http.json.
 
-Keel differs on purpose where `KEEL_STATUS` and `INVALID_BODY` say; what the run hears of signals sent while its
-tool runs differs by a bug of Keel's, pinned by the last test (a strict xfail)."""
+Keel differs on purpose where `KEEL_STATUS` and `INVALID_BODY` say; of signals sent while its tool runs, the run's
+last answer hears what Mastra's does, and one earlier answer may precede it (the last test says why)."""
 
 from __future__ import annotations
 
@@ -138,17 +138,16 @@ def test_the_comparison_notices_an_answer_that_differs() -> None:
             assert_answers_as_mastra({**answers, label: answer})
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Keel loses a message delivered into a run while the run's last workflow task runs its local activities "
-    "(here the `pause` tool fused with the next model step): the run ends in that task, the server refuses the "
-    "completion (UnhandledCommand: a signal came in), and the task runs again from the history, where the message "
-    "now precedes the step whose results were never recorded. The run answers 'heard: ... | pause' (twice on the "
-    "thread's subscription) where Mastra's hears the reminder and 'also this'. workflows/agent_run.py.",
-)
 @pytest.mark.timeout(120)
 async def test_signals_into_a_run_while_its_tool_runs_are_heard_by_its_next_step_as_in_mastra(
     client: Client, storage: Storage, task_queue: str, client_js: Path
 ) -> None:
+    """The run's last answer hears the reminder and 'also this', as Mastra's does. Before it, Keel may show one
+    answer Mastra does not: the signals came in while the workflow task that would end the run ran its local
+    steps, so the server refused the run's completion; the task ran again, its steps answered from storage (the
+    model is never asked twice for a step whose tools may have run), and the run went on to a step that hears
+    them (tests/test_delivered_messages.py). That earlier answer was given, and streamed, before they came."""
     out = await _signal_calls(client, storage, task_queue)
-    assert out["heard_active"] == MASTRA["heard_active"]
+    [mastra] = MASTRA["heard_active"]
+    assert out["heard_active"][-1] == mastra
+    assert out["heard_active"][:-1] in ([], [mastra.split(" | <system-reminder")[0]])
