@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 KEEL := $(VENV)/bin/keel
 
-.PHONY: install pgvector bwrap qemu demo dev test lint bench record-histories clean
+.PHONY: install pgvector bwrap qemu demo dev test lint bench chaos record-histories clean
 
 install: $(VENV)/.installed
 
@@ -47,6 +47,12 @@ qemu:  ## qemu-user, to run pgvector on an emulated CPU without AVX-512: install
 
 bench: install  ## per-step cost of Keel against bare temporalio, side by side (see bench/README.md)
 	$(PY) -m bench.agent_steps
+
+MINUTES ?= 10
+SEED ?= 1
+IN_FLIGHT ?= 20
+chaos: install  ## kill workers, Temporal and PostgreSQL at random under a mix of runs; check nothing is lost (bench/chaos)
+	$(PY) -m bench.chaos --minutes $(MINUTES) --seed $(SEED) --in-flight $(IN_FLIGHT) --json .keel/chaos-$(SEED).json
 
 record-histories: install  ## re-record tests/histories/*.json from the current workflow code
 	$(PY) -m tests.record_histories

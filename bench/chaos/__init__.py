@@ -1,0 +1,1 @@
+"""`make chaos`: the fault matrix (bench/chaos/driver.py)."""

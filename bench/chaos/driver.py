@@ -1,0 +1,430 @@
+"""The chaos run: a stack (a Temporal dev server, a durable PostgreSQL, two `keel worker --join` processes of
+`bench.chaos.app`), a seeded random mix of runs kept at a number in flight, a fault injector, and the checker.
+
+Faults, one at a time at seeded random moments: a worker killed with SIGKILL (started again after a while), a
+worker stopped with SIGSTOP for a few seconds, the Temporal server killed with SIGKILL and started again on its
+database, PostgreSQL killed with SIGKILL and started again (crash recovery from its WAL). Runs are driven through
+`KeelClient` (approvals by update) and the `temporal` CLI (approvals by signal), every call retried through the
+outages, as a client that must not give up would.
+
+What is checked, per run, against the ledger (`bench/chaos/app.py`):
+- it ended (none stuck) with the answer it must have: the decision it was given, what its tools returned;
+- `charge` (not idempotent) ran at most once per call, exactly once when the run says it charged, never when it
+  says declined; a lost charge is reported as lost (and counted so), never run twice;
+- an idempotent tool ran at least once per call of an ended run, and every re-run was told `attempt > 1`;
+- at the end, visibility counts no open run of the mix (its count equals the driver's: zero).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from bench.chaos import app as chaos_app
+from keel.client import KeelClient
+from keel.client.devserver import DevServer, DevServerConfig
+from keel.client.errors import RunIdInUse, ToolCallRejected
+from keel.client.workflows import ResumeRefused, Workflows
+from keel.storage import open_storage
+from tests.conftest import free_port
+from tests.pg import PostgresServer, postgres_cluster
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+KINDS = {"shop": 4, "busy": 3, "batch": 3}
+"""Run kinds and their weights in the mix."""
+FAULTS = {"worker-kill": 4, "worker-stop": 2, "temporal-kill": 2, "postgres-kill": 2}
+GRACE_SECONDS = 180.0
+"""After the mix stops: how long the runs in flight have to end before each still open counts as stuck."""
+T = TypeVar("T")
+
+
+@dataclass
+class Config:
+    minutes: float = 10.0
+    seed: int = 1
+    in_flight: int = 20
+    fault_every: float = 6.0
+    """Mean seconds between faults."""
+    plant: str = ""
+    """A planted defect (`retried-charge`): the checker must fail."""
+    crash_one_in: int = 6
+    out: Path | None = None
+
+
+@dataclass
+class RunRecord:
+    kind: str
+    tag: str
+    run_id: str
+    decision: str | None = None
+    started: float = 0.0
+    ended: float | None = None
+    answer: Any = None
+    error: str | None = None
+
+
+@dataclass
+class Report:
+    runs: dict[str, int] = field(default_factory=dict)
+    faults: dict[str, int] = field(default_factory=dict)
+    ended: int = 0
+    stuck: list[str] = field(default_factory=list)
+    wrong: list[str] = field(default_factory=list)
+    duplicated: list[str] = field(default_factory=list)
+    lost_reported: int = 0
+    open_in_visibility: int = 0
+    longest_run_seconds: float = 0.0
+    seed: int = 0
+    minutes: float = 0.0
+    plant: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not (self.stuck or self.wrong or self.duplicated or self.open_in_visibility)
+
+
+class Worker:
+    def __init__(self, name: str, env: dict[str, str], logs: Path) -> None:
+        self.name, self.env, self.logs = name, env, logs
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    def start(self) -> None:
+        self.starts += 1
+        log = (self.logs / f"worker-{self.name}-{self.starts}.log").open("wb")
+        argv = [str(BIN / "keel"), "worker", "--app", "bench.chaos.app:app", "--join"]
+        self.proc = subprocess.Popen(argv, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
+class Stack:
+    def __init__(self, cfg: Config, work: Path, pg: PostgresServer) -> None:
+        self.cfg, self.work, self.pg = cfg, work, pg
+        self.temporal = DevServer(
+            DevServerConfig(host="127.0.0.1", port=free_port(), ui_port=free_port(), state_dir=work / "temporal")
+        )
+        self.ledger = work / "ledger"
+        self.ledger.mkdir()
+        self.queue = f"chaos-{uuid.uuid4().hex[:8]}"
+        self.env = {
+            **os.environ,
+            "KEEL_TEMPORAL_ADDRESS": self.temporal.cfg.address,
+            "KEEL_TASK_QUEUE": self.queue,
+            "KEEL_STORAGE_URL": pg.dsn,
+            "CHAOS_LEDGER": str(self.ledger),
+            "CHAOS_PLANT": cfg.plant,
+            "CHAOS_CRASH_ONE_IN": str(cfg.crash_one_in),
+            "PYTHONPATH": str(ROOT),
+        }
+        self.workers = [Worker(n, {**self.env, "KEEL_DATA_DIR": str(work / f"data-{n}")}, work) for n in "ab"]
+
+    async def up(self) -> None:
+        await self.temporal.start(reuse=False)
+        for worker in self.workers:
+            worker.start()
+
+    def down(self) -> None:
+        for worker in self.workers:
+            worker.kill()
+        self.temporal.stop()
+
+    async def keep_workers_alive(self) -> None:
+        """A worker that died (a fault, or `charge` crashing it) is started again after a while."""
+        while True:
+            await asyncio.sleep(0.5)
+            for worker in self.workers:
+                if not worker.alive():
+                    await asyncio.sleep(random.uniform(0.2, 1.5))
+                    worker.start()
+
+
+async def retrying(call: Callable[[], Awaitable[T]], *, until: float, what: str) -> T:
+    """`call` again through outages (Temporal or PostgreSQL down, no worker yet) until `until`."""
+    delay = 0.2
+    while True:
+        try:
+            return await call()
+        except (RunIdInUse, ToolCallRejected, ResumeRefused):
+            raise
+        except Exception as err:
+            if time.monotonic() > until:
+                raise TimeoutError(f"{what}: still failing: {err}") from err
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 3.0)
+
+
+class Mix:
+    def __init__(self, cfg: Config, stack: Stack, keel: KeelClient, workflows: Workflows) -> None:
+        self.cfg, self.stack, self.keel, self.workflows = cfg, stack, keel, workflows
+        self.rng = random.Random(cfg.seed)
+        self.runs: list[RunRecord] = []
+        self.deadline = 0.0
+
+    async def drive(self, kind: str, tag: str) -> RunRecord:
+        run = RunRecord(kind, tag, f"chaos-{tag}", started=time.monotonic())
+        self.runs.append(run)
+        rng = random.Random(f"{self.cfg.seed}-{tag}")
+        until = self.deadline
+        try:
+            if kind == "batch":
+                await self._batch(run, until)
+            else:
+                await self._agent(run, rng, until)
+        except Exception as err:
+            run.error = f"{type(err).__name__}: {err}"
+        run.ended = time.monotonic()
+        return run
+
+    async def _agent(self, run: RunRecord, rng: random.Random, until: float) -> None:
+        message = f"shop {run.tag} {rng.randint(1, 999)}" if run.kind == "shop" else f"busy {run.tag}"
+        with contextlib.suppress(RunIdInUse):  # an earlier attempt of this start went through
+            await retrying(lambda: self.keel.start_run(run.kind, message, run_id=run.run_id), until=until, what="start")
+        while True:
+            settled = await retrying(lambda: self.keel.settle(run.run_id), until=until, what="settle")
+            if settled.ended:
+                break
+            for call in settled.pending:
+                run.decision = run.decision or rng.choice(["update", "signal", "decline"])
+                await self._decide(run, call.tool_call_id, until)
+        result = await retrying(lambda: self.keel.result(run.run_id), until=until, what="result")
+        run.answer = result.text
+
+    async def _decide(self, run: RunRecord, call_id: str, until: float) -> None:
+        if run.decision == "signal":
+            decision = json.dumps({"toolCallId": call_id, "approved": True})
+            argv = [str(BIN / "temporal"), "workflow", "signal", "--address", self.stack.temporal.cfg.address,
+                    "--workflow-id", run.run_id, "--name", "tool_approval", "--input", decision]  # fmt: skip
+
+            async def signal_it() -> None:
+                proc = await asyncio.create_subprocess_exec(
+                    *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+                )
+                out, _ = await proc.communicate()
+                if proc.returncode != 0:
+                    raise RuntimeError(out.decode()[-300:])
+
+            await retrying(signal_it, until=until, what="signal")
+            return
+        approved = run.decision == "update"
+        with contextlib.suppress(ToolCallRejected):  # decided by an earlier attempt of this call
+            await retrying(
+                lambda: self.keel.approve(run.run_id, call_id, approved=approved), until=until, what="approve"
+            )
+
+    async def _batch(self, run: RunRecord, until: float) -> None:
+        with contextlib.suppress(Exception):  # already started by an earlier attempt: the settle below finds it
+            await retrying(
+                lambda: self.workflows.start("batch", {"tag": run.tag}, run_id=run.run_id), until=until, what="start"
+            )
+        while True:
+            status = await retrying(lambda: self.workflows.settle(run.run_id), until=until, what="settle")
+            if status.state.status == "suspended":
+                with contextlib.suppress(ResumeRefused):
+                    await retrying(
+                        lambda: self.workflows.resume(run.run_id, "human", {"answer": run.tag}),
+                        until=until,
+                        what="resume",
+                    )
+                continue
+            run.answer = status.state.result if status.state.status == "success" else status.state.model_dump()
+            return
+
+    async def run(self, stop_at: float) -> None:
+        self.deadline = stop_at + GRACE_SECONDS
+        n = 0
+        active: set[asyncio.Task[RunRecord]] = set()
+        while time.monotonic() < stop_at:
+            while len(active) < self.cfg.in_flight:
+                n += 1
+                kind = self.rng.choices(list(KINDS), weights=list(KINDS.values()))[0]
+                active.add(asyncio.create_task(self.drive(kind, f"{self.cfg.seed}x{n:05d}")))
+            _, active = await asyncio.wait(active, timeout=1.0, return_when=asyncio.FIRST_COMPLETED)
+        if active:
+            await asyncio.wait(active)
+
+
+class Faults:
+    def __init__(self, cfg: Config, stack: Stack) -> None:
+        self.cfg, self.stack = cfg, stack
+        self.rng = random.Random(f"faults-{cfg.seed}")
+        self.count: Counter[str] = Counter()
+        self.bag: list[str] = []
+
+    async def run(self, stop_at: float) -> None:
+        while True:
+            await asyncio.sleep(self.rng.expovariate(1 / self.cfg.fault_every))
+            if time.monotonic() > stop_at:
+                return
+            if not self.bag:  # every kind by its weight, in a seeded order: a short run still has each kind
+                self.bag = [kind for kind, weight in FAULTS.items() for _ in range(weight)]
+                self.rng.shuffle(self.bag)
+            kind = self.bag.pop()
+            self.count[kind] += 1
+            await getattr(self, kind.replace("-", "_"))()
+
+    async def worker_kill(self) -> None:
+        self.rng.choice(self.stack.workers).kill()  # `keep_workers_alive` starts it again
+
+    async def worker_stop(self) -> None:
+        worker = self.rng.choice(self.stack.workers)
+        if worker.proc is None or not worker.alive():
+            return
+        os.kill(worker.proc.pid, signal.SIGSTOP)
+        await asyncio.sleep(self.rng.uniform(1.0, 4.0))
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(worker.proc.pid, signal.SIGCONT)
+
+    async def temporal_kill(self) -> None:
+        server = self.stack.temporal
+        if server.proc is not None:
+            server.proc.kill()
+            server.proc.wait()
+            server.proc = None
+        await asyncio.sleep(self.rng.uniform(0.5, 3.0))
+        await server.start(reuse=False)
+
+    async def postgres_kill(self) -> None:
+        await asyncio.to_thread(self.stack.pg.kill)
+        await asyncio.sleep(self.rng.uniform(0.5, 3.0))
+        await asyncio.to_thread(self.stack.pg.start)
+
+
+def ledger_lines(ledger: Path) -> list[dict[str, Any]]:
+    lines = []
+    for path in ledger.glob("*.jsonl"):
+        for line in path.read_text().splitlines():
+            with contextlib.suppress(json.JSONDecodeError):  # a line torn by a kill before its fsync
+                lines.append(json.loads(line))
+    return lines
+
+
+def check(runs: list[RunRecord], ledger: list[dict[str, Any]], report: Report) -> None:
+    by_key: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for line in ledger:
+        by_key.setdefault((line["kind"], line["key"]), []).append(line)
+    for (kind, key), lines in by_key.items():
+        if kind == "charge" and len(lines) > 1:
+            report.duplicated.append(f"charge {key} ran {len(lines)} times (attempts {[x['attempt'] for x in lines]})")
+        elif kind != "charge" and sum(1 for x in lines if x["attempt"] == 1) > 1:
+            report.duplicated.append(f"{kind} {key} ran again told attempt 1 ({len(lines)} runs)")
+    for run in runs:
+        report.longest_run_seconds = max(report.longest_run_seconds, (run.ended or time.monotonic()) - run.started)
+        if run.error is not None or run.answer is None:
+            report.stuck.append(f"{run.run_id} ({run.kind}): {run.error or 'no answer'}")
+            continue
+        report.ended += 1
+        problem = _wrong(run, by_key, report)
+        if problem:
+            report.wrong.append(f"{run.run_id} ({run.kind}): {problem}")
+
+
+def _wrong(run: RunRecord, by_key: dict[tuple[str, str], list[dict[str, Any]]], report: Report) -> str | None:
+    def ran(kind: str, key: str) -> int:
+        return len(by_key.get((kind, key), []))
+
+    if run.kind == "batch":
+        if run.answer != {"answer": run.tag}:
+            return f"answered {run.answer!r}"
+        missing = [n for n in range(1, chaos_app.BATCH_ITEMS + 1) if not ran("record", f"{run.tag}/{n}")]
+        return f"items never recorded: {missing}" if missing else None
+    if run.kind == "busy":
+        missing = [n for n in range(3) if not ran("tick", f"{run.run_id}/{n}")]
+        if run.answer != "ticked 3" or missing:
+            return f"answered {run.answer!r}, ticks missing {missing}"
+        return None
+    charged = ran("charge", f"{run.run_id}/charge-1")
+    text = str(run.answer)
+    if not ran("note", f"{run.run_id}/note-1") or not text.endswith(f"| noted {run.tag}"):
+        return f"note missing or not reported: {text!r}"
+    if run.decision == "decline":
+        return None if text.startswith("charge declined") and not charged else f"declined, yet {text!r}, {charged}"
+    if re.match(r"charged \d+ \|", text):
+        return None if charged == 1 else f"says charged, ledger has {charged} charges"
+    if text.startswith("charge lost"):
+        report.lost_reported += 1
+        return None if charged <= 1 else f"lost, yet charged {charged} times"
+    return f"answered {text!r}"
+
+
+def summary(report: Report) -> str:
+    rows = [
+        ("runs", ", ".join(f"{k} {v}" for k, v in sorted(report.runs.items()))),
+        ("faults", ", ".join(f"{k} {v}" for k, v in sorted(report.faults.items())) or "none"),
+        ("ended with the right answer", f"{report.ended - len(report.wrong)}/{sum(report.runs.values())}"),
+        ("lost (reported as lost)", str(report.lost_reported)),
+        ("wrong answers", str(len(report.wrong))),
+        ("wrongly duplicated side effects", str(len(report.duplicated))),
+        ("stuck", str(len(report.stuck))),
+        ("open in visibility at the end", str(report.open_in_visibility)),
+        ("longest run (s)", f"{report.longest_run_seconds:.1f}"),
+    ]
+    width = max(len(r[0]) for r in rows)
+    lines = [f"chaos seed={report.seed} minutes={report.minutes:g} plant={report.plant or '-'}"]
+    lines += [f"  {name:<{width}}  {value}" for name, value in rows]
+    for label, items in (("wrong", report.wrong), ("duplicated", report.duplicated), ("stuck", report.stuck)):
+        lines += [f"  {label}: {item}" for item in items[:20]]
+    lines.append("  OK" if report.ok else "  FAILED")
+    return "\n".join(lines)
+
+
+async def chaos(cfg: Config) -> Report:
+    work = Path(tempfile.mkdtemp(prefix="keel-chaos-"))
+    report = Report(seed=cfg.seed, minutes=cfg.minutes, plant=cfg.plant)
+    try:
+        with postgres_cluster(durable=True) as pg:
+            stack = Stack(cfg, work, pg)
+            await stack.up()
+            keeper = asyncio.create_task(stack.keep_workers_alive())
+            try:
+                keel = await KeelClient.connect(stack.temporal.cfg.address, task_queue=stack.queue)
+                storage = open_storage(pg.dsn)
+                await storage.init()
+                workflows = Workflows(storage, chaos_app.app, keel)
+                await workflows.save(chaos_app.definition())
+                await keel.wait_for_worker(60)
+                stop_at = time.monotonic() + cfg.minutes * 60
+                mix, faults = Mix(cfg, stack, keel, workflows), Faults(cfg, stack)
+                injector = asyncio.create_task(faults.run(stop_at))
+                await mix.run(stop_at)
+                injector.cancel()
+                report.faults = dict(faults.count)
+                report.runs = dict(Counter(r.kind for r in mix.runs))
+                check(mix.runs, ledger_lines(stack.ledger), report)
+                query = f"TaskQueue='{stack.queue}' AND CloseTime IS NULL AND WorkflowId STARTS_WITH 'chaos-'"
+                report.open_in_visibility = (await keel.temporal.count_workflows(query)).count
+                await storage.close()
+            finally:
+                keeper.cancel()
+                stack.down()
+    finally:
+        if report.ok:
+            shutil.rmtree(work, ignore_errors=True)
+        else:
+            print(f"chaos: kept the run's logs and ledger in {work}", file=sys.stderr)
+    if cfg.out is not None:
+        cfg.out.write_text(json.dumps({**asdict(report), "ok": report.ok}, indent=2))
+    return report

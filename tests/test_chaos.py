@@ -1,0 +1,65 @@
+"""The fault matrix as a test (`bench/chaos`): a seeded chaos run of every kind of run while workers, the Temporal
+server and PostgreSQL are killed at random, checked against the ledger its tools keep outside the system (nothing
+lost without saying so, nothing run twice that must not be, nothing stuck, visibility agreeing); and the check
+itself, shown to fail on a planted defect (the non-idempotent tool declared idempotent, so a crash right after its
+side effect runs it again). `make chaos` runs the long version (`MINUTES=`, `SEED=`)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+MINUTES = float(os.environ.get("KEEL_CHAOS_MINUTES", "2"))
+
+
+async def chaos(tmp_path: Path, *args: str, timeout: float) -> tuple[int, dict[str, Any], str]:
+    out = tmp_path / "chaos.json"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bench.chaos", "--json", str(out), *args,
+        cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        start_new_session=True,  # its workers, Temporal and PostgreSQL go with it if the test gives up
+    )  # fmt: skip
+    try:
+        printed, _ = await asyncio.wait_for(proc.communicate(), timeout)
+    finally:
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            await proc.wait()
+    text = printed.decode(errors="replace")
+    assert out.exists(), text[-4000:]
+    return proc.returncode or 0, json.loads(out.read_text()), text
+
+
+@pytest.mark.timeout(int(MINUTES * 60) + 420)
+async def test_a_seeded_chaos_run_loses_nothing_runs_nothing_twice_and_leaves_nothing_stuck(tmp_path: Path) -> None:
+    code, report, printed = await chaos(
+        tmp_path, "--minutes", str(MINUTES), "--seed", "11", "--in-flight", "8", "--fault-every", "5",
+        timeout=MINUTES * 60 + 360,
+    )  # fmt: skip
+    summary = printed[printed.rfind("chaos seed=") :]
+    assert code == 0 and report["ok"], summary
+    assert sum(report["runs"].values()) >= 30 and set(report["runs"]) == {"shop", "busy", "batch"}, summary
+    assert set(report["faults"]) == {"worker-kill", "worker-stop", "temporal-kill", "postgres-kill"}, summary
+    assert report["lost_reported"] >= 1, summary  # crashes right after a charge happened, and were told honestly
+
+
+@pytest.mark.timeout(300)
+async def test_the_check_catches_a_non_idempotent_tool_made_to_run_again(tmp_path: Path) -> None:
+    code, report, printed = await chaos(
+        tmp_path, "--minutes", "0.4", "--seed", "5", "--in-flight", "4", "--fault-every", "100000",
+        "--plant", "retried-charge", "--crash-one-in", "1",
+        timeout=240,
+    )  # fmt: skip
+    summary = printed[printed.rfind("chaos seed=") :]
+    assert code == 1 and not report["ok"], summary
+    assert report["duplicated"] and all("charge" in d and "ran 2 times" in d for d in report["duplicated"]), summary
