@@ -222,7 +222,10 @@ async def cmd_approve(args: argparse.Namespace) -> int:
 async def cmd_pending(args: argparse.Namespace) -> int:
     keel = await connect_client(args)
     await keel.require_worker(await keel.run_task_queue(args.run_id))
-    pending = await keel.pending_tool_calls(args.run_id)
+    if args.wait:  # until the run waits on a person (or has ended: nothing pending)
+        pending = (await keel.settle(args.run_id)).pending
+    else:
+        pending = await keel.pending_tool_calls(args.run_id)
     print(_json([p.model_dump(by_alias=True) for p in pending]))
     return 0
 
@@ -661,6 +664,13 @@ def _approve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-follow", action="store_true", help="return after the decision is accepted")
 
 
+def _pending_args(p: argparse.ArgumentParser) -> None:
+    _run_id_arg(p)
+    p.add_argument(
+        "--wait", action="store_true", help="first wait until the run waits on a person or has ended (no polling)"
+    )
+
+
 def _run_id_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_id", help="the run")
 
@@ -799,7 +809,7 @@ COMMANDS: dict[str, Command] = {
     "approve": Command(
         "approve (or --decline) a pending tool call, then follow the run", cmd_approve, _approve_args, ("temporal",)
     ),
-    "pending": Command("list a run's pending tool calls", cmd_pending, _run_id_arg, ("temporal",)),
+    "pending": Command("list a run's pending tool calls", cmd_pending, _pending_args, ("temporal",)),
     "result": Command("print a run's result JSON (waits while it runs)", cmd_result, _run_id_arg, ("temporal",)),
     "cancel": Command("ask a run to stop (it ends as canceled)", cmd_cancel, _run_id_arg, ("temporal",)),
     "terminate": Command("end a run at once", cmd_terminate, _terminate_args, ("temporal",)),
