@@ -9,6 +9,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -144,6 +145,9 @@ def fake_openai() -> Iterator[FakeOpenAI]:
 ROOT = Path(__file__).resolve().parent.parent
 
 
+WORKER_READY_SECONDS = 90.0
+
+
 @contextmanager
 def worker_subprocess(
     dev_server: DevServer,
@@ -163,12 +167,21 @@ def worker_subprocess(
         "KEEL_DATA_DIR": str(data_dir),
         **(env or {}),
     }
-    with open(tmp_path / "worker.log", "ab") as log:
+    log_path = tmp_path / "worker.log"
+    seen = log_path.stat().st_size if log_path.exists() else 0  # a worker started again appends to the log
+    with open(log_path, "ab") as log:
         proc = subprocess.Popen(
             [sys.executable, "worker.py", "--app", app, "--task-queue", task_queue, "--join"],
             cwd=ROOT, env=full_env, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
     try:
+        # Until it polls (its "keel worker: task queue" line): on a busy machine that takes more than the few
+        # seconds a client allows a worker just started.
+        deadline = time.monotonic() + WORKER_READY_SECONDS
+        while b"keel worker: task queue" not in log_path.read_bytes()[seen:]:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"worker did not start:\n{log_path.read_text(errors='replace')[-3000:]}")
+            time.sleep(0.05)
         yield proc
     finally:
         if proc.poll() is None:

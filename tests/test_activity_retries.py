@@ -99,7 +99,8 @@ async def test_a_model_step_executed_again_after_it_stored_its_answer_returns_it
     events = await storage.read_events("r1")
     second = await env.run(activities.model_step, step)
 
-    assert second == first and first.text == "answer 1" and len(requests) == 1
+    assert second == first.model_copy(update={"reused": True}) and first.text == "answer 1" and len(requests) == 1
+    assert not first.reused  # the workflow is told the second answer is the stored one
     assert await storage.read_events("r1") == events
     messages, _ = await storage.list_messages("t1")
     assert [m.content for m in messages] == ["hi", [TextPart(text="answer 1")]]
