@@ -105,9 +105,12 @@ class ModelSteps:
         if record is None:
             record = await self._storage.begin_step(run_id, answer_id=input.message_id)
         if record.answer is not None:
+            unheard = False
             if input.writes.messages:  # what came with it this time (a delivered message) is kept, not heard
+                ids = [m.id for m in input.writes.messages]
+                unheard = len(await self._storage.get_messages(ids)) < len(set(ids))
                 await events.flush(input.writes.messages)
-            return await self._stored(input, record.answer)
+            return await self._stored(input, record.answer, unheard=unheard)
         if input.step == 1 and execution is not None:
             events.add(
                 StartChunk(run_id=run_id, payload=StartPayload(id=agent.id, run_id=run_id, message_id=input.message_id))
@@ -209,10 +212,10 @@ class ModelSteps:
         _answered(input, model.model_id, result, (time.monotonic() - started_at) * 1000)
         return await self._with_run_lists(input, result)
 
-    async def _stored(self, input: ModelStepInput, answer: dict[str, Any]) -> ModelStepResult:
+    async def _stored(self, input: ModelStepInput, answer: dict[str, Any], *, unheard: bool) -> ModelStepResult:
         """The answer an earlier execution stored (with its message and chunks: nothing to write again)."""
         stored = ModelStepResult.model_validate(answer)
-        stored.reused = True
+        stored.reused, stored.unheard = True, unheard
         return await self._with_run_lists(input, stored)
 
     async def _with_run_lists(self, input: ModelStepInput, result: ModelStepResult) -> ModelStepResult:

@@ -394,7 +394,8 @@ class KeelClient:
         from keel.workflows.contracts import RunSettled
 
         handle = self.temporal.get_workflow_handle_for(AgentRun.run, run_id)
-        for _ in range(SETTLE_TRIES):
+        tries = 0
+        while tries < SETTLE_TRIES:  # each `continued` answer is progress (a long run's next execution)
             try:
                 update = await handle.start_update(
                     names.RUN_SETTLED_UPDATE,
@@ -403,7 +404,9 @@ class KeelClient:
                     rpc_timeout=timedelta(seconds=WORKER_ANSWER_SECONDS),
                 )
                 settled: RunSettled = await update.result()
-                return settled
+                if not settled.continued:
+                    return settled
+                continue
             except WorkflowUpdateRPCTimeoutOrCancelledError:
                 raise await self._no_answer(run_id, signal_hint=None) from None
             except (WorkflowUpdateFailedError, RPCError) as err:
@@ -412,6 +415,7 @@ class KeelClient:
                 # The run ended (or continued as new) while the update waited: ask the execution now current.
                 if (await handle.describe()).status != ExecutionStatus.RUNNING:
                     return RunSettled(ended=True)
+                tries += 1
         raise KeelClientError(f"Run {run_id!r} did not answer `settled` (is its worker an older Keel?)")
 
     async def approve(

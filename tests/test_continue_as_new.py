@@ -3,6 +3,7 @@ execution hands the next stays a few KB, whatever the tools returned."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -73,3 +74,19 @@ async def test_continuing_as_new_carries_a_few_kb_whatever_the_results(
             carried = await carried_bytes(client, run_id)
     assert result.text == "saw 20 results of [100000] bytes" and len(result.tool_results) == 20
     assert carried and max(carried) < 4096, carried
+
+
+async def test_a_client_settling_a_long_run_does_not_hold_back_its_continue_as_new(
+    storage: Storage, task_queue: str, tmp_path: Path
+) -> None:
+    """Found by review: `settled` waited for the run to end or wait on a person, and continue-as-new waits for
+    every handler to finish, so a client's `settle` froze the run for good at its first continue-as-new."""
+    async with server_suggesting_continue_as_new(tmp_path) as client:
+        async with running_worker(client, test_app, storage, task_queue) as keel:
+            run_id = await keel.start_run("multi", "steps=40", thread_id="t-settle")
+            settled = await asyncio.wait_for(keel.settle(run_id), 60)  # across every execution of the run
+            result = await asyncio.wait_for(keel.result(run_id), 60)
+            carried = await carried_bytes(client, run_id)
+    assert len(carried) >= 2, "the run did not continue as new twice"
+    assert settled.ended and not settled.continued
+    assert result.text == "done after 40 tool calls"

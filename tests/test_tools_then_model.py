@@ -183,6 +183,29 @@ async def test_a_re_executed_step_reuses_stored_results_and_tells_re_run_tools_t
     assert h.model_calls == 1
 
 
+async def test_a_re_executed_step_says_whether_what_came_with_it_was_heard_by_its_stored_answer(
+    storage: Storage,
+) -> None:
+    """A step executed again after its answer was stored: what came with it that was in the thread then (the
+    same writes as the first execution) was heard; a message delivered since was not, and the workflow must
+    take one more step for it (and only then: review found every re-executed step with writes taking one)."""
+    h = Harness(storage)
+    delivered = MessageRecord(id="r1-d-msg-1", role="user", content="also this")
+    first_input = step_input("a")
+    first_input.model.writes = PendingWrites(messages=[delivered])
+    first = await h.attempt(1, first_input)
+    assert first.model is not None and not first.model.reused
+    again = await h.attempt(1, first_input)  # lost with its workflow task: the same input again
+    assert again.model is not None and again.model.reused and not again.model.unheard
+    later = MessageRecord(id="r1-d-msg-2", role="user", content="and this, sent while it ran")
+    with_more = step_input("a")
+    with_more.model.writes = PendingWrites(messages=[delivered, later])
+    third = await h.attempt(1, with_more)
+    assert third.model is not None and third.model.reused and third.model.unheard
+    assert [m.id for m in await storage.get_messages(["r1-d-msg-2"])] == ["r1-d-msg-2"]  # kept for the next step
+    assert h.model_calls == 1
+
+
 async def test_a_re_executed_step_returns_the_model_answer_it_stored_without_asking_again(
     storage: Storage,
 ) -> None:

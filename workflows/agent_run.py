@@ -139,6 +139,7 @@ class AgentRun:
         self._resumes: dict[str, ToolResume] = {}  # resume data for them
         self._turn: TurnConfig | None = None  # a session's turn: its current mode and permissions
         self._ended = False  # the loop has returned: `settled` answers, then the run completes
+        self._continuing = False  # about to continue as new: `settled` answers so the handlers can finish
 
     # --- handlers ------------------------------------------------------------------------------------
 
@@ -146,15 +147,20 @@ class AgentRun:
     def pending_tool_calls(self) -> list[PendingToolCall]:
         return [call for call_id, call in self._pending.items() if call_id not in self._decisions]
 
-    @workflow.update(name=names.RUN_SETTLED_UPDATE)
+    @workflow.update(name=names.RUN_SETTLED_UPDATE, unfinished_policy=workflow.HandlerUnfinishedPolicy.ABANDON)
     async def settled(self) -> RunSettled:
         """Once the run waits on a person (the calls to decide or to resume) or has ended: a client that
-        started a run waits for it here instead of polling. No command: any run, of any shape, answers it."""
+        started a run waits for it here instead of polling. No command: any run, of any shape, answers it. A run
+        about to continue as new answers `continued` (it waits for its handlers to finish; the client asks the
+        next execution), and one that fails or is canceled leaves it unanswered (the client sees it closed)."""
+        waiting = self.pending_tool_calls
         await workflow.wait_condition(
-            lambda: self._ended or bool(self.pending_tool_calls()) or bool(self.suspended_tool_calls())
+            lambda: self._ended or self._continuing or bool(waiting()) or bool(self.suspended_tool_calls())
         )
         if self._ended:
             return RunSettled(ended=True)
+        if self._continuing:
+            return RunSettled(continued=True)
         return RunSettled(pending=self.pending_tool_calls(), suspended=self.suspended_tool_calls())
 
     @workflow.query(name=names.REJECTED_SIGNALS_QUERY)
@@ -432,7 +438,6 @@ class _Loop:
         self.carry = input.carry or RunCarry(step=0, message_seq=0)
         self.local_in_task = 0  # local activities since the run last waited on the server (in this task)
         self.local_bytes_in_task = 0  # what they returned, as JSON (shapes past the legacy budget bound it)
-        self._drained_for_step = 0  # delivered messages that went with the latest model step's input
         self.carry.shape = self.shape
         if input.carry is None:
             messages = input.messages
@@ -479,6 +484,7 @@ class _Loop:
                 self._drain_inbox()
                 if (c.pending.messages or c.pending.events) and workflow.patched(PERSIST_BEFORE_CONTINUE_PATCH):
                     await self._persist_pending()
+                self.wf._continuing = True
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(self.input.model_copy(update={"carry": c, "turn": self.wf._turn}))
 
@@ -496,15 +502,16 @@ class _Loop:
         return drained
 
     def _note_heard(self, step: ModelStepResult) -> None:
-        """A step that answered from storage did not hear the messages delivered with it: the run goes on until a
-        step that asks the model has (see `RunCarry.unheard`)."""
+        """A step that answered from storage did not hear what came with it and was not in the thread when that
+        answer was given (a message delivered since): the run goes on until a step that asks the model has (see
+        `RunCarry.unheard`)."""
         if not step.reused:
             self.carry.unheard = False
-        elif self._drained_for_step:
+        elif step.unheard:
             self.carry.unheard = True
 
     def _next_model_input(self) -> ModelStepInput:
-        self._drained_for_step = self._drain_inbox()
+        self._drain_inbox()
         c = self.carry
         step_input = ModelStepInput(
             run_id=self.run_id,

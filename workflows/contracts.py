@@ -345,6 +345,8 @@ class RunSettled(Contract):
     pending: list[PendingToolCall] = Field(default_factory=list)
     suspended: list[SuspendedToolCall] = Field(default_factory=list)
     ended: bool = False
+    continued: bool = False
+    """The execution is continuing as new: ask the next one (`KeelClient.settle` does)."""
 
 
 # --- Activities -----------------------------------------------------------------------------------------
@@ -422,6 +424,9 @@ class ModelStepResult(RunLists):
     file_reads: dict[str, FileReadRecord] | None = None
     reused: bool = False
     """The answer an earlier execution of the step stored, returned again (the model was not asked)."""
+    unheard: bool = False
+    """With `reused`: what came with the step (a message delivered since) was not in the thread when that answer
+    was given."""
 
 
 class ToolCallInput(Contract):
