@@ -2,16 +2,19 @@
 `bench.chaos.app`), a seeded random mix of runs kept at a number in flight, a fault injector, and the checker.
 
 Faults, one at a time at seeded random moments: a worker killed with SIGKILL (started again after a while), a
-worker stopped with SIGSTOP for a few seconds, the Temporal server killed with SIGKILL and started again on its
-database, PostgreSQL killed with SIGKILL and started again (crash recovery from its WAL). Runs are driven through
-`KeelClient` (approvals by update) and the `temporal` CLI (approvals by signal), every call retried through the
-outages, as a client that must not give up would.
+worker stopped with SIGSTOP for a few seconds, the HTTP API (`keel serve`) killed with SIGKILL and started again,
+the Temporal server killed with SIGKILL and started again on its database, PostgreSQL killed with SIGKILL and
+started again (crash recovery from its WAL). Runs are driven through `KeelClient` (approvals by update) and the
+`temporal` CLI (approvals by signal), every call retried through the outages, as a client that must not give up
+would; half the `busy` runs are also read over HTTP (`observe`) while they run, reconnecting after each drop with
+the number of chunks read.
 
 What is checked, per run, against the ledger (`bench/chaos/app.py`):
 - it ended (none stuck) with the answer it must have: the decision it was given, what its tools returned;
 - `charge` (not idempotent) ran at most once per call, exactly once when the run says it charged, never when it
   says declined; a lost charge is reported as lost (and counted so), never run twice;
 - an idempotent tool ran at least once per call of an ended run, and every re-run was told `attempt > 1`;
+- each stream read through API kills is the run's whole stream: every chunk once, in order;
 - at the end, visibility counts no open run of the mix (its count equals the driver's: zero).
 """
 
@@ -36,6 +39,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+import httpx
+
 from bench.chaos import app as chaos_app
 from keel.client import KeelClient
 from keel.client.devserver import DevServer, DevServerConfig
@@ -49,7 +54,9 @@ ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 KINDS = {"shop": 4, "busy": 3, "batch": 3}
 """Run kinds and their weights in the mix."""
-FAULTS = {"worker-kill": 4, "worker-stop": 2, "temporal-kill": 2, "postgres-kill": 2}
+FAULTS = {"worker-kill": 4, "worker-stop": 2, "api-kill": 2, "temporal-kill": 2, "postgres-kill": 2}
+STREAMED = 0.5
+"""The share of `busy` runs whose HTTP stream is read while they run."""
 GRACE_SECONDS = 180.0
 """After the mix stops: how long the runs in flight have to end before each still open counts as stuck."""
 T = TypeVar("T")
@@ -78,6 +85,10 @@ class RunRecord:
     ended: float | None = None
     answer: Any = None
     error: str | None = None
+    streamed: list[dict[str, Any]] | None = None
+    """The run's chunks as a reader of its HTTP stream got them, reconnecting with its offset after each drop."""
+    stream: list[dict[str, Any]] | None = None
+    """The run's chunks read once more, whole, after it ended."""
 
 
 @dataclass
@@ -90,6 +101,8 @@ class Report:
     duplicated: list[str] = field(default_factory=list)
     lost_reported: int = 0
     open_in_visibility: int = 0
+    streams: int = 0
+    stream_gaps: list[str] = field(default_factory=list)
     longest_run_seconds: float = 0.0
     seed: int = 0
     minutes: float = 0.0
@@ -97,20 +110,22 @@ class Report:
 
     @property
     def ok(self) -> bool:
-        return not (self.stuck or self.wrong or self.duplicated or self.open_in_visibility)
+        return not (self.stuck or self.wrong or self.duplicated or self.open_in_visibility or self.stream_gaps)
 
 
 class Worker:
-    def __init__(self, name: str, env: dict[str, str], logs: Path) -> None:
+    """A process of the stack that a fault may kill and `keep_alive` starts again: a worker, or the HTTP API."""
+
+    def __init__(self, name: str, env: dict[str, str], logs: Path, argv: list[str] | None = None) -> None:
         self.name, self.env, self.logs = name, env, logs
+        self.argv = argv or [str(BIN / "keel"), "worker", "--app", "bench.chaos.app:app", "--join"]
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
 
     def start(self) -> None:
         self.starts += 1
-        log = (self.logs / f"worker-{self.name}-{self.starts}.log").open("wb")
-        argv = [str(BIN / "keel"), "worker", "--app", "bench.chaos.app:app", "--join"]
-        self.proc = subprocess.Popen(argv, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        log = (self.logs / f"{self.name}-{self.starts}.log").open("wb")
+        self.proc = subprocess.Popen(self.argv, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT)
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -140,26 +155,36 @@ class Stack:
             "CHAOS_CRASH_ONE_IN": str(cfg.crash_one_in),
             "PYTHONPATH": str(ROOT),
         }
-        self.workers = [Worker(n, {**self.env, "KEEL_DATA_DIR": str(work / f"data-{n}")}, work) for n in "ab"]
+        self.workers = [
+            Worker(f"worker-{n}", {**self.env, "KEEL_DATA_DIR": str(work / f"data-{n}")}, work) for n in "ab"
+        ]
+        port = free_port()
+        self.api_url = f"http://127.0.0.1:{port}"
+        serve = [str(BIN / "keel"), "serve", "--app", "bench.chaos.app:app", "--port", str(port)]
+        self.api = Worker("api", {**self.env, "KEEL_DATA_DIR": str(work / "data-api")}, work, serve)
 
     async def up(self) -> None:
         await self.temporal.start(reuse=False)
-        for worker in self.workers:
-            worker.start()
+        for process in self.processes:
+            process.start()
+
+    @property
+    def processes(self) -> list[Worker]:
+        return [*self.workers, self.api]
 
     def down(self) -> None:
-        for worker in self.workers:
-            worker.kill()
+        for process in self.processes:
+            process.kill()
         self.temporal.stop()
 
-    async def keep_workers_alive(self) -> None:
-        """A worker that died (a fault, or `charge` crashing it) is started again after a while."""
+    async def keep_alive(self) -> None:
+        """A worker or the API that died (a fault, or `charge` crashing a worker) is started again after a while."""
         while True:
             await asyncio.sleep(0.5)
-            for worker in self.workers:
-                if not worker.alive():
+            for process in self.processes:
+                if not process.alive():
                     await asyncio.sleep(random.uniform(0.2, 1.5))
-                    worker.start()
+                    process.start()
 
 
 async def retrying(call: Callable[[], Awaitable[T]], *, until: float, what: str) -> T:
@@ -192,6 +217,11 @@ class Mix:
         try:
             if kind == "batch":
                 await self._batch(run, until)
+            elif kind == "busy" and rng.random() < STREAMED:
+                watching = asyncio.create_task(self._watch(run, until))
+                await self._agent(run, rng, until)
+                run.streamed = await watching
+                run.stream = await self._watch(run, until, once=True)
             else:
                 await self._agent(run, rng, until)
         except Exception as err:
@@ -212,6 +242,29 @@ class Mix:
                 await self._decide(run, call.tool_call_id, until)
         result = await retrying(lambda: self.keel.result(run.run_id), until=until, what="result")
         run.answer = result.text
+
+    async def _watch(self, run: RunRecord, until: float, *, once: bool = False) -> list[dict[str, Any]]:
+        """The run's chunks over `POST /api/agents/:id/observe`, through API kills: after each dropped stream a
+        new one from the number of chunks already read (`once`: one read from the start, of an ended run)."""
+        got: list[dict[str, Any]] = []
+        while True:
+            try:
+                async with httpx.AsyncClient(base_url=self.stack.api_url, timeout=httpx.Timeout(30, read=None)) as http:
+                    body = {"runId": run.run_id, "offset": len(got)}
+                    async with http.stream("POST", f"/api/agents/{run.kind}/observe", json=body) as response:
+                        if response.status_code != 200:
+                            raise RuntimeError(f"observe answered {response.status_code}")
+                        async for line in response.aiter_lines():
+                            if line == "data: [DONE]":
+                                return got
+                            if line.startswith("data: "):
+                                got.append(json.loads(line[6:]))
+            except (httpx.HTTPError, RuntimeError) as err:
+                if time.monotonic() > until:
+                    raise TimeoutError(f"observe {run.run_id}: {err}") from err
+                if once:
+                    got = []
+                await asyncio.sleep(0.3)
 
     async def _decide(self, run: RunRecord, call_id: str, until: float) -> None:
         if run.decision == "signal":
@@ -289,6 +342,9 @@ class Faults:
     async def worker_kill(self) -> None:
         self.rng.choice(self.stack.workers).kill()  # `keep_workers_alive` starts it again
 
+    async def api_kill(self) -> None:
+        self.stack.api.kill()  # `keep_alive` starts it again; streams read through it reconnect with their offset
+
     async def worker_stop(self) -> None:
         worker = self.rng.choice(self.stack.workers)
         if worker.proc is None or not worker.alive():
@@ -337,6 +393,12 @@ def check(runs: list[RunRecord], ledger: list[dict[str, Any]], report: Report) -
             report.stuck.append(f"{run.run_id} ({run.kind}): {run.error or 'no answer'}")
             continue
         report.ended += 1
+        if run.streamed is not None:
+            report.streams += 1
+            if run.streamed != run.stream:
+                got = [c.get("type") for c in run.streamed]
+                whole = [c.get("type") for c in (run.stream or [])]
+                report.stream_gaps.append(f"{run.run_id}: streamed {got}, whole {whole}")
         problem = _wrong(run, by_key, report)
         if problem:
             report.wrong.append(f"{run.run_id} ({run.kind}): {problem}")
@@ -378,6 +440,7 @@ def summary(report: Report) -> str:
         ("lost (reported as lost)", str(report.lost_reported)),
         ("wrong answers", str(len(report.wrong))),
         ("wrongly duplicated side effects", str(len(report.duplicated))),
+        ("streams read through API kills, with gaps", f"{len(report.stream_gaps)}/{report.streams}"),
         ("stuck", str(len(report.stuck))),
         ("open in visibility at the end", str(report.open_in_visibility)),
         ("longest run (s)", f"{report.longest_run_seconds:.1f}"),
@@ -385,7 +448,9 @@ def summary(report: Report) -> str:
     width = max(len(r[0]) for r in rows)
     lines = [f"chaos seed={report.seed} minutes={report.minutes:g} plant={report.plant or '-'}"]
     lines += [f"  {name:<{width}}  {value}" for name, value in rows]
-    for label, items in (("wrong", report.wrong), ("duplicated", report.duplicated), ("stuck", report.stuck)):
+    problems = (("wrong", report.wrong), ("duplicated", report.duplicated), ("stuck", report.stuck),
+                ("stream", report.stream_gaps))  # fmt: skip
+    for label, items in problems:
         lines += [f"  {label}: {item}" for item in items[:20]]
     lines.append("  OK" if report.ok else "  FAILED")
     return "\n".join(lines)
@@ -398,7 +463,7 @@ async def chaos(cfg: Config) -> Report:
         with postgres_cluster(durable=True) as pg:
             stack = Stack(cfg, work, pg)
             await stack.up()
-            keeper = asyncio.create_task(stack.keep_workers_alive())
+            keeper = asyncio.create_task(stack.keep_alive())
             try:
                 keel = await KeelClient.connect(stack.temporal.cfg.address, task_queue=stack.queue)
                 storage = open_storage(pg.dsn)
