@@ -25,7 +25,7 @@ demo: install  ## the demo end to end: local Temporal, worker, one approved and 
 dev: install  ## the whole stack in the foreground (Temporal dev server + UI, worker, HTTP API on :4111); Ctrl-C stops all
 	$(KEEL) dev
 
-test: install bwrap qemu  ## every test; the tests start their own Temporal dev server and PostgreSQL
+test: install bwrap qemu chromium  ## every test; the tests start their own Temporal dev server and PostgreSQL
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
@@ -44,6 +44,13 @@ qemu:  ## qemu-user, to run pgvector on an emulated CPU without AVX-512: install
 		  { apt-get update -qq >/dev/null 2>&1 && \
 		    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends qemu-user >/dev/null 2>&1; }; }; } || \
 		echo "qemu-user not installed: the emulated-CPU pgvector test will say 'skipped: qemu-x86_64 missing'"
+
+chromium:  ## Debian's Chromium, to screenshot a trace in Phoenix: installed with apt where it can be; else that test skips
+	@command -v chromium >/dev/null || { command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
+		{ DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1 || \
+		  { apt-get update -qq >/dev/null 2>&1 && \
+		    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1; }; }; } || \
+		echo "chromium not installed: the Phoenix screenshot test will say 'skipped: chromium missing'"
 
 bench: install  ## per-step cost of Keel against bare temporalio, side by side (see bench/README.md)
 	$(PY) -m bench.agent_steps

@@ -66,6 +66,8 @@ def span_type(name: str, attributes: Mapping[str, Any]) -> str:
         return "agent_run"
     if "keel.workspace.id" in attributes:
         return "workspace_action"
+    if "keel.approval.decision" in attributes:  # the wait for an approval (`keel.workflows.run_telemetry`)
+        return "workflow_wait_event"
     what, _, target = name.partition(":")
     if target and what in _WORKFLOW_STARTS:
         return "agent_run" if target == names.AGENT_RUN else "workflow_run"

@@ -5,7 +5,9 @@ With tracing on (`keel.protocol.tracing.enabled()`), the interceptor puts the ca
 headers of what a client starts, signals and updates, and a worker makes spans from them: the workflow's run,
 its activities and local activities, child workflows, signals and updates, so a run's spans share one trace across
 processes. Its workflow part makes each span once, when a workflow task first runs, never on replay, and it
-changes no command, so histories replay the same with tracing on or off. With tracing off nothing is installed.
+changes no command, so histories replay the same with tracing on or off. Keel's subclass
+(`keel.client.tracing_interceptor`) adds each activity's attempt to its span and makes the spans workflow code
+hands it (the wait for an approval). With tracing off nothing is installed.
 
 An approval arrives long after the run started, from another process. `run_trace` makes the run's own trace
 current for it (read from the headers of the run's first history event), so the decision's client span is in
@@ -40,14 +42,14 @@ tracing.register_exporter("keel", storage_exporter)
 
 
 def interceptor() -> TracingInterceptor | None:
-    """A new `TracingInterceptor` when tracing is on (the process's tracer provider configured first), else
-    None. `TracingInterceptor` is imported only then."""
+    """A new `TracingInterceptor` (Keel's: `keel.client.tracing_interceptor`) when tracing is on (the process's
+    tracer provider configured first), else None. `TracingInterceptor` is imported only then."""
     if not tracing.enabled():
         return None
     tracing.configure()
-    from temporalio.contrib.opentelemetry import TracingInterceptor
+    from keel.client.tracing_interceptor import KeelTracingInterceptor
 
-    return TracingInterceptor()
+    return KeelTracingInterceptor()
 
 
 def find_interceptor(interceptors: Sequence[Any]) -> TracingInterceptor | None:

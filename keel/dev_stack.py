@@ -47,9 +47,41 @@ async def with_stack(args: argparse.Namespace, body: StackBody, *, codec_endpoin
 
 
 async def cmd_dev(args: argparse.Namespace) -> int:
+    from functools import partial
+
+    run: Callable[[argparse.Namespace], Awaitable[int]] = _cmd_dev
     if getattr(args, "s3", False):
-        return await with_local_s3(args, _cmd_dev)
-    return await _cmd_dev(args)
+        run = partial(with_local_s3, run=run)
+    if getattr(args, "phoenix", False):
+        run = partial(with_local_phoenix, run=run)
+    return await run(args)
+
+
+async def with_local_phoenix(args: argparse.Namespace, run: Callable[[argparse.Namespace], Awaitable[int]]) -> int:
+    """`run(args)` with a local Arize Phoenix (`keel.client.phoenix_server`) started first (installed into its own
+    virtualenv on first use) and stopped after, the stack's traces exported to it over OTLP/HTTP."""
+    import asyncio
+    import os
+
+    from keel.client.phoenix_server import PHOENIX_VERSION, LocalPhoenix, install_phoenix, phoenix_command, tools_dir
+
+    if phoenix_command() is None:
+        print(f"installing arize-phoenix=={PHOENIX_VERSION} into {tools_dir()} (first use only)", flush=True)
+        await asyncio.to_thread(install_phoenix)
+    server = LocalPhoenix(settings_of(args).data_dir / "phoenix", args.phoenix_port)
+    try:
+        phoenix = await asyncio.to_thread(server.start)
+        os.environ.update(phoenix.env())
+        print(
+            f"Phoenix (traces) at {phoenix.url}, project {phoenix.project!r}; data in {phoenix.directory}", flush=True
+        )
+        print(f"  OTEL_EXPORTER_OTLP_TRACES_ENDPOINT={phoenix.traces_endpoint}", flush=True)
+        return await run(args)
+    finally:
+        from keel.protocol import tracing
+
+        tracing.flush()  # the stack's last spans, before their receiver goes
+        server.stop()  # not in a thread: it must run even when the loop is being cancelled
 
 
 async def with_local_s3(args: argparse.Namespace, run: Callable[[argparse.Namespace], Awaitable[int]]) -> int:
@@ -80,6 +112,13 @@ def _dev_args(parser: argparse.ArgumentParser) -> None:
         "payloads there (KEEL_PAYLOAD_STORE and AWS_* are set for the stack)",
     )
     parser.add_argument("--s3-port", type=int, default=8333, help="the local S3 server's port (default 8333)")
+    parser.add_argument(
+        "--phoenix",
+        action="store_true",
+        help="also run Arize Phoenix (the trace UI; installed into .venv/tools/phoenix on first use, data in "
+        "$KEEL_DATA_DIR/phoenix) and export the stack's traces to it over OTLP/HTTP",
+    )
+    parser.add_argument("--phoenix-port", type=int, default=6006, help="Phoenix's UI and OTLP/HTTP port (default 6006)")
 
 
 async def _cmd_dev(args: argparse.Namespace) -> int:

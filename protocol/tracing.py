@@ -10,18 +10,25 @@ and then nothing here imports OpenTelemetry or makes a span: the helpers hand ba
 Everything else is read by the SDK and the exporters themselves: endpoint, headers, timeout and compression
 (`OTEL_EXPORTER_OTLP_*`), `OTEL_SERVICE_NAME` and `OTEL_RESOURCE_ATTRIBUTES`, the sampler, the batch delay and
 sizes (`OTEL_BSP_*`). A process that set its own SDK tracer provider keeps it: Keel adds no exporter to it.
-`shutdown()` exports what is buffered (the worker and the `keel` command call it before they exit).
+`configure()` also instruments httpx (the model servers' requests, under their model call's span) and asyncpg
+(PostgreSQL storage's queries) when they are imported and their instrumentations installed
+(`INSTRUMENTED_LIBRARIES`; `OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=httpx,asyncpg` leaves them out); with tracing
+off neither instrumentation is imported. `shutdown()` exports what is buffered (the worker and the `keel` command
+call it before they exit).
 
-Keel's spans, made inside activities only (never in workflow code, which replays): `model_call` (one per model
-call, GenAI semantic conventions: `chat {model}` with the model, provider, token counts and finish reasons;
-prompt and completion only when `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`, at most
-`MAX_CONTENT_CHARS` each), `tool_call` (`execute_tool {name}`, error status when the tool failed) and
-`workspace_operation` (the workspace call under a workspace tool's span, an indexing pass).
+Keel's spans, made inside activities (workflow code, which replays, hands its few to the worker's tracing
+interceptor: `WorkflowSpan`): `model_call` (one per model call, GenAI semantic conventions: `chat {model}` with
+the model, provider, token counts and finish reasons; prompt and completion only when
+`OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`, at most `MAX_CONTENT_CHARS` each), `tool_call`
+(`execute_tool {name}`, error status when the tool failed), `workspace_operation` (the workspace call under a
+workspace tool's span, an indexing pass), and the wait for an approval (`approval {tool}`, with the decision).
 
 No attribute carries a secret by construction (no request headers, no keys, tool arguments and results only
-when content capture is on). As a second guard, the exporters `configure()` sets up replace, in every string
-they send, the values of secret-named environment variables (`*_API_KEY`, `*TOKEN*`, `*SECRET*`, ...), the
-OTLP headers' values, the HTTP API's keys, the keys models were given (`add_secret`) and bearer tokens.
+when content capture is on). As a second guard, the exporters `configure()` sets up drop captured credential
+headers (`Authorization`, `x-api-key`, cookies: when `OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_*` asks for
+them) and replace, in every string they send, the values of secret-named environment variables (`*_API_KEY`,
+`*TOKEN*`, `*SECRET*`, ...), the OTLP headers' values, the HTTP API's keys, the keys models were given
+(`add_secret`) and bearer tokens.
 
 OpenTelemetry is imported on first use: the `keel` commands that talk to Temporal check `enabled()` and load
 none of it when tracing is off.
@@ -36,7 +43,7 @@ import re
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import cache
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 from urllib.parse import unquote, urlsplit
 
 if TYPE_CHECKING:
@@ -103,7 +110,43 @@ def configure() -> None:
         if not isinstance(trace.get_tracer_provider(), TracerProvider):
             _provider = build_provider()
             trace.set_tracer_provider(_provider)
+        _instrument_libraries()
         _configured = True
+
+
+INSTRUMENTED_LIBRARIES = ("httpx", "asyncpg")
+"""Libraries whose calls are spans with tracing on (unless `OTEL_PYTHON_DISABLED_INSTRUMENTATIONS` names them):
+httpx's requests (the model servers'), asyncpg's queries (PostgreSQL storage's, their SQL without parameters)."""
+
+
+def _instrument_libraries() -> None:
+    """Instrument each of `INSTRUMENTED_LIBRARIES` when it is imported (at once if it is already; never if it
+    never is), if its instrumentation is installed."""
+    try:
+        import wrapt
+    except ImportError:  # no instrumentation installed (they need wrapt)
+        return
+    disabled = {n.strip() for n in os.environ.get("OTEL_PYTHON_DISABLED_INSTRUMENTATIONS", "").split(",")}
+    # The stable HTTP conventions (`http.request.method`, `url.full`, ...), as FastAPI's server spans have them,
+    # unless the process chose otherwise.
+    os.environ.setdefault("OTEL_SEMCONV_STABILITY_OPT_IN", "http")
+    for library in INSTRUMENTED_LIBRARIES:
+        if library not in disabled:
+            wrapt.register_post_import_hook(_instrument, library)
+
+
+def _instrument(module: Any) -> None:
+    try:
+        if module.__name__ == "httpx":
+            from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
+
+            HTTPXClientInstrumentor().instrument()
+        elif module.__name__ == "asyncpg":
+            from opentelemetry.instrumentation.asyncpg import AsyncPGInstrumentor
+
+            AsyncPGInstrumentor().instrument()  # type: ignore[no-untyped-call]
+    except ImportError:  # that library's instrumentation is not installed
+        return
 
 
 def build_provider(names: Sequence[str] | None = None) -> TracerProvider:
@@ -253,15 +296,25 @@ def _redacted_attributes(attributes: Mapping[str, Any] | None, secrets: Sequence
     return {key: clean(value) for key, value in (attributes or {}).items()}
 
 
+_SECRET_HEADER = re.compile(
+    r"^http\.(request|response)\.header\.(authorization|proxy[_-]authorization|x[_-]api[_-]key|api[_-]key|cookie|"
+    r"set[_-]cookie)$",
+    re.IGNORECASE,
+)
+"""Captured headers (`OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_*`) that carry credentials: never exported."""
+
+
 def _redacted_span(span: ReadableSpan, secrets: Sequence[str]) -> ReadableSpan:
-    """`span`, or a copy of it with its strings `redacted` when one of them holds a secret."""
+    """`span`, or a copy of it with its strings `redacted` (and no credential header) when one of them holds a
+    secret."""
+    headers = [key for key in (span.attributes or {}) if _SECRET_HEADER.match(key)]
     strings = [
         *_strings(span.attributes),
         *(s for event in span.events for s in _strings(event.attributes)),
         *(s for link in span.links for s in _strings(link.attributes)),
         span.status.description or "",
     ]
-    if all(redacted(s, secrets) == s for s in strings):
+    if not headers and all(redacted(s, secrets) == s for s in strings):
         return span
     from opentelemetry.sdk.trace import Event, ReadableSpan
     from opentelemetry.trace import Link, Status
@@ -272,7 +325,9 @@ def _redacted_span(span: ReadableSpan, secrets: Sequence[str]) -> ReadableSpan:
         context=span.context,
         parent=span.parent,
         resource=span.resource,
-        attributes=_redacted_attributes(span.attributes, secrets),
+        attributes=_redacted_attributes(
+            {k: v for k, v in (span.attributes or {}).items() if k not in headers}, secrets
+        ),
         events=[Event(e.name, _redacted_attributes(e.attributes, secrets), e.timestamp) for e in span.events],
         links=[Link(link.context, _redacted_attributes(link.attributes, secrets)) for link in span.links],
         kind=span.kind,
@@ -281,6 +336,31 @@ def _redacted_span(span: ReadableSpan, secrets: Sequence[str]) -> ReadableSpan:
         end_time=span.end_time,
         instrumentation_scope=span.instrumentation_scope,
     )
+
+
+# --- spans from workflow code ---------------------------------------------------------------------------------
+
+WORKFLOW_SPAN_EXTERN = "__keel_opentelemetry_workflow_span"
+"""The extern function (Temporal's `workflow.extern_functions()`) through which workflow code hands a finished
+span to the worker's tracing interceptor (`keel.client.tracing_interceptor`); absent when tracing is off."""
+WORKFLOW_SPAN_START_EXTERN = "__keel_opentelemetry_workflow_span_start"
+"""The extern function that tells the interceptor a span's `key` starts now (workflow time is the workflow task's
+start, before the local activities the task ran): the span then runs from this moment to when it is handed over,
+by the worker's clock, if the same worker sees both; otherwise by the workflow times it is given."""
+
+
+class WorkflowSpan(NamedTuple):
+    """A span workflow code made (the wait for an approval), handed over once it has ended, never while the
+    workflow replays: the interceptor makes it, under the run's trace context (from `headers`), from `start_ns` to
+    `end_ns` (workflow time) unless it saw `key` start. `content` goes on it only when content capture is on."""
+
+    key: str
+    name: str
+    start_ns: int
+    end_ns: int
+    headers: Mapping[str, Any]
+    attributes: Mapping[str, str | int | bool]
+    content: Mapping[str, str]
 
 
 # --- Keel's spans ----------------------------------------------------------------------------------------------
@@ -509,12 +589,16 @@ def _message(message: MessageRecord) -> dict[str, Any]:
 __all__ = [
     "CAPTURE_CONTENT",
     "DEFAULT_SERVICE_NAME",
+    "INSTRUMENTED_LIBRARIES",
     "MAX_CONTENT_CHARS",
     "REDACTED",
     "TRACES_EXPORTER",
+    "WORKFLOW_SPAN_EXTERN",
+    "WORKFLOW_SPAN_START_EXTERN",
     "ModelCall",
     "ToolCall",
     "ToolCallLike",
+    "WorkflowSpan",
     "add_secret",
     "build_provider",
     "capture_content",

@@ -17,13 +17,16 @@ import signal
 import subprocess
 import sys
 import threading
+import uuid
 from collections.abc import Iterator, Sequence
 from concurrent import futures
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
+import asyncpg
 import grpc
 import pytest
 from opentelemetry import trace
@@ -47,7 +50,7 @@ from keel.client.connection import connect
 from keel.client.devserver import DevServer
 from keel.plugin import KeelPlugin
 from keel.protocol import tracing
-from keel.storage import Storage
+from keel.storage import Storage, open_storage
 from keel.worker import build_worker
 from tests.conftest import ROOT, running_worker, worker_subprocess
 from tests.fake_openai import FakeOpenAI, delta, finish, sse
@@ -127,6 +130,7 @@ def test_tracing_off_loads_no_opentelemetry_sdk_in_a_client_or_worker_process(
     """A separate process: this one has loaded the SDK for the other tests."""
     script = """
 import asyncio, sys
+import asyncpg, httpx
 from keel.app.demo import app
 from keel.client.connection import connect
 from keel.storage import SQLiteStorage
@@ -137,8 +141,12 @@ async def main():
     worker = build_worker(client, app, SQLiteStorage(sys.argv[2]), task_queue="tracing-off")
     interceptors = client.config(active_config=True)["interceptors"]
     interceptors += worker.config(active_config=True)["interceptors"]
-    loaded = sorted(m for m in sys.modules if m.startswith(("opentelemetry.sdk", "temporalio.contrib.opentelemetry")))
-    print(len(interceptors), loaded)
+    loaded = sorted(m for m in sys.modules if m.startswith(
+        ("opentelemetry.sdk", "opentelemetry.instrumentation", "wrapt", "temporalio.contrib.opentelemetry")
+    ))
+    wrapped = [hasattr(f, "__wrapped__") for f in (httpx.AsyncHTTPTransport.handle_async_request,
+                                                    asyncpg.connection.Connection.fetch)]
+    print(len(interceptors), loaded, wrapped)
 
 asyncio.run(main())
 """
@@ -148,7 +156,7 @@ asyncio.run(main())
         env=env, cwd=ROOT, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == ["0", "[]"]
+    assert proc.stdout.split() == ["0", "[]", "[False,", "False]"]
 
 
 async def test_an_approved_demo_run_is_one_trace_from_the_client_through_model_calls_tool_and_approval(
@@ -202,11 +210,82 @@ async def test_an_approved_demo_run_is_one_trace_from_the_client_through_model_c
     assert parent_of(spans, update) is start
     assert parent_of(spans, one(spans, "HandleUpdate:approve_tool_call")) is start
 
-    # Recorded with tracing, the history replays with and without it (the interceptor changes no command).
+    # The wait for the approval is a span of the run's trace, from the suspension to the update that decided it.
+    approval = one(spans, "approval save_note")
+    assert parent_of(spans, approval) is start
+    assert approval.attributes is not None
+    assert {k: v for k, v in approval.attributes.items() if k.startswith("keel.approval.")} == {
+        "keel.approval.decision": "approved",
+        "keel.approval.channel": "update",
+    }
+    assert approval.attributes["keel.tool.call.id"] == call_id and approval.attributes["keel.run.id"] == run_id
+    assert approval.attributes["keel.step"] == 1
+    assert approval.start_time is not None and approval.end_time is not None and first.end_time is not None
+    assert first.end_time <= approval.start_time < approval.end_time
+    assert approval.end_time - approval.start_time >= 10_000_000  # the test's polling alone takes longer
+    assert tool.start_time is not None and approval.end_time <= tool.start_time
+
+    # Recorded with tracing, the history replays with and without it (the interceptor changes no command), and
+    # replaying makes no span again.
     history = await traced_client.get_workflow_handle(run_id).fetch_history()
+    made = len(traced.get_finished_spans())
     for exporter in ("otlp", "none"):
         monkeypatch.setenv("OTEL_TRACES_EXPORTER", exporter)
         await Replayer(workflows=[], plugins=[KeelPlugin()]).replay_workflow(history)
+    assert len(traced.get_finished_spans()) == made
+
+
+async def test_an_approval_decided_on_another_worker_spans_the_workflow_times_of_the_wait(
+    client: Client,
+    dev_server: DevServer,
+    storage: Storage,
+    task_queue: str,
+    traced: InMemorySpanExporter,
+    data_dir: Path,
+) -> None:
+    """The worker that saw the wait start is gone (a restart, an eviction): the next one makes the span from the
+    workflow's own times, the suspension's task to the task that brought the decision."""
+    async with running_worker(await connect(dev_server.cfg.address), demo_app, storage, task_queue) as keel:
+        run_id = await keel.start_run("demo", "remember the eggs")
+        [call_id] = await wait_for_pending(KeelClient(client, task_queue=task_queue), run_id)
+    async with running_worker(await connect(dev_server.cfg.address), demo_app, storage, task_queue) as keel:
+        await keel.approve(run_id, call_id)
+        assert (await keel.result(run_id)).finish_reason == "stop"
+    spans = traced.get_finished_spans()
+    approval = one(spans, "approval save_note")
+    assert approval.attributes is not None and approval.attributes["keel.approval.decision"] == "approved"
+    assert parent_of(spans, approval) is one(spans, "StartWorkflow:AgentRun")
+    run, handled = one(spans, "RunWorkflow:AgentRun"), one(spans, "HandleUpdate:approve_tool_call")
+    assert run.start_time is not None and approval.start_time is not None and approval.end_time is not None
+    assert run.start_time <= approval.start_time < approval.end_time == handled.start_time
+
+
+async def test_a_decision_by_signal_is_a_declined_approval_span_with_its_reason_when_content_is_captured(
+    client: Client,
+    dev_server: DevServer,
+    storage: Storage,
+    task_queue: str,
+    traced: InMemorySpanExporter,
+    data_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(tracing.CAPTURE_CONTENT, "true")
+    traced_client = await connect(dev_server.cfg.address)
+    async with running_worker(traced_client, demo_app, storage, task_queue) as keel:
+        run_id = await keel.start_run("demo", "forget the milk")
+        [call_id] = await wait_for_pending(KeelClient(client, task_queue=task_queue), run_id)
+        await keel.signal_approval(run_id, call_id, approved=False, reason="not today")
+        assert (await keel.result(run_id)).text == "The save_note call was declined, so I did not save the note."
+    spans = traced.get_finished_spans()
+    approval = one(spans, "approval save_note")
+    assert approval.attributes is not None
+    assert {k: v for k, v in approval.attributes.items() if k.startswith("keel.approval.")} == {
+        "keel.approval.decision": "declined",
+        "keel.approval.channel": "signal",
+        "keel.approval.reason": "not today",
+    }
+    assert parent_of(spans, approval) is one(spans, "StartWorkflow:AgentRun")
+    assert not named(spans, "execute_tool save_note")
 
 
 async def test_a_failed_tool_and_workspace_writes_have_their_spans_with_content_when_asked(
@@ -246,6 +325,42 @@ async def test_a_failed_tool_and_workspace_writes_have_their_spans_with_content_
     assert write.attributes["keel.workspace.id"] == "scribe-ws" and write.attributes["file.path"] == "notes/today.md"
     assert write.attributes["keel.workspace.capability"] == "filesystem"
     assert (tmp_path / "ws" / "notes" / "today.md").read_text() == "tracing works"
+
+
+async def test_postgres_storage_queries_are_spans_of_the_run_without_their_parameters(
+    dev_server: DevServer, task_queue: str, traced: InMemorySpanExporter, data_dir: Path, pg_dsn: str
+) -> None:
+    """asyncpg is instrumented with tracing on: the queries an activity makes are spans under its span, with
+    their SQL and not their parameters (the prompt, stored as a message, is in none)."""
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    admin = await asyncpg.connect(pg_dsn)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    storage = open_storage(urlsplit(pg_dsn)._replace(path=f"/{name}").geturl())
+    await storage.init()
+    marker = f"marker-{uuid.uuid4().hex}"
+    try:
+        async with running_worker(await connect(dev_server.cfg.address), demo_app, storage, task_queue) as keel:
+            run_id = await keel.start_run("demo", f"remember {marker}")
+            [call_id] = await wait_for_pending(keel, run_id)
+            traced.clear()  # from here on, the approval's trace: the run's
+            await keel.approve(run_id, call_id)
+            assert (await keel.result(run_id)).finish_reason == "stop"
+    finally:
+        await storage.close()
+    every = traced.get_finished_spans()
+    run_trace = one(every, "StartWorkflowUpdate:approve_tool_call").context.trace_id
+    spans = [s for s in every if s.context.trace_id == run_trace]
+    queries = [s for s in spans if (s.attributes or {}).get("db.system") == "postgresql"]
+    assert any(str((q.attributes or {}).get("db.statement")).startswith("INSERT INTO") for q in queries)
+    for query in queries:
+        assert query.kind == trace.SpanKind.CLIENT and query.parent is not None
+        [parent] = [s for s in spans if s.context.span_id == query.parent.span_id]
+        assert parent.name.startswith(("RunActivity:", "chat ", "execute_tool ")), parent.name
+        assert "db.statement.parameters" not in (query.attributes or {})
+    assert not [s.name for s in every if marker in json.dumps(dict(s.attributes or {}), default=str)]
 
 
 def test_captured_content_is_cut_to_its_bound(traced: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -410,7 +525,9 @@ async def test_a_run_across_a_worker_and_two_commands_is_one_trace_over_otlp_htt
             "KEEL_TASK_QUEUE": task_queue,
             "KEEL_STORAGE_URL": f"sqlite:///{tmp_path / 'keel.db'}",
         }
-        worker_env = {**otel, "OTEL_SERVICE_NAME": "keel-worker"}
+        # The worker's httpx spans capture every request header: the model server's key among them.
+        capture = {"OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_CLIENT_REQUEST": ".*"}
+        worker_env = {**otel, **capture, "OTEL_SERVICE_NAME": "keel-worker"}
         with worker_subprocess(
             dev_server, task_queue, tmp_path, data_dir, app="tests.tracing_app:app", env=worker_env
         ) as worker:
@@ -429,6 +546,7 @@ async def test_a_run_across_a_worker_and_two_commands_is_one_trace_over_otlp_htt
 
     spans = received_spans(receiver.requests)
     by_name = {s["name"]: s for s in spans}
+    by_id = {s["span_id"]: s for s in spans}
     assert {s["trace_id"] for s in spans} == {by_name["StartWorkflow:AgentRun"]["trace_id"]}
     ids = {s["span_id"] for s in spans}
     assert [s["name"] for s in spans if s["parent"] not in ids] == ["StartWorkflow:AgentRun"]
@@ -442,6 +560,15 @@ async def test_a_run_across_a_worker_and_two_commands_is_one_trace_over_otlp_htt
     assert {c["attributes"]["gen_ai.provider.name"] for c in chats} == {"openai"}
     assert {c["attributes"]["server.address"] for c in chats} == {"127.0.0.1"}
     assert by_name["execute_tool ship"]["attributes"]["gen_ai.tool.call.id"] == "call_ship"
+    # Each model call's HTTP request (httpx) is a client span under it; of the headers captured, none is the key's.
+    requests = [s for s in spans if s["name"] == "POST"]
+    assert sorted(by_id[s["parent"]]["name"] for s in requests) == ["chat fake-model", "chat fake-model"]
+    for request in requests:
+        attributes = request["attributes"]
+        assert attributes["url.full"] == f"{fake_openai.base_url}/chat/completions"
+        assert (attributes["http.request.method"], attributes["http.response.status_code"]) == ("POST", 200)
+        assert attributes["http.request.header.content_type"] == ("application/json",)
+        assert not [key for key in attributes if "authorization" in key]
     assert "HandleUpdate:approve_tool_call" in by_name
     # The exporters read the collector's headers from the environment; nothing they sent holds a secret.
     assert {h.get("authorization") for h in receiver.headers} == {f"Bearer {COLLECTOR_TOKEN}"}

@@ -130,6 +130,7 @@ class AgentRun:
     def __init__(self) -> None:
         self._pending: dict[str, PendingToolCall] = {}  # the current step's calls awaiting a decision
         self._decisions: dict[str, ToolApproval] = {}  # decisions on those calls
+        self._arrivals: dict[str, run_telemetry.Arrival] = {}  # how and when each of them arrived (for its span)
         # Verdicts of earlier steps, only for error messages: a model may reuse a tool call id in a later step.
         self._decided: dict[str, bool] = {}
         self._rejected: list[str] = []
@@ -184,10 +185,12 @@ class AgentRun:
             self._reject(problem)
             return
         self._decisions[approval.tool_call_id] = approval
+        self._arrivals[approval.tool_call_id] = run_telemetry.Arrival("signal", workflow.time_ns())
 
     @workflow.update(name=names.APPROVE_TOOL_CALL_UPDATE)
     def approve_tool_call(self, approval: ToolApproval) -> ApprovalAccepted:
         self._decisions[approval.tool_call_id] = approval
+        self._arrivals[approval.tool_call_id] = run_telemetry.Arrival("update", workflow.time_ns())
         return ApprovalAccepted(tool_call_id=approval.tool_call_id)
 
     @approve_tool_call.validator
@@ -349,12 +352,14 @@ class AgentRun:
         workflow.upsert_search_attributes([KEEL_STATUS.value_set("suspended")])
         workflow.set_current_details(_waiting_details(workflow.info().workflow_id, calls))
         await self._tell_session(names.TURN_WAITING_SIGNAL, [self._pending_item("approval", c) for c in calls])
+        waited_from = workflow.time_ns()
         with run_telemetry.waiting(calls):
             await workflow.wait_condition(lambda: all(c.tool_call_id in self._decisions for c in calls))
         workflow.set_current_details("")
         workflow.upsert_search_attributes([KEEL_STATUS.value_set("running")])
         decided = {c.tool_call_id: self._decisions.pop(c.tool_call_id) for c in calls}
-        run_telemetry.decided(calls, decided)
+        arrivals = {c.tool_call_id: a for c in calls if (a := self._arrivals.pop(c.tool_call_id, None)) is not None}
+        run_telemetry.decided(calls, decided, step=step, waited_from_ns=waited_from, arrivals=arrivals)
         for call_id, decision in decided.items():
             self._pending.pop(call_id, None)
             self._decided[call_id] = decision.approved
