@@ -459,6 +459,32 @@ class KeelClient:
         except RPCError as err:
             raise await self._worker_error(run_id, err, signal_hint=f"{run_id} {tool_call_id}") from None
 
+    async def resume_tool(self, run_id: str, tool_call_id: str, resume_data: Any) -> ApprovalAccepted:
+        """Resume a tool call that suspended (`ctx.suspend`; listed by `settle` and the `suspended_tool_calls`
+        query) with data matching its resume schema, through the validated `resume_tool_call` update.
+
+        Raises:
+            RunNotFound, RunClosed: no such run, or it already finished.
+            ToolCallRejected: no such suspended call, it was already resumed, or the data does not match.
+        """
+        from keel.workflows.agent_run import AgentRun
+        from keel.workflows.contracts import ToolResume
+
+        resume = ToolResume(tool_call_id=tool_call_id, resume_data=resume_data)
+        handle = self.temporal.get_workflow_handle_for(AgentRun.run, run_id)
+        try:
+            async with tracing.run_trace(self.temporal, run_id):
+                return await handle.execute_update(
+                    AgentRun.resume_tool_call, resume, rpc_timeout=timedelta(seconds=WORKER_ANSWER_SECONDS)
+                )
+        except WorkflowUpdateFailedError as err:
+            cause = err.cause
+            raise ToolCallRejected(run_id, tool_call_id, str(getattr(cause, "message", None) or cause)) from None
+        except WorkflowUpdateRPCTimeoutOrCancelledError:
+            raise await self._no_answer(run_id, signal_hint=None) from None
+        except RPCError as err:
+            raise await self._worker_error(run_id, err, signal_hint=None) from None
+
     async def signal_approval(
         self,
         run_id: str,

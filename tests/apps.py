@@ -9,6 +9,7 @@ import re
 import tempfile
 import uuid
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -307,6 +308,35 @@ listener = Agent(id="listener", model=ScriptedModel(listener_script, name="liste
 messages into an active run."""
 
 
+class AskInput(BaseModel):
+    question: str
+
+
+@tool("ask", require_approval=True)
+async def ask(args: AskInput, ctx: ToolContext) -> dict[str, Any]:
+    """Ask the user (after they approve the asking), and wait for the answer."""
+    if ctx.resume_data is None:
+        ctx.suspend({"question": args.question}, {"type": "object", "properties": {"answer": {"type": "string"}}})
+    return {"answer": ctx.resume_data["answer"]}
+
+
+def _asker_script(request: ModelRequest) -> ModelResponse:
+    """ "ask" -> `ask`; once it answered, every user message of the thread and the answer."""
+    if last_user_text(request) == "ask" and not tool_results_since_last_user(request):
+        return ModelResponse(tool_calls=[ModelToolCall(id="ask-1", name="ask", args={"question": "which?"})])
+    heard = [_text(m.content) for m in request.messages if m.role == "user"]
+    return ModelResponse(text="heard: " + " | ".join(heard))
+
+
+asker = Agent(id="asker", model=ScriptedModel(_asker_script, name="asker"), tools=(ask,))
+"""Asks (`ask`: approved, then suspended until resumed with an answer) and answers with every user message it
+heard: for messages delivered around a suspension."""
+
+
+def _text(content: Any) -> str:
+    return content if isinstance(content, str) else " ".join(p.text for p in content if p.type == "text")
+
+
 class TallyInput(BaseModel):
     step: int
 
@@ -338,7 +368,7 @@ search_workspace = Workspace(
 """BM25 search over a few files, indexed by `IndexWorkspace` (no agent uses it)."""
 
 app = dataclasses.replace(App.of(
-    demo, multi, listener, ledger, once, napper, mistakes, payer, reuser, bulky, flaky, workspace_agent, tallier,
+    demo, multi, listener, asker, ledger, once, napper, mistakes, payer, reuser, bulky, flaky, workspace_agent, tallier,
     definition_apps.writer,
     tools=definition_apps.app.tools.values(), classifiers=definition_apps.app.classifiers.values(),
     controllers=[controller_apps.controller],

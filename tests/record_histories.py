@@ -306,6 +306,18 @@ async def _index_workspace(keel: KeelClient, name: str) -> str:
     return name
 
 
+async def _suspended_fused_step(keel: KeelClient, name: str) -> str:
+    """`asker`: a message delivered while `ask` waits for approval, then `ask` suspends inside the fused step
+    (its writes go back to the run), resumed."""
+    run_id = await keel.start_run("asker", "ask", run_id=name)
+    await keel.settle(run_id)
+    await keel.deliver(run_id, "also this")
+    await keel.approve(run_id, "ask-1")
+    await keel.settle(run_id)
+    await keel.resume_tool(run_id, "ask-1", {"answer": "that one"})
+    return run_id
+
+
 async def _tool_call(keel: KeelClient, name: str) -> str:
     """An MCP-style `ToolCall` of `listener`'s `hold` (it needs approval), approved by the `tool_approval` signal."""
     from keel.client.tool_calls import ToolCalls
@@ -368,6 +380,7 @@ SCENARIOS: dict[str, Scenario] = {
     "definition_every_entry_type_local_steps": Scenario(_definition_everything, DEFAULT_SHAPE),
     "definition_started_by_keel_local_steps": Scenario(_definition_by_keel, DEFAULT_SHAPE),
     "delivered_message": Scenario(_delivered_message, DEFAULT_SHAPE),
+    "suspended_fused_step": Scenario(_suspended_fused_step, DEFAULT_SHAPE),
     "thread_entity": Scenario(_thread_entity, DEFAULT_SHAPE, ends=False),
     "index_workspace": Scenario(_index_workspace, DEFAULT_SHAPE),
     "tool_call_approved": Scenario(_tool_call, DEFAULT_SHAPE),

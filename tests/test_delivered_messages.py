@@ -12,6 +12,7 @@ from temporalio.client import Client
 
 from keel.app import App
 from keel.storage import Storage
+from tests.apps import asker
 from tests.conftest import running_worker
 from tests.http_api.test_signals_as_mastra import listener
 
@@ -42,3 +43,23 @@ def text(content: Any) -> str:
     if isinstance(content, str):
         return content
     return "".join(getattr(part, "text", "") for part in content)
+
+
+async def test_a_message_delivered_before_a_step_whose_tool_suspends_is_heard_after_the_resume(
+    client: Client, storage: Storage, task_queue: str
+) -> None:
+    """The message waits in the run while it waits for the approval; the approved tool then runs with the next
+    model step (one activity), and suspends: the message must still reach the thread and the model."""
+    async with running_worker(client, App.of(asker), storage, task_queue) as keel:
+        run_id = await keel.start_run("asker", "ask")
+        assert (await keel.settle(run_id)).pending
+        await keel.deliver(run_id, "also this")
+        await keel.approve(run_id, "ask-1")
+        settled = await keel.settle(run_id)
+        assert [c.tool_call_id for c in settled.suspended] == ["ask-1"]
+        await keel.resume_tool(run_id, "ask-1", {"answer": "that one"})
+        result = await keel.result(run_id)
+    assert result.text == "heard: ask | also this"
+    messages, _ = await storage.list_messages(run_id)
+    said = [(m.role, text(m.content)) for m in messages if m.role != "tool"]
+    assert ("user", "also this") in said

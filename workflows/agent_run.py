@@ -102,6 +102,12 @@ Runs that drained a message before this patch keep the old ids; the patch may go
 short-lived: a release after this one).
 """
 
+SUSPENDED_STEP_KEEPS_WRITES_PATCH = "suspended-fused-step-keeps-writes"
+"""A tool that suspends inside a fused step stops it before its model step, which was to store the run's pending
+writes (delivered user messages, declined calls): they go back to the run, and the step after the resume stores
+them. Runs that suspended so before this patch lost them; the patch may go once none of those is open (a run
+suspended before this release may wait on a person for days: keep it a release or two, then cut the history)."""
+
 REFUSED_RUN_UNLISTED_PATCH = "refused-run-unlisted"
 """An execution refused its run id (a `temporal workflow start` reusing a run's id) removes Keel's search
 attributes, so `KeelKind='agent'` lists and counts never show it beside the run that holds the id. Executions
@@ -506,6 +512,13 @@ class _Loop:
         self.wf._inbox.clear()
         return drained
 
+    def _restore_pending(self, writes: PendingWrites, size: int) -> None:
+        """Writes a step took and did not store go back before whatever the run added since."""
+        later = self.carry.pending
+        writes.messages.extend(later.messages)
+        writes.events.extend(later.events)
+        self.carry.pending, self.carry.pending_bytes = writes, size + self.carry.pending_bytes
+
     def _note_heard(self, step: ModelStepResult) -> None:
         """A step that answered from storage did not hear what came with it and was not in the thread when that
         answer was given (a message delivered since): the run goes on until a step that asks the model has (see
@@ -620,6 +633,7 @@ class _Loop:
         if not subagents and self._fuse(runnable):
             # Right after an approval the step runs as an activity: the approving update is answered when the
             # workflow task completes, which a local step would hold back until it ends.
+            before = (self.carry.pending, self.carry.pending_bytes)
             fused = await self._tools_then_model(runnable, locally=not needs_approval)
             by_id = {t.tool_call_id: t for t in runnable}
             for r in fused.tool_results:
@@ -630,6 +644,8 @@ class _Loop:
                 self._track(r)
             if fused.model is None:  # a tool suspended: the model step waits for it (and did not run)
                 self.carry.step -= 1
+                if workflow.patched(SUSPENDED_STEP_KEEPS_WRITES_PATCH):  # unstored: the next step stores them
+                    self._restore_pending(*before)
             next_step = fused.model
         else:
             # Each tool's outcome reaches the history; the next activity that writes storage (a model step, or
