@@ -151,6 +151,7 @@ class Session:
         self.goal = _Goal(self)
         self._attaching: set[asyncio.Event] = set()  # subscribers still finding where "now" is
         self._delivered: dict[asyncio.Future[None], int] = {}  # each subscriber: the offset it has handled up to
+        self._progressed = asyncio.Event()  # set whenever a subscriber attached, handled an event or stopped
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Session) and other.id == self.id
@@ -285,6 +286,7 @@ class Session:
         async def pump() -> None:
             def handled(offset: int) -> None:
                 self._delivered[task] = offset
+                self._progressed.set()
 
             try:
                 async for event in self.events(offset, _attached=attached, _handled=handled):
@@ -295,12 +297,14 @@ class Session:
                 attached.set()
                 self._attaching.discard(attached)
                 self._delivered.pop(task, None)
+                self._progressed.set()
 
         task: asyncio.Future[None] = asyncio.ensure_future(pump())
 
         def unsubscribe() -> None:
             task.cancel()
             self._delivered.pop(task, None)
+            self._progressed.set()
 
         return unsubscribe
 
@@ -312,16 +316,21 @@ class Session:
             return
         end = await self._storage.log_end(self.id)
         me = asyncio.current_task()
-        deadline = asyncio.get_running_loop().time() + HEARD_SECONDS
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + HEARD_SECONDS
 
         def behind() -> bool:
             late = any(t is not me and not t.done() and at < end for t, at in list(self._delivered.items()))
             return late or any(not a.is_set() for a in self._attaching)
 
-        while behind():
-            if asyncio.get_running_loop().time() > deadline:
+        while True:
+            self._progressed.clear()  # before looking: progress made after the look wakes the wait below
+            if not behind():
                 return
-            await asyncio.sleep(0.02)
+            try:
+                await asyncio.wait_for(self._progressed.wait(), deadline - loop.time())
+            except TimeoutError:
+                return
 
     async def _fold_until(self, offset: int, snapshot_offset: int | None) -> DisplayState:
         state = DisplayState()
