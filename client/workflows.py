@@ -179,6 +179,8 @@ class Workflows:
         if workflow_id not in self.app.code_workflows():  # the version it will load, so it need not write it
             stored = await self.get(workflow_id)
             memo |= {"definitionVersion": stored.version, "definitionHash": stored.hash}
+        if resource_id is None and run_id is not None:  # named by `create-run`, perhaps for a resource
+            resource_id = await self.storage.created_run_resource(run_id, workflow_id)
         await self.keel.wait_for_worker()
         pairs = start_attributes(workflow_id)  # visible as a Keel run from its start: no upsert of its own
         if resource_id:

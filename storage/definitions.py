@@ -16,6 +16,10 @@ from keel.protocol import WireModel
 
 Status = Literal["active", "archived"]
 
+CREATED_RUN_DAYS = 7
+"""How long a run named by `create-run` (and not started since, or started: the row is not needed then) keeps
+its resource id: what a client takes between creating a run and starting it, with a wide margin."""
+
 
 def definition_hash(definition: dict[str, Any]) -> str:
     """SHA-256 of the definition's canonical JSON (sorted keys, no spaces), 16 hex digits: a version's name."""
@@ -60,3 +64,16 @@ class DefinitionStore(abc.ABC):
     @abc.abstractmethod
     async def delete_definition(self, workflow_id: str) -> bool:
         """Hide the workflow from listings and new runs (its versions stay for runs in flight); False if unknown."""
+
+    @abc.abstractmethod
+    async def remember_created_run(self, run_id: str, workflow_id: str, resource_id: str) -> None:
+        """A run named by `create-run` for a resource (the later one, when named again); forgets the rows older
+        than `CREATED_RUN_DAYS`."""
+
+    @abc.abstractmethod
+    async def created_run_resource(self, run_id: str, workflow_id: str) -> str | None:
+        """The resource `create-run` named for this run of this workflow, if any (and not forgotten)."""
+
+    @abc.abstractmethod
+    async def forget_created_runs(self, *, before: datetime) -> int:
+        """Forget the runs created before `before`; how many."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -70,3 +71,14 @@ async def test_concurrent_savers_get_dense_versions(storage: Storage) -> None:
     assert latest is not None and latest.version == 8
     versions = [await storage.get_definition("w", v) for v in range(1, 9)]
     assert all(v is not None for v in versions)
+
+
+async def test_a_created_runs_resource_is_kept_until_it_is_older_than_the_cutoff(storage: Storage) -> None:
+    await storage.remember_created_run("run-1", "w", "ann")
+    await storage.remember_created_run("run-1", "w", "bea")  # created again: the later resource
+    assert await storage.created_run_resource("run-1", "w") == "bea"
+    assert await storage.created_run_resource("run-1", "other") is None  # another workflow's run of that id
+    assert await storage.created_run_resource("run-2", "w") is None
+    assert await storage.forget_created_runs(before=datetime.now(UTC) - timedelta(days=1)) == 0
+    assert await storage.forget_created_runs(before=datetime.now(UTC) + timedelta(seconds=1)) == 1
+    assert await storage.created_run_resource("run-1", "w") is None

@@ -1,8 +1,9 @@
 """`/api/workflows` and `/api/stored/workflows`: code workflows and stored definitions, their runs (Temporal
 executions of the definition's type), their streams (the run's `events` query) and the stored definitions.
 
-`create-run` only names a run: the execution starts with `start`, `start-async` or `stream` (under that id),
-so a run that was created and never started leaves nothing behind."""
+`create-run` only names a run: the execution starts with `start`, `start-async` or `stream` (under that id).
+A resource id given to `create-run` is kept in storage (for `CREATED_RUN_DAYS`), and the run starts as that
+resource's when the start names none (client-js `start` never does); without one, nothing is left behind."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from keel.client.workflows import WorkflowNotFound, code_workflow_info
 from keel.protocol import names
 from keel.protocol.workflow_definition import schema_problems
 from keel.workflows.contracts import WorkflowRunState
+from keel.workflows.search_attributes import KEEL_RESOURCE_ID
 
 router = APIRouter(tags=["workflows"])
 RunIdQuery = Annotated[str | None, Query(alias="runId")]
@@ -127,7 +129,10 @@ async def create_run(
     run_id: RunIdQuery = None,
 ) -> dict[str, Any]:
     await _known(ctx, workflow_id)
-    return {"runId": run_id or str(uuid.uuid4())}
+    run_id = run_id or str(uuid.uuid4())
+    if body is not None and body.resource_id:
+        await ctx.workflows.storage.remember_created_run(run_id, workflow_id, body.resource_id)
+    return {"runId": run_id}
 
 
 @router.post("/workflows/{workflow_id}/start")
@@ -293,9 +298,11 @@ async def get_run(ctx: Ctx, workflow_id: str, run_id: str) -> dict[str, Any]:
     described = await handle.describe()
     state = await ctx.workflows.state(run_id)
     result = workflow_result(run_id, state)
+    resource_id = described.typed_search_attributes.get(KEEL_RESOURCE_ID)
     return {
         "runId": run_id,
         "workflowName": workflow_id,
+        **({"resourceId": resource_id} if resource_id else {}),
         "createdAt": described.start_time.isoformat() if described.start_time else None,
         "updatedAt": (described.close_time or described.start_time).isoformat() if described.start_time else None,
         "status": _status(described.status, state),

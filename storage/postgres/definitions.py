@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from keel.storage.definitions import DefinitionStore, Status, StoredDefinition, definition_hash
+from keel.storage.definitions import CREATED_RUN_DAYS, DefinitionStore, Status, StoredDefinition, definition_hash
 from keel.storage.postgres.pool import RUN_LOCK_CLASS, PostgresPool, guarded
 
 _COLUMNS = (
@@ -112,3 +112,33 @@ class PostgresDefinitions(PostgresPool, DefinitionStore):
             datetime.now(UTC),
         )
         return bool(result.endswith(" 1"))
+
+    @guarded
+    async def remember_created_run(self, run_id: str, workflow_id: str, resource_id: str) -> None:
+        at = datetime.now(UTC)
+        pool = await self._get_pool()
+        async with pool.acquire() as conn, conn.transaction():
+            await conn.execute("DELETE FROM created_runs WHERE created_at < $1", at - timedelta(days=CREATED_RUN_DAYS))
+            await conn.execute(
+                "INSERT INTO created_runs (run_id, workflow_id, resource_id, created_at) VALUES ($1, $2, $3, $4)"
+                " ON CONFLICT (run_id, workflow_id) DO UPDATE SET resource_id = excluded.resource_id,"
+                " created_at = excluded.created_at",
+                run_id,
+                workflow_id,
+                resource_id,
+                at,
+            )
+
+    @guarded
+    async def created_run_resource(self, run_id: str, workflow_id: str) -> str | None:
+        pool = await self._get_pool()
+        found = await pool.fetchval(
+            "SELECT resource_id FROM created_runs WHERE run_id = $1 AND workflow_id = $2", run_id, workflow_id
+        )
+        return None if found is None else str(found)
+
+    @guarded
+    async def forget_created_runs(self, *, before: datetime) -> int:
+        pool = await self._get_pool()
+        result = await pool.execute("DELETE FROM created_runs WHERE created_at < $1", before)
+        return int(result.split()[-1])

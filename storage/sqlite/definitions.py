@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from keel.storage.definitions import DefinitionStore, Status, StoredDefinition, definition_hash
-from keel.storage.sqlite.connection import SQLiteConnection, now
+from keel.storage.definitions import CREATED_RUN_DAYS, DefinitionStore, Status, StoredDefinition, definition_hash
+from keel.storage.sqlite.connection import SQLiteConnection, now, ts
 
 _COLUMNS = (
     "w.workflow_id, v.version, v.hash, v.definition, w.status, w.author_id, w.deleted, v.created_at, w.updated_at"
@@ -100,3 +100,32 @@ class SQLiteDefinitions(SQLiteConnection, DefinitionStore):
             return cursor.rowcount > 0
 
         return await self._write_tx(delete)
+
+    async def remember_created_run(self, run_id: str, workflow_id: str, resource_id: str) -> None:
+        at = datetime.now(UTC)
+
+        def remember(conn: sqlite3.Connection) -> None:
+            conn.execute("DELETE FROM created_runs WHERE created_at < ?", (ts(at - timedelta(days=CREATED_RUN_DAYS)),))
+            conn.execute(
+                "INSERT INTO created_runs (run_id, workflow_id, resource_id, created_at) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT (run_id, workflow_id) DO UPDATE SET resource_id = excluded.resource_id,"
+                " created_at = excluded.created_at",
+                (run_id, workflow_id, resource_id, ts(at)),
+            )
+
+        await self._write_tx(remember)
+
+    async def created_run_resource(self, run_id: str, workflow_id: str) -> str | None:
+        def read(conn: sqlite3.Connection) -> sqlite3.Row | None:
+            return conn.execute(  # type: ignore[no-any-return]
+                "SELECT resource_id FROM created_runs WHERE run_id = ? AND workflow_id = ?", (run_id, workflow_id)
+            ).fetchone()
+
+        row = await self._run(read)
+        return None if row is None else str(row[0])
+
+    async def forget_created_runs(self, *, before: datetime) -> int:
+        def forget(conn: sqlite3.Connection) -> int:
+            return conn.execute("DELETE FROM created_runs WHERE created_at < ?", (ts(before),)).rowcount
+
+        return await self._write_tx(forget)

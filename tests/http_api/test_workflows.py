@@ -64,6 +64,26 @@ async def test_stored_workflows_are_saved_listed_run_resumed_and_deleted(api: Ap
     assert execution.workflow_type == "approve"
 
 
+async def test_a_run_created_with_a_resource_id_keeps_it_however_it_is_started(api: Api) -> None:
+    """client-js `createRun({resourceId})` names the resource once; `start` sends none (and `stream`,
+    `startAsync` none unless given again): the run is still the resource's, as on Mastra's server."""
+    out = await api.js("""
+        const wf = client.getWorkflow("release");
+        const started = await wf.createRun({resourceId: "bea"});
+        await started.start({inputData: {n: 1}});
+        const streamed = await wf.createRun({resourceId: "bea"});
+        for await (const _ of await streamed.stream({inputData: {n: 2}})) {}
+        const other = await wf.createRun({resourceId: "cy"});
+        await other.startAsync({inputData: {n: 3}});
+        const runs = await wf.runs({resourceId: "bea"});
+        const byId = await wf.runById(started.runId);
+        return {ids: [started.runId, streamed.runId], runs: runs.runs.map(r => r.runId).sort(),
+                resourceId: byId.resourceId};
+    """)
+    assert out["runs"] == sorted(out["ids"])
+    assert out["resourceId"] == "bea"
+
+
 async def test_a_code_workflow_starts_streams_and_resumes(api: Api) -> None:
     out = await api.js("""
         const wf = client.getWorkflow("release");
