@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import platform
@@ -23,7 +22,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from functools import partial
 from pathlib import Path
@@ -37,6 +36,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from bench.apps import app as bench_app
 from bench.bare import BareInput, BareResult, BareRun, build_bare_worker
 from bench.harness import free_port
+from bench.side_by_side import TimedRun, interleaved, timed_run, worker_process
 from keel.client import KeelClient
 from keel.client.connection import connect
 from keel.client.devserver import TUNED_DYNAMIC_CONFIG, DevServer, DevServerConfig
@@ -57,37 +57,6 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-@contextlib.asynccontextmanager
-async def worker_process(checkout: Path, address: str, state: Path) -> AsyncIterator[str]:
-    """A Keel worker for the bench app run from `checkout` (its own `.venv`, `worker.py`, `bench/apps.py`) in a
-    process of its own, on a task queue of its own; yields the queue. Both sides of a before/after comparison
-    run this way, so neither shares a process with the bench's client."""
-    queue = f"bench-sub-{uuid.uuid4()}"
-    state.mkdir(parents=True, exist_ok=True)
-    env = {
-        **os.environ,
-        "KEEL_TEMPORAL_ADDRESS": address,
-        "KEEL_STORAGE_URL": f"sqlite:///{state / 'keel.db'}",
-        "KEEL_DATA_DIR": str(state / "data"),
-        "KEEL_BENCH_DIR": str(state / "files"),
-    }
-    proc = await asyncio.create_subprocess_exec(
-        str(checkout / ".venv" / "bin" / "python"), "worker.py", "--app", "bench.apps:app", "--task-queue", queue,
-        cwd=checkout, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-    )  # fmt: skip
-    try:
-        assert proc.stdout is not None
-        line = await asyncio.wait_for(proc.stdout.readline(), 60)
-        if b"keel worker:" not in line:
-            raise RuntimeError(
-                f"worker from {checkout} did not start: {line.decode()}{(await proc.stdout.read()).decode()}"
-            )
-        yield queue
-    finally:
-        proc.terminate()
-        await proc.wait()
-
-
 class Runner:
     """Starts Keel and bare runs on one server and times them."""
 
@@ -98,13 +67,7 @@ class Runner:
 
     async def keel_run(self, steps: int, *, queue: str | None = None) -> tuple[float, str]:
         keel = self.keel if queue is None else KeelClient(self.keel.temporal, task_queue=queue, app=self.keel.app)
-        t0 = time.perf_counter()
-        run_id = await keel.start_run("bench", f"steps={steps}", max_steps=steps + 1)
-        result = await keel.result(run_id)
-        elapsed = time.perf_counter() - t0
-        if result.steps != steps + 1 or len(result.tool_results) != steps:
-            raise RuntimeError(f"keel run {run_id}: {result.steps} steps, {len(result.tool_results)} tool results")
-        return elapsed, run_id
+        return await timed_run(keel, steps)
 
     async def bare_run(self, steps: int, *, model_local: bool = False, fused: bool = False) -> tuple[float, str]:
         wf_id = f"bare-{uuid.uuid4()}"
@@ -188,7 +151,7 @@ async def bench_server(tuned: bool, args: argparse.Namespace) -> dict[str, Any]:
                 # process of its own, driven by the same client side by side with the in-process workers.
                 for who, checkout in (("keel_sub", REPO), ("baseline_sub", args.baseline)):
                     subprocess_queues[who] = await stack.enter_async_context(
-                        worker_process(checkout, cfg.address, tmp / who)
+                        worker_process(cfg.address, tmp / who, checkout=checkout)
                     )
 
             log(f"[{label}] warm-up")
@@ -203,25 +166,17 @@ async def bench_server(tuned: bool, args: argparse.Namespace) -> dict[str, Any]:
             # --- ms per step -----------------------------------------------------------------------------
             steps_rows = []
             for n in args.steps:
-                runners: dict[str, Callable[[], Awaitable[tuple[float, str]]]] = {
+                runners: dict[str, TimedRun] = {
                     "keel": partial(r.keel_run, n),
                     "bare": partial(r.bare_run, n),
                     "bare_la": partial(r.bare_run, n, model_local=True),
                     "bare_fused": partial(r.bare_run, n, fused=True),
                     **{who: partial(r.keel_run, n, queue=queue) for who, queue in subprocess_queues.items()},
                 }
-                secs: dict[str, list[float]] = {who: [] for who in runners}
-                last_id: dict[str, str] = {}
-                for rep in range(args.reps if n >= 50 else args.reps_small):
-                    # Interleaved, and the order rotates so no side always runs first after a pause.
-                    order = list(runners)
-                    order = order[rep % len(order) :] + order[: rep % len(order)]
-                    for who in order:
-                        t, last_id[who] = await runners[who]()
-                        secs[who].append(t)
-                keel_ev, keel_bytes = await r.history(keel_client, last_id["keel"])
-                bare_ev, bare_bytes = await r.history(bare_client, last_id["bare"])
-                bare_la_ev, bare_la_bytes = await r.history(bare_client, last_id["bare_la"])
+                secs, ids = await interleaved(runners, args.reps if n >= 50 else args.reps_small)
+                keel_ev, keel_bytes = await r.history(keel_client, ids["keel"][-1])
+                bare_ev, bare_bytes = await r.history(bare_client, ids["bare"][-1])
+                bare_la_ev, bare_la_bytes = await r.history(bare_client, ids["bare_la"][-1])
                 keel_ms, bare_ms, bare_la_ms, bare_fused_ms = (
                     med(secs[who]) * 1000 / n for who in ("keel", "bare", "bare_la", "bare_fused")
                 )

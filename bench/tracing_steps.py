@@ -26,21 +26,21 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
+from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 from bench.harness import free_port
+from bench.side_by_side import interleaved, timed_run, worker_process
 from keel.client import KeelClient
 from keel.client.connection import connect
 from keel.client.devserver import DevServer, DevServerConfig
 from keel.protocol import tracing
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
 
 
 def log(msg: str) -> None:
@@ -116,44 +116,6 @@ def span_sink() -> Iterator[SpanSink]:
         thread.join()
 
 
-@contextlib.asynccontextmanager
-async def worker_process(address: str, state: Path, env: dict[str, str]) -> AsyncIterator[str]:
-    """A Keel worker for the bench app in a process of its own, on a task queue of its own; yields the queue."""
-    queue = f"bench-tracing-{uuid.uuid4()}"
-    state.mkdir(parents=True, exist_ok=True)
-    full_env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("OTEL_")},
-        "KEEL_TEMPORAL_ADDRESS": address,
-        "KEEL_STORAGE_URL": f"sqlite:///{state / 'keel.db'}",
-        "KEEL_DATA_DIR": str(state / "data"),
-        "KEEL_BENCH_DIR": str(state / "files"),
-        **env,
-    }
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "worker.py", "--app", "bench.apps:app", "--task-queue", queue,
-        cwd=REPO, env=full_env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-    )  # fmt: skip
-    try:
-        assert proc.stdout is not None
-        line = await asyncio.wait_for(proc.stdout.readline(), 60)
-        if b"keel worker:" not in line:
-            raise RuntimeError(f"worker did not start: {line.decode()}{(await proc.stdout.read()).decode()}")
-        yield queue
-    finally:
-        proc.terminate()  # a clean stop: the traced worker exports what it still buffers
-        await proc.wait()
-
-
-async def timed_run(keel: KeelClient, steps: int) -> tuple[float, str]:
-    t0 = time.perf_counter()
-    run_id = await keel.start_run("bench", f"steps={steps}", max_steps=steps + 1)
-    result = await keel.result(run_id)
-    elapsed = time.perf_counter() - t0
-    if result.steps != steps + 1 or len(result.tool_results) != steps:
-        raise RuntimeError(f"run {run_id}: {result.steps} steps, {len(result.tool_results)} tool results")
-    return elapsed, run_id
-
-
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="keel-bench-tracing-"))
     cfg = DevServerConfig(host="127.0.0.1", port=free_port(), ui_port=free_port(), state_dir=tmp / "temporal")
@@ -173,7 +135,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             traced = await connect(cfg.address)  # tracing on in this process too: its starts are the roots
             otel = {"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": sink.endpoint}
             async with contextlib.AsyncExitStack() as stack:
-                off_queue = await stack.enter_async_context(worker_process(cfg.address, tmp / "off", {}))
+                off_queue = await stack.enter_async_context(worker_process(cfg.address, tmp / "off"))
                 on_queue = await stack.enter_async_context(worker_process(cfg.address, tmp / "on", otel))
                 sides = {
                     "off": KeelClient(plain, task_queue=off_queue),
@@ -185,15 +147,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                         await timed_run(keel, 2)
                 traced_runs: dict[int, list[str]] = {}
                 for n in args.steps:
-                    reps = args.reps if n >= 50 else args.reps_small
-                    secs: dict[str, list[float]] = {who: [] for who in sides}
-                    for rep in range(reps):
-                        order = list(sides)[rep % 2 :] + list(sides)[: rep % 2]
-                        for who in order:
-                            elapsed, run_id = await timed_run(sides[who], n)
-                            secs[who].append(elapsed)
-                            if who == "otlp":
-                                traced_runs.setdefault(n, []).append(run_id)
+                    runs = {who: partial(timed_run, keel, n) for who, keel in sides.items()}
+                    secs, ids = await interleaved(runs, args.reps if n >= 50 else args.reps_small)
+                    traced_runs[n] = ids["otlp"]
                     off_ms, on_ms = (statistics.median(secs[who]) * 1000 / n for who in ("off", "otlp"))
                     out["steps"].append(
                         {

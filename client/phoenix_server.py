@@ -8,8 +8,8 @@ minute from PyPI, ~850 MB; nothing is downloaded after that; `$KEEL_PHOENIX` nam
 (`/v1/traces`) on the port asked for (default 6006), OTLP/gRPC on a free one; its SQLite database and log in the
 working directory given (`keel dev`: `$KEEL_DATA_DIR/phoenix`, kept from one start to the next); its own telemetry
 and external resources (fonts, analytics) off: it needs no outside connection (it runs without internet). It
-runs in its own session: SIGTERM to its process group, SIGKILL after 10 s. One left running by a `keel dev` killed
-with SIGKILL is found by its pid file and stopped by the next start in that directory.
+runs as a `keel.client.local_service` process (pid file `phoenix.pid`, log `phoenix.log`): stopped with its process
+group; one left running by a `keel dev` killed with SIGKILL is stopped by the next start in that directory.
 
 `LocalPhoenix.env()` is what points a Keel process at it: `OTEL_TRACES_EXPORTER` gains `otlp`, the traces
 endpoint and protocol are Phoenix's, and the spans go to the Phoenix project `keel` unless
@@ -18,17 +18,14 @@ endpoint and protocol are Phoenix's, and the spans go to the Phoenix project `ke
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
-import socket
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from keel.client.errors import KeelClientError
+from keel.client.local_service import LocalService, environment, free_ports
 
 PHOENIX_VERSION = "20.26.1"
 DEFAULT_PORT = 6006
@@ -37,7 +34,6 @@ PROJECT_ATTRIBUTE = "openinference.project.name"
 """The resource attribute Phoenix files a process's spans under (a project of that name, made on first span)."""
 READY_SECONDS = 90.0
 """A first start migrates a new database: ~9 s on two cores."""
-STOP_SECONDS = 10.0
 INSTALL_SECONDS = 1200.0
 
 
@@ -79,25 +75,6 @@ def install_phoenix(*, quiet: bool = True) -> Path:
     return command
 
 
-def _listening(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.2)
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
-
-
 @dataclass(frozen=True)
 class RunningPhoenix:
     """A running Phoenix: its UI (and REST API, `{url}/v1`), its OTLP endpoints, its pid and directory."""
@@ -129,37 +106,27 @@ class RunningPhoenix:
         }
 
 
-class LocalPhoenix:
+def _healthy(url: str) -> None:
+    import httpx
+
+    httpx.get(f"{url}/healthz", timeout=2).raise_for_status()
+
+
+class LocalPhoenix(LocalService):
     """`start()` Phoenix with its working directory `directory` and its UI on `port`, `stop()` it."""
 
+    name = "Phoenix"
+    error = PhoenixError
+    files = "phoenix"
+    port_taken = "Port {port} is in use (another Phoenix?): choose one with --phoenix-port"
+    ready_seconds = READY_SECONDS
+
     def __init__(self, directory: Path, port: int = DEFAULT_PORT, *, project: str = DEFAULT_PROJECT) -> None:
-        self.directory = Path(directory).resolve()
-        self.port = port
+        super().__init__(directory, port)
         self.project = project
-        self.proc: subprocess.Popen[bytes] | None = None
 
-    @property
-    def log_file(self) -> Path:
-        return self.directory / "phoenix.log"
-
-    @property
-    def pid_file(self) -> Path:
-        return self.directory / "phoenix.pid"
-
-    def _stop_leftover(self) -> None:
-        """Stop the Phoenix a killed `keel dev` left running in this directory (a reused pid is left alone: its
-        environment must name the directory)."""
-        try:
-            pid = int(self.pid_file.read_text())
-            environ = Path(f"/proc/{pid}/environ").read_bytes()
-        except (OSError, ValueError):
-            return
-        if f"PHOENIX_WORKING_DIR={self.directory}".encode() in environ.split(b"\0"):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signal.SIGKILL)
-            deadline = time.monotonic() + STOP_SECONDS
-            while (_alive(pid) or _listening(self.port)) and time.monotonic() < deadline:
-                time.sleep(0.05)
+    def _owns(self, pid: int) -> bool:
+        return f"PHOENIX_WORKING_DIR={self.directory}".encode() in environment(pid)
 
     def start(self, command: Path | None = None) -> RunningPhoenix:
         """Start it (`command`: default the installed one) and wait until it answers.
@@ -171,10 +138,8 @@ class LocalPhoenix:
         if command is None:
             raise PhoenixError(f"Phoenix is not installed: `keel dev --phoenix` installs it into {tools_dir()}")
         self.directory.mkdir(parents=True, exist_ok=True)
-        self._stop_leftover()
-        if _listening(self.port):
-            raise PhoenixError(f"Port {self.port} is in use (another Phoenix?): choose one with --phoenix-port")
-        grpc_port = _free_port()
+        self._claim_port()
+        [grpc_port] = free_ports(1)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "PHOENIX_"))}
         env.update(
             PHOENIX_WORKING_DIR=str(self.directory),
@@ -184,57 +149,9 @@ class LocalPhoenix:
             PHOENIX_TELEMETRY_ENABLED="false",
             PHOENIX_ALLOW_EXTERNAL_RESOURCES="false",
         )
-        with self.log_file.open("ab") as log:
-            self.proc = subprocess.Popen(
-                [str(command), "serve"], cwd=self.directory, env=env,
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            )  # fmt: skip
-        self.pid_file.write_text(str(self.proc.pid))
-        running = RunningPhoenix(
-            f"http://127.0.0.1:{self.port}", grpc_port, self.proc.pid, self.directory, self.project
-        )
-        try:
-            self._wait_ready(running)
-        except BaseException:
-            self.stop()
-            raise
-        return running
-
-    def _wait_ready(self, running: RunningPhoenix) -> None:
-        import httpx
-
-        assert self.proc is not None
-        deadline = time.monotonic() + READY_SECONDS
-        while True:
-            if self.proc.poll() is not None:
-                tail = self.log_file.read_text(errors="replace")[-2000:]
-                raise PhoenixError(f"Phoenix exited with code {self.proc.returncode}:\n{tail}")
-            try:
-                if httpx.get(f"{running.url}/healthz", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError as err:
-                if time.monotonic() > deadline:
-                    raise PhoenixError(
-                        f"Phoenix not ready after {READY_SECONDS:g} s: {err}; see {self.log_file}"
-                    ) from err
-            time.sleep(0.2)
-
-    def stop(self) -> None:
-        """SIGTERM its process group, SIGKILL after 10 s. Idempotent."""
-        proc, self.proc = self.proc, None
-        if proc is None:
-            return
-        for sig, wait in ((signal.SIGTERM, STOP_SECONDS), (signal.SIGKILL, None)):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, sig)
-            try:
-                proc.wait(timeout=wait)
-                break
-            except subprocess.TimeoutExpired:
-                continue
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)  # anything of its group that outlived it
-        self.pid_file.unlink(missing_ok=True)
+        url = f"http://127.0.0.1:{self.port}"
+        pid = self._run([str(command), "serve"], env, lambda: _healthy(url))
+        return RunningPhoenix(url, grpc_port, pid, self.directory, self.project)
 
 
 __all__ = [

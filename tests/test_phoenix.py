@@ -30,6 +30,7 @@ from keel.client import KeelClient
 from keel.client.devserver import DevServer, is_listening
 from keel.client.phoenix_server import RunningPhoenix
 from tests.conftest import ROOT, free_port, worker_subprocess
+from tests.dev_services import keel_dev, processes_naming
 from tests.phoenix import PhoenixProject, Tree, at, phoenix_server
 from tests.test_agent_run import wait_for_pending
 from tests.test_cli_day_to_day import KEEL
@@ -198,16 +199,7 @@ async def test_a_run_over_http_with_an_approval_and_a_coder_run_are_one_phoenix_
 
 def phoenix_processes(directory: Path) -> list[int]:
     """The pids of the processes serving Phoenix from `directory` (its working directory, in their environment)."""
-    wanted = f"PHOENIX_WORKING_DIR={directory.resolve()}".encode()
-    found = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                if wanted in (proc / "environ").read_bytes().split(b"\0"):
-                    found.append(int(proc.name))
-            except OSError:
-                continue
-    return found
+    return processes_naming(f"PHOENIX_WORKING_DIR={directory.resolve()}", "environ")
 
 
 def of_run(span: dict[str, Any], run_id: str) -> bool:
@@ -250,31 +242,11 @@ async def test_keel_dev_phoenix_exports_the_stacks_traces_to_the_phoenix_it_prin
     dev_server: DevServer, tmp_path: Path
 ) -> None:
     phoenix_port, api_port, data = free_port(), free_port(), tmp_path / "data"
-    env = {
-        **plain_env(),
-        "KEEL_TEMPORAL_ADDRESS": dev_server.cfg.address,
-        "KEEL_UI_PORT": str(dev_server.cfg.ui_port),  # else `keel dev` waits 20 s for a UI on 8233
-        "KEEL_TASK_QUEUE": f"dev-phoenix-{uuid.uuid4()}",
-        "KEEL_DATA_DIR": str(data),
-        "KEEL_API_PORT": str(api_port),
-        "OTEL_BSP_SCHEDULE_DELAY": "100",
-    }
-    for var in ("KEEL_APP", "KEEL_STORAGE_URL"):
-        env.pop(var, None)
-    dev = subprocess.Popen(  # noqa: ASYNC220 (read from a thread below)
-        [KEEL, "dev", "--phoenix", "--phoenix-port", str(phoenix_port)], env=env, cwd=ROOT,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    printed: list[str] = []
+    env = {**plain_env(), "OTEL_BSP_SCHEDULE_DELAY": "100"}
     url = f"http://127.0.0.1:{phoenix_port}"
-    try:
-        assert dev.stdout is not None
-        async with asyncio.timeout(120):
-            while not printed or "Ctrl-C stops everything" not in printed[-1]:
-                line = await asyncio.to_thread(dev.stdout.readline)
-                assert line, f"keel dev exited: {dev.wait()} {dev.stderr.read() if dev.stderr else ''}"
-                printed.append(line)
-        text = "".join(printed)
+    async with keel_dev(
+        "phoenix", phoenix_port, dev_server=dev_server, data=data, api_port=api_port, env=env, timeout=120
+    ) as text:
         assert f"Phoenix (traces) at {url}, project 'keel'; data in {data.resolve() / 'phoenix'}" in text
         assert f"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT={url}/v1/traces" in text
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{api_port}", timeout=60) as http:
@@ -282,7 +254,7 @@ async def test_keel_dev_phoenix_exports_the_stacks_traces_to_the_phoenix_it_prin
             decision = {"runId": answer["runId"], "toolCallId": answer["suspendPayload"]["toolCallId"]}
             approved = (await http.post("/api/agents/demo/approve-tool-call-generate", json=decision)).json()
             assert approved["finishReason"] == "stop", approved
-        project = PhoenixProject(RunningPhoenix(url, 0, dev.pid, data / "phoenix"), "keel")
+        project = PhoenixProject(RunningPhoenix(url, 0, 0, data / "phoenix"), "keel")
 
         def ended(spans: list[dict[str, Any]]) -> bool:
             return any(s["name"] == "CompleteWorkflow:AgentRun" for s in spans)
@@ -292,10 +264,6 @@ async def test_keel_dev_phoenix_exports_the_stacks_traces_to_the_phoenix_it_prin
         start = run_start(tree, answer["runId"])
         assert [s["name"] for s in tree.roots(tree.trace_of(start))] == ["POST /api/agents/{agent_id}/generate"]
         assert [s["span_kind"] for s in tree.trace_of(start) if s["name"] == "execute_tool save_note"] == ["TOOL"]
-    finally:
-        dev.send_signal(signal.SIGINT)
-        _, stderr = dev.communicate(timeout=60)
-    assert dev.returncode == 0, stderr
     assert not is_listening("127.0.0.1", phoenix_port)
     assert phoenix_processes(data / "phoenix") == []
     assert not (data / "phoenix" / "phoenix.pid").exists()
