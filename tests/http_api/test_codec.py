@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -17,10 +18,12 @@ from keel.client import KeelClient
 from keel.client.api import create_api
 from keel.client.api.codec import CUT_CHARS
 from keel.client.api.server import serving
+from keel.client.connection import connect
 from keel.client.devserver import DevServer, DevServerConfig, wait_for_ui
 from keel.storage import Storage
 from tests.apps import app as test_app
 from tests.conftest import free_port, running_worker
+from tests.test_phoenix import CHROMIUM_FLAGS, SCREENSHOTS, chromium
 from tests.test_temporal_cli import TEMPORAL
 
 UI = "http://127.0.0.1:8233"
@@ -106,3 +109,49 @@ async def test_a_dev_server_started_with_a_codec_gives_it_to_its_ui(tmp_path: Pa
         assert settings["Codec"]["Endpoint"] == f"{UI}/codec"
     finally:
         server.stop()
+
+
+@pytest.mark.timeout(300)
+async def test_the_temporal_ui_in_chromium_shows_a_stored_result_through_the_codec(
+    storage: Storage, task_queue: str, tmp_path: Path
+) -> None:
+    """The Temporal UI of a dev server started with Keel's codec (as `keel dev` starts it), in headless Chromium:
+    the run's result, kept in the payload store by reference, is shown decoded (cut to a readable size) on the
+    run's page, and the screenshot is left in `SCREENSHOTS` to look at."""
+    browser = chromium()
+    api_port = free_port()
+    cfg = DevServerConfig(
+        host="127.0.0.1",
+        port=free_port(),
+        ui_port=free_port(),
+        state_dir=tmp_path / "temporal",
+        codec_endpoint=f"http://127.0.0.1:{api_port}/codec",
+    )
+    server = await DevServer(cfg).start(reuse=False)
+    try:
+        client = await connect(cfg.address)
+        async with running_worker(client, test_app, storage, task_queue) as keel:
+            api = create_api(test_app, keel, storage, ui_origins=[cfg.ui_url])
+            async with serving(api, "127.0.0.1", api_port):
+                run_id = await keel.start_run("bulky", f"parallel=3 size={SIZE}")
+                await keel.result(run_id)
+                await wait_for_ui(cfg)
+                page = f"{cfg.ui_url}/namespaces/default/workflows/{run_id}"
+                shot = SCREENSHOTS / "temporal-ui-codec.png"
+                shot.parent.mkdir(parents=True, exist_ok=True)
+                shot.unlink(missing_ok=True)
+                common = [browser, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'chromium'}",
+                          "--window-size=1600,2400", "--virtual-time-budget=15000"]  # fmt: skip
+                dom = ""
+                for action in ("--dump-dom", f"--screenshot={shot}"):
+                    done = await asyncio.to_thread(
+                        subprocess.run, [*common, action, page], capture_output=True, text=True, timeout=120
+                    )
+                    assert done.returncode == 0, done.stderr[-2000:]
+                    dom = dom or done.stdout
+    finally:
+        server.stop()
+    assert run_id in dom
+    assert f"saw 3 results of [{SIZE}] bytes" in dom  # the result, decoded by the codec in the browser
+    assert "claimData" not in dom  # not the reference the history holds
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
