@@ -13,6 +13,7 @@ repeated after the caller's process died, never runs the tool twice.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import uuid
@@ -142,8 +143,10 @@ class ToolCalls:
             raise CallIdInUse(call_id, handle.id, "the same tool with other arguments")
 
     async def result(self, call: StartedToolCall) -> ToolCallOutcome:
-        """Wait for the call's outcome (through its approval wait). An execution that ended without one
-        (terminated, canceled, timed out) answers an error outcome that says so.
+        """Wait for the call's outcome (through its approval wait, and through Temporal outages: the execution
+        keeps the call, so the wait goes on until the server answers again or the caller gives up). An
+        execution that ended without an outcome (terminated, canceled, timed out) answers an error outcome
+        that says so.
 
         Raises:
             RunNotFound: no execution has the call's workflow id.
@@ -151,23 +154,39 @@ class ToolCalls:
         from keel.workflows.contracts import ToolCallOutcome
 
         handle = self.keel.temporal.get_workflow_handle(call.workflow_id, result_type=ToolCallOutcome)
-        try:
-            outcome: ToolCallOutcome = await handle.result()
-            return outcome
-        except WorkflowFailureError as err:
-            how = "was terminated" if isinstance(err.cause, TerminatedError) else "failed"
-            why = f"The execution of tool call {call.tool_call_id} ({call.workflow_id}) {how}: {err.cause or err}"
-            return ToolCallOutcome(
-                tool_call_id=call.tool_call_id,
-                tool_name=call.tool_name,
-                result={"error": why},
-                is_error=True,
-                reason=why,
-            )
-        except RPCError as err:
-            if err.status == RPCStatusCode.NOT_FOUND:
-                raise RunNotFound(call.workflow_id) from None
-            raise KeelClientError(f"Temporal error for tool call {call.workflow_id!r}: {err.message}") from None
+        delay = 0.5
+        while True:
+            try:
+                outcome: ToolCallOutcome = await handle.result()
+                return outcome
+            except RPCError as err:
+                if err.status not in _OUTAGE:
+                    raise self._rpc_error(call, err) from None
+            except WorkflowFailureError as err:
+                return self._ended_without_outcome(call, err)
+            await asyncio.sleep(delay)  # the server is away (a restart, a network cut): ask again
+            delay = min(delay * 2, OUTAGE_POLL_SECONDS)
+
+    @staticmethod
+    def _ended_without_outcome(call: StartedToolCall, err: WorkflowFailureError) -> ToolCallOutcome:
+        from keel.workflows.contracts import ToolCallOutcome
+
+        how = "was terminated" if isinstance(err.cause, TerminatedError) else "failed"
+        why = f"The execution of tool call {call.tool_call_id} ({call.workflow_id}) {how}: {err.cause or err}"
+        return ToolCallOutcome(
+            tool_call_id=call.tool_call_id, tool_name=call.tool_name, result={"error": why}, is_error=True, reason=why
+        )
+
+    @staticmethod
+    def _rpc_error(call: StartedToolCall, err: RPCError) -> KeelClientError:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            return RunNotFound(call.workflow_id)
+        return KeelClientError(f"Temporal error for tool call {call.workflow_id!r}: {err.message}")
+
+
+OUTAGE_POLL_SECONDS = 5.0
+"""How often a call's result is asked for again while the Temporal server does not answer."""
+_OUTAGE = frozenset({RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED})
 
 
 __all__ = ["CALL_ID", "StartedToolCall", "ToolCalls"]

@@ -22,8 +22,11 @@ from mcp.client.streamable_http import streamable_http_client
 from temporalio.client import Client
 
 from keel.client import KeelClient
+from keel.client.api import create_api
 from keel.client.api.mcp_servers import CALL_ID_META, WORKFLOW_ID_META
-from keel.client.devserver import DevServer
+from keel.client.api.server import serving
+from keel.client.connection import connect
+from keel.client.devserver import DevServer, DevServerConfig
 from keel.client.errors import RunNotFound
 from keel.storage import Storage
 from tests.conftest import free_port, running_worker
@@ -278,3 +281,35 @@ async def test_after_kill_9_of_the_api_under_a_waiting_call_a_new_api_answers_it
     assert not again.isError and again.meta is not None and again.meta[WORKFLOW_ID_META] == workflow_id
     assert Path(json.loads(text_of(again))["path"]).read_text() == NOTE["text"]
     assert (await client.count_workflows(f"WorkflowId='{workflow_id}'")).count == 1
+
+
+@pytest.mark.timeout(180)
+async def test_a_call_waiting_while_the_temporal_server_is_down_answers_its_outcome_once_it_is_back(
+    storage: Storage, task_queue: str, tmp_path: Path
+) -> None:
+    """The API waits on the call's execution through a Temporal outage longer than the client's own retries
+    (about 10 s): the MCP call answers the tool's result, never an error that only says Temporal was away (which a
+    client cannot tell from the tool's failure)."""
+    cfg = DevServerConfig(host="127.0.0.1", port=free_port(), ui_port=free_port(), state_dir=tmp_path / "temporal")
+    server = await DevServer(cfg).start(reuse=False)
+    meta = {CALL_ID_META: "note-outage"}
+    workflow_id = "keel-tool-call-demo-save_note-note-outage"
+    try:
+        client = await connect(cfg.address)
+        async with running_worker(client, app, storage, task_queue) as keel:
+            api = create_api(app, keel, storage)
+            async with serving(api, "127.0.0.1", free_port()) as url, mcp_session(url, "demo") as session:
+                call = asyncio.create_task(session.call_tool("save_note", NOTE, meta=meta))
+                await until_suspended(keel, workflow_id)
+                assert server.proc is not None
+                server.proc.kill()  # kill -9 of the Temporal server under the waiting call
+                await asyncio.to_thread(server.proc.wait)
+                server.proc = None
+                await asyncio.sleep(15)
+                await server.start(reuse=False)  # on its database: the execution waits there still
+                await approve(server, workflow_id, "note-outage")
+                answered = await asyncio.wait_for(call, 60)
+    finally:
+        server.stop()
+    assert not answered.isError, text_of(answered)
+    assert Path(json.loads(text_of(answered))["path"]).read_text() == NOTE["text"]
