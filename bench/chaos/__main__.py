@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 from bench.chaos.driver import Config, chaos, summary
 
@@ -30,9 +32,21 @@ def main() -> int:
         crash_one_in=args.crash_one_in,
         out=args.json,
     )
-    report = asyncio.run(chaos(cfg))
+    report = asyncio.run(_with_task_dump(chaos(cfg)))
     print(summary(report), flush=True)
     return 0 if report.ok else 1
+
+
+async def _with_task_dump(main: Any) -> Any:
+    """`kill -USR1 <pid>` prints where every task of the run waits (a run that hangs says why)."""
+    loop = asyncio.get_running_loop()
+
+    def dump() -> None:
+        for task in asyncio.all_tasks(loop):
+            task.print_stack(limit=6, file=sys.stderr)
+
+    loop.add_signal_handler(signal.SIGUSR1, dump)
+    return await main
 
 
 if __name__ == "__main__":

@@ -6,6 +6,9 @@ returns), so the checker can count every side effect whatever the workers, Tempo
   (idempotent); step 2 answers what became of each: `charged <cents> | noted <tag>`, `charge declined | ...`, or
   `charge lost: ... | ...` when the charge's single attempt was lost.
 - `busy` (agent): `busy <tag>` → three steps, each calling `tick` (idempotent), then `ticked 3`.
+- `bulky` (agent): `bulky <tag> <filler>` (a message of `BULKY_BYTES`, so the run's input and its steps' inputs
+  are payloads the payload store (S3) holds, not the history) → one `tick`, then `read <length> <crc32>` of the
+  message: each step of the run reads its input back from S3.
 - `batch` (stored workflow, `definition()`): `record` (idempotent) over five items in a foreach, a one-second
   sleep, an `ask-human` step (the driver answers it with the run's tag), then `{"answer": <tag>}`.
 
@@ -40,6 +43,8 @@ from keel.model_providers import (
 
 PLANT = os.environ.get("CHAOS_PLANT", "")
 BATCH_ITEMS = 5
+BULKY_BYTES = 300 * 1024
+"""A `bulky` run's message: past the 256 KiB from which a payload is kept in the payload store."""
 CRASH_ONE_IN = int(os.environ.get("CHAOS_CRASH_ONE_IN", "6"))
 """About one shop run in this many crashes its worker right after charging (`CHAOS_CRASH_ONE_IN`; 0: none)."""
 
@@ -141,6 +146,23 @@ def _busy(request: ModelRequest) -> ModelResponse:
     return ModelResponse(text="ticked 3")
 
 
+def bulky_message(tag: str) -> str:
+    head = f"bulky {tag} "
+    return head + (f"{tag}." * (BULKY_BYTES // (len(tag) + 1) + 1))[: BULKY_BYTES - len(head)]
+
+
+def bulky_answer(message: str) -> str:
+    return f"read {len(message)} {zlib.crc32(message.encode())}"
+
+
+def _bulky(request: ModelRequest) -> ModelResponse:
+    message = last_user_text(request)
+    tag = message.split(maxsplit=2)[1]
+    if not tool_results_since_last_user(request):
+        return ModelResponse(tool_calls=[ModelToolCall(id="tick-0", name="tick", args={"tag": tag, "n": 0})])
+    return ModelResponse(text=bulky_answer(message))
+
+
 def definition() -> dict[str, Any]:
     """The stored workflow `batch`: input `{"tag"}`."""
     return {
@@ -171,5 +193,6 @@ def definition() -> dict[str, Any]:
 app = App.of(
     Agent(id="shop", model=ScriptedModel(_shop, name="shop"), tools=(charge, note)),
     Agent(id="busy", model=ScriptedModel(_busy, name="busy"), tools=(tick,)),
+    Agent(id="bulky", model=ScriptedModel(_bulky, name="bulky"), tools=(tick,)),
     tools=(items, record_item),
 )

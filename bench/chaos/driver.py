@@ -1,18 +1,21 @@
-"""The chaos run: a stack (a Temporal dev server, a durable PostgreSQL, two `keel worker --join` processes of
-`bench.chaos.app`), a seeded random mix of runs kept at a number in flight, a fault injector, and the checker.
+"""The chaos run: a stack (a Temporal dev server, a durable PostgreSQL, SeaweedFS as the S3 payload store, two
+`keel worker --join` processes of `bench.chaos.app`, the HTTP API), a seeded random mix of runs kept at a number in
+flight, a fault injector, and the checker.
 
 Faults, one at a time at seeded random moments: a worker killed with SIGKILL (started again after a while), a
 worker stopped with SIGSTOP for a few seconds, the HTTP API (`keel serve`) killed with SIGKILL and started again,
 the Temporal server killed with SIGKILL and started again on its database, PostgreSQL killed with SIGKILL and
-started again (crash recovery from its WAL). Runs are driven through `KeelClient` (approvals by update) and the
-`temporal` CLI (approvals by signal), every call retried through the outages, as a client that must not give up
-would; half the `busy` runs are also read over HTTP (`observe`) while they run, reconnecting after each drop with
-the number of chunks read.
+started again (crash recovery from its WAL), SeaweedFS killed with SIGKILL and started again on its data. Runs are
+driven through `KeelClient` (approvals by update), the `temporal` CLI (approvals by signal) and the `mcp` SDK
+(`mcp`: a `charge` called as an MCP tool, the call made again with its call id after each API death), every call
+retried through the outages, as a client that must not give up would; half the `busy` runs are also read over
+HTTP (`observe`) while they run, reconnecting after each drop with the number of chunks read.
 
 What is checked, per run, against the ledger (`bench/chaos/app.py`):
 - it ended (none stuck) with the answer it must have: the decision it was given, what its tools returned;
-- `charge` (not idempotent) ran at most once per call, exactly once when the run says it charged, never when it
-  says declined; a lost charge is reported as lost (and counted so), never run twice;
+- `charge` (not idempotent) ran at most once per call, exactly once when the run (or the MCP call) says it
+  charged, never when it says declined; a lost charge is reported as lost (and counted so), never run twice;
+- a `bulky` run read its 300 KiB message (kept in S3) whole in every step;
 - an idempotent tool ran at least once per call of an ended run, and every re-run was told `attempt > 1`;
 - each stream read through API kills is the run's whole stream: every chunk once, in order;
 - at the end, visibility counts no open run of the mix (its count equals the driver's: zero).
@@ -36,27 +39,35 @@ import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
+from mcp import ClientSession, types
+from mcp.client.streamable_http import streamable_http_client
 
 from bench.chaos import app as chaos_app
 from keel.client import KeelClient
+from keel.client.api.mcp_servers import CALL_ID_META, WORKFLOW_ID_META
 from keel.client.devserver import DevServer, DevServerConfig
 from keel.client.errors import RunIdInUse, ToolCallRejected
+from keel.client.s3_server import LocalS3Server
 from keel.client.workflows import ResumeRefused, Workflows
 from keel.storage import open_storage
+from keel.workflows.tool_call import tool_call_workflow_id
 from tests.conftest import free_port
 from tests.pg import PostgresServer, postgres_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-KINDS = {"shop": 4, "busy": 3, "batch": 3}
+KINDS = {"shop": 4, "busy": 3, "batch": 3, "mcp": 2, "bulky": 2}
 """Run kinds and their weights in the mix."""
-FAULTS = {"worker-kill": 4, "worker-stop": 2, "api-kill": 2, "temporal-kill": 2, "postgres-kill": 2}
+FAULTS = {"worker-kill": 4, "worker-stop": 2, "api-kill": 2, "temporal-kill": 2, "postgres-kill": 2, "s3-kill": 2}
 STREAMED = 0.5
 """The share of `busy` runs whose HTTP stream is read while they run."""
+MCP_CALL_DEADLINE = timedelta(seconds=45)
+"""How long the harness's MCP client waits for one attempt of a call before making it again (same call id)."""
 GRACE_SECONDS = 180.0
 """After the mix stops: how long the runs in flight have to end before each still open counts as stuck."""
 T = TypeVar("T")
@@ -142,6 +153,7 @@ class Stack:
         self.temporal = DevServer(
             DevServerConfig(host="127.0.0.1", port=free_port(), ui_port=free_port(), state_dir=work / "temporal")
         )
+        self.s3 = LocalS3Server(work / "s3", free_port())
         self.ledger = work / "ledger"
         self.ledger.mkdir()
         self.queue = f"chaos-{uuid.uuid4().hex[:8]}"
@@ -164,6 +176,11 @@ class Stack:
         self.api = Worker("api", {**self.env, "KEEL_DATA_DIR": str(work / "data-api")}, work, serve)
 
     async def up(self) -> None:
+        s3 = await asyncio.to_thread(self.s3.start)
+        os.environ.update(s3.env())  # this driver's client reads and writes the payloads there too
+        self.env.update(s3.env())
+        for process in self.processes:
+            process.env.update(s3.env())
         await self.temporal.start(reuse=False)
         for process in self.processes:
             process.start()
@@ -176,6 +193,7 @@ class Stack:
         for process in self.processes:
             process.kill()
         self.temporal.stop()
+        self.s3.stop()
 
     async def keep_alive(self) -> None:
         """A worker or the API that died (a fault, or `charge` crashing a worker) is started again after a while."""
@@ -215,22 +233,32 @@ class Mix:
         rng = random.Random(f"{self.cfg.seed}-{tag}")
         until = self.deadline
         try:
-            if kind == "batch":
-                await self._batch(run, until)
-            elif kind == "busy" and rng.random() < STREAMED:
-                watching = asyncio.create_task(self._watch(run, until))
-                await self._agent(run, rng, until)
-                run.streamed = await watching
-                run.stream = await self._watch(run, until, once=True)
-            else:
-                await self._agent(run, rng, until)
+            async with asyncio.timeout(until - time.monotonic() + 60):  # a driver that hangs reports it as stuck
+                await self._drive(run, rng, until)
         except Exception as err:
             run.error = f"{type(err).__name__}: {err}"
         run.ended = time.monotonic()
         return run
 
+    async def _drive(self, run: RunRecord, rng: random.Random, until: float) -> None:
+        if run.kind == "batch":
+            await self._batch(run, until)
+        elif run.kind == "mcp":
+            await self._mcp(run, rng, until)
+        elif run.kind == "busy" and rng.random() < STREAMED:
+            watching = asyncio.create_task(self._watch(run, until))
+            await self._agent(run, rng, until)
+            run.streamed = await watching
+            run.stream = await self._watch(run, until, once=True)
+        else:
+            await self._agent(run, rng, until)
+
     async def _agent(self, run: RunRecord, rng: random.Random, until: float) -> None:
-        message = f"shop {run.tag} {rng.randint(1, 999)}" if run.kind == "shop" else f"busy {run.tag}"
+        message = {
+            "shop": lambda: f"shop {run.tag} {rng.randint(1, 999)}",
+            "busy": lambda: f"busy {run.tag}",
+            "bulky": lambda: chaos_app.bulky_message(run.tag),
+        }[run.kind]()
         with contextlib.suppress(RunIdInUse):  # an earlier attempt of this start went through
             await retrying(lambda: self.keel.start_run(run.kind, message, run_id=run.run_id), until=until, what="start")
         while True:
@@ -287,6 +315,50 @@ class Mix:
             await retrying(
                 lambda: self.keel.approve(run.run_id, call_id, approved=approved), until=until, what="approve"
             )
+
+    async def _mcp(self, run: RunRecord, rng: random.Random, until: float) -> None:
+        """`shop`'s `charge` as an MCP tool call under the caller's call id: it waits in its execution for the
+        decision (given as for a run); the call is made again with the same id whenever its connection or the
+        API died, and gets that execution's answer."""
+        call_id = run.run_id
+        run.run_id = tool_call_workflow_id("shop", "charge", call_id)
+        run.decision = rng.choice(["update", "signal", "decline"])
+        args = {"tag": run.tag, "cents": rng.randint(1, 999)}
+        calling = asyncio.create_task(self._mcp_call(call_id, args, until))
+        try:
+            while not calling.done():
+                with contextlib.suppress(Exception):  # not started yet, or an outage: look again
+                    if await self.keel.pending_tool_calls(run.run_id):
+                        await self._decide(run, call_id, until)
+                        break
+                await asyncio.wait({calling}, timeout=0.3)
+            run.answer = await calling
+        finally:
+            calling.cancel()
+
+    async def _mcp_call(self, call_id: str, args: dict[str, Any], until: float) -> str:
+        """The call's answer (its text), calling again through API deaths and outages: an answer that does not
+        name the call's execution (the API could not start it) is not the call's."""
+        while True:
+            try:
+                async with (
+                    streamable_http_client(f"{self.stack.api_url}/api/mcp/shop/mcp") as (read, write, _),
+                    ClientSession(read, write) as session,
+                ):
+                    await session.initialize()
+                    # The `mcp` SDK (1.x) leaves a call unanswered forever when the API dies under it
+                    # (modelcontextprotocol/python-sdk#1577, #3441): a deadline, then the same call id again.
+                    result = await session.call_tool(
+                        "charge", args, read_timeout_seconds=MCP_CALL_DEADLINE, meta={CALL_ID_META: call_id}
+                    )
+                text = "".join(c.text for c in result.content if isinstance(c, types.TextContent))
+                if (result.meta or {}).get(WORKFLOW_ID_META):
+                    return text
+                raise RuntimeError(f"not the call's answer: {text[:200]}")
+            except Exception as err:
+                if time.monotonic() > until:
+                    raise TimeoutError(f"mcp call {call_id}: {err}") from err
+                await asyncio.sleep(0.3)
 
     async def _batch(self, run: RunRecord, until: float) -> None:
         with contextlib.suppress(Exception):  # already started by an earlier attempt: the settle below finds it
@@ -363,6 +435,15 @@ class Faults:
         await asyncio.sleep(self.rng.uniform(0.5, 3.0))
         await server.start(reuse=False)
 
+    async def s3_kill(self) -> None:
+        server = self.stack.s3
+        if server.proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(server.proc.pid, signal.SIGKILL)
+            await asyncio.to_thread(server.stop)  # reaps it, removes its pid file and sockets
+        await asyncio.sleep(self.rng.uniform(0.5, 3.0))
+        await asyncio.to_thread(server.start)  # on its data: every payload stored before is there again
+
     async def postgres_kill(self) -> None:
         await asyncio.to_thread(self.stack.pg.kill)
         await asyncio.sleep(self.rng.uniform(0.5, 3.0))
@@ -413,6 +494,22 @@ def _wrong(run: RunRecord, by_key: dict[tuple[str, str], list[dict[str, Any]]], 
             return f"answered {run.answer!r}"
         missing = [n for n in range(1, chaos_app.BATCH_ITEMS + 1) if not ran("record", f"{run.tag}/{n}")]
         return f"items never recorded: {missing}" if missing else None
+    if run.kind == "bulky":
+        expected = chaos_app.bulky_answer(chaos_app.bulky_message(run.tag))
+        if run.answer != expected or not ran("tick", f"{run.run_id}/0"):
+            return f"answered {str(run.answer)[:200]!r}, expected {expected!r}"
+        return None
+    if run.kind == "mcp":
+        charged = ran("charge", f"{run.run_id}/{run.run_id}")
+        text = str(run.answer)
+        if run.decision == "decline":
+            return None if "not approved" in text.lower() and not charged else f"declined, yet {text!r}, {charged}"
+        if text.startswith("{") and json.loads(text).get("charged") is not None:
+            return None if charged == 1 else f"says charged, ledger has {charged} charges"
+        if "did not complete" in text:
+            report.lost_reported += 1
+            return None if charged <= 1 else f"lost, yet charged {charged} times"
+        return f"answered {text[:200]!r}"
     if run.kind == "busy":
         missing = [n for n in range(3) if not ran("tick", f"{run.run_id}/{n}")]
         if run.answer != "ticked 3" or missing:
