@@ -160,7 +160,7 @@ class ToolCalls:
                 outcome: ToolCallOutcome = await handle.result()
                 return outcome
             except RPCError as err:
-                if err.status not in _OUTAGE:
+                if err.status in _DEFINITE:
                     raise self._rpc_error(call, err) from None
             except WorkflowFailureError as err:
                 return self._ended_without_outcome(call, err)
@@ -186,7 +186,18 @@ class ToolCalls:
 
 OUTAGE_POLL_SECONDS = 5.0
 """How often a call's result is asked for again while the Temporal server does not answer."""
-_OUTAGE = frozenset({RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED})
+_DEFINITE = frozenset(
+    {
+        RPCStatusCode.NOT_FOUND,
+        RPCStatusCode.INVALID_ARGUMENT,
+        RPCStatusCode.PERMISSION_DENIED,
+        RPCStatusCode.UNAUTHENTICATED,
+        RPCStatusCode.FAILED_PRECONDITION,
+        RPCStatusCode.UNIMPLEMENTED,
+    }
+)
+"""Answers that end the wait; any other failure (UNAVAILABLE, a dropped connection's UNKNOWN `transport error`,
+a deadline) is the server or the way to it being away, and the result is asked for again."""
 
 
 __all__ = ["CALL_ID", "StartedToolCall", "ToolCalls"]

@@ -313,3 +313,36 @@ async def test_a_call_waiting_while_the_temporal_server_is_down_answers_its_outc
         server.stop()
     assert not answered.isError, text_of(answered)
     assert Path(json.loads(text_of(answered))["path"]).read_text() == NOTE["text"]
+
+
+async def test_a_dropped_connection_under_the_result_wait_is_asked_again_not_answered_as_the_calls_error() -> None:
+    """Found by `make chaos` (60 minutes): a Temporal server killed under the result's long poll fails it with
+    `transport error` (status UNKNOWN, not UNAVAILABLE), which answered the MCP call 'Error: Temporal error ...'.
+    Only a definite answer ends the wait; a connection lost on the way is asked again."""
+    from temporalio.service import RPCError, RPCStatusCode
+
+    from keel.client.tool_calls import StartedToolCall, ToolCalls
+    from keel.workflows.contracts import ToolCallOutcome
+
+    done = ToolCallOutcome(tool_call_id="c1", tool_name="echo", result={"echo": "hi"}, is_error=False)
+    failures = [
+        RPCError("transport error", RPCStatusCode.UNKNOWN, b""),
+        RPCError("gone", RPCStatusCode.UNAVAILABLE, b""),
+    ]
+
+    class Handle:
+        async def result(self) -> ToolCallOutcome:
+            if failures:
+                raise failures.pop(0)
+            return done
+
+    class Temporal:
+        def get_workflow_handle(self, workflow_id: str, result_type: type) -> Handle:
+            return Handle()
+
+    class Keel:
+        temporal = Temporal()
+
+    calls = ToolCalls(Keel())  # type: ignore[arg-type]
+    outcome = await asyncio.wait_for(calls.result(StartedToolCall("wf-1", "c1", "echo", False)), 10)
+    assert outcome == done and not failures
