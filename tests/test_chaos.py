@@ -1,9 +1,9 @@
 """The fault matrix as a test (`bench/chaos`): a seeded chaos run of every kind of run while workers, the HTTP API,
-the Temporal server, PostgreSQL and SeaweedFS (the S3 payload store) are killed at random, streams read over HTTP through the API's deaths, checked
-against the ledger its tools keep outside the system (nothing lost without saying so, nothing run twice that must
-not be, nothing stuck, every stream whole, visibility agreeing); and the check itself, shown to fail on a planted
-defect (the non-idempotent tool declared idempotent, so a crash right after its side effect runs it again).
-`make chaos` runs the long version (`MINUTES=`, `SEED=`)."""
+the Temporal server, PostgreSQL and SeaweedFS (the S3 payload store) are killed at random, streams read over HTTP
+through the API's deaths, checked against the ledger its tools keep outside the system (nothing lost without saying
+so, nothing run twice that must not be, nothing stuck, every stream whole, visibility agreeing); and the check
+itself, shown to fail on a planted defect (the non-idempotent tool declared idempotent, so a crash right after its
+side effect runs it again). `make chaos` runs the long version (`MINUTES=`, `SEED=`)."""
 
 from __future__ import annotations
 
