@@ -1,0 +1,380 @@
+"""Time travel and restart of a stored workflow's run over HTTP, driven by the unmodified `@mastra/client-js`
+(`run.timeTravel`, `timeTravelAsync`, `timeTravelStream`, `restart`, `restartAsync`).
+
+The ledger is `tally.log`, outside Keel: each `tally` step appends `tool N` when its tool runs. The definition's
+`tally` steps are idempotent, so Keel chains them as local activities: `one` and `two` in the run's first
+workflow task, `three` and `four` in the task after the `nap` timer. Travelling to `two` resets the run to its
+first task, to `four` to the later one: either way the steps chained before the target in that task must not
+run again (their outputs come with the run's instruction), and the target and the steps after it must."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+from temporalio.api.enums.v1 import EventType
+from temporalio.worker import Replayer
+
+from keel.client.devserver import DevServer
+from keel.client.temporal_reset import describe_run, reset_to_task, task_completed_after
+from keel.client.workflow_time_travel import NOT_AGAIN
+from keel.client.workflows import Workflows
+from keel.plugin import KeelPlugin
+from keel.protocol import names
+from keel.workflows.contracts import TimeTravelPoint
+from tests.http_api.apps import app
+from tests.http_api.conftest import Api
+from tests.test_cli import Keel
+
+
+def _tally(step_id: str) -> dict[str, Any]:
+    return {"type": "tool", "id": step_id, "toolId": "tally"}
+
+
+def _number(step_id: str, n: int) -> dict[str, Any]:
+    return {"type": "mapping", "id": step_id, "mapConfig": json.dumps({"step": {"value": n}})}
+
+
+LEDGER = {
+    "id": "ledger",
+    "inputSchema": {"type": "object"},
+    "outputSchema": {"type": "object"},
+    "graph": [
+        {"type": "mapping", "id": "m1", "mapConfig": json.dumps({"step": {"initData": True, "path": "first"}})},
+        _tally("one"),
+        _number("m2", 2),
+        _tally("two"),
+        {"type": "sleep", "id": "nap", "duration": 10},
+        _number("m3", 3),
+        _tally("three"),
+        _number("m4", 4),
+        _tally("four"),
+        {
+            "type": "mapping",
+            "id": "out",
+            "mapConfig": json.dumps({k: {"step": k, "path": "step"} for k in ("one", "two", "three", "four")}),
+        },
+    ],
+}
+
+
+def ledger(data_dir: Path) -> list[str]:
+    log = data_dir / "tally.log"
+    return log.read_text().splitlines() if log.exists() else []
+
+
+async def test_time_travel_runs_the_step_and_later_ones_again_and_nothing_before_it(api: Api, data_dir: Path) -> None:
+    out = await api.js("""
+        await client.upsertDynamicWorkflow(vars.ledger);
+        const run = await client.getWorkflow("ledger").createRun();
+        const first = await run.startAsync({inputData: {first: 1}});
+        return {runId: run.runId, first};
+    """, ledger=LEDGER)  # fmt: skip
+    run_id = out["runId"]
+    assert out["first"]["result"] == {"one": 1, "two": 2, "three": 3, "four": 4}
+    assert ledger(data_dir) == ["tool 1", "tool 2", "tool 3", "tool 4"]
+    handle = api.keel.temporal.get_workflow_handle(run_id)
+    first_execution = (await handle.describe()).run_id
+
+    # To `two`, with a new input: the run's first workflow task runs again, `one` (chained before it) does not.
+    out = await api.js("""
+        const run = await client.getWorkflow("ledger").createRun({runId: vars.runId});
+        return await run.timeTravelAsync({step: "two", inputData: {step: 20}});
+    """, runId=run_id)  # fmt: skip
+    assert out["status"] == "success" and out["result"] == {"one": 1, "two": 20, "three": 3, "four": 4}
+    assert ledger(data_dir)[4:] == ["tool 20", "tool 3", "tool 4"]
+
+    # To `four` (after the timer): that task runs again, `three` (chained before it there) does not.
+    out = await api.js("""
+        const run = await client.getWorkflow("ledger").createRun({runId: vars.runId});
+        return await run.timeTravel({step: "four"});
+    """, runId=run_id)  # fmt: skip
+    assert out["message"] == "Workflow run time travel started" and out["reusedSteps"] == ["three"]
+    assert await handle.result() == {"one": 1, "two": 20, "three": 3, "four": 4}
+    assert ledger(data_dir)[7:] == ["tool 4"]
+
+    # Streamed, to `three`: the chunks from `three` on, after the run's start.
+    out = await api.js("""
+        const run = await client.getWorkflow("ledger").createRun({runId: vars.runId});
+        const stream = await run.timeTravelStream({step: ["three"], requestContext: {who: "ann"}});
+        const events = [];
+        for await (const event of stream) events.push(event);
+        return events;
+    """, runId=run_id)  # fmt: skip
+    types = [(e["type"], e["payload"].get("id")) for e in out]
+    assert types[0] == ("workflow-start", None) and types[-1] == ("workflow-finish", None)
+    assert [i for t, i in types if t == "workflow-step-start"] == ["three", "m4", "four", "out"]
+    assert out[-1]["payload"]["workflowStatus"] == "success"
+    assert ledger(data_dir)[8:] == ["tool 3", "tool 4"]
+
+    # Each time travel was Temporal's reset of the execution before, followed by its instruction.
+    executions = sorted(
+        [e async for e in api.keel.temporal.list_workflows(f"WorkflowId='{run_id}'")], key=lambda e: e.start_time
+    )
+    assert len(executions) == 4 and executions[0].run_id == first_execution
+    for before, execution in itertools.pairwise(executions):
+        events = (await api.keel.temporal.get_workflow_handle(run_id, run_id=execution.run_id).fetch_history()).events
+        resets = [
+            e.workflow_task_failed_event_attributes
+            for e in events
+            if e.HasField("workflow_task_failed_event_attributes")
+        ]
+        assert resets[-1].base_run_id == before.run_id
+        assert resets[-1].failure.message.startswith(f"{names.TIME_TRAVEL_REASON}: run {run_id} again from step ")
+        signals = [
+            e.workflow_execution_signaled_event_attributes
+            for e in events
+            if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+        ]
+        told = [json.loads(s.input.payloads[0].data) for s in signals if s.signal_name == names.TIME_TRAVEL_SIGNAL]
+        assert told[-1]["baseExecutionId"] == before.run_id
+
+    # Every execution replays with the current code, in the sandbox and without it.
+    for sandboxed in (True, False):
+        replayer = Replayer(workflows=[], plugins=[KeelPlugin(sandbox_keel_workflows=sandboxed)])
+        for execution in executions:
+            past = await api.keel.temporal.get_workflow_handle(run_id, run_id=execution.run_id).fetch_history()
+            await replayer.replay_workflow(past)
+
+
+ASK = {
+    "id": "ask",
+    "inputSchema": {"type": "object"},
+    "outputSchema": {"type": "object"},
+    "graph": [
+        {"type": "mapping", "id": "q", "mapConfig": json.dumps({"question": {"template": "Ship ${initData.what}?"}})},
+        {"type": "tool", "id": "human", "toolId": "ask-human"},
+        {"type": "mapping", "id": "out", "mapConfig": json.dumps({"answer": {"step": "human", "path": "answer"}})},
+    ],
+}
+PAUSE = {
+    "id": "pause",
+    "inputSchema": {"type": "object"},
+    "outputSchema": {"type": "object"},
+    "graph": [{"type": "tool", "id": "wait", "toolId": "pause"}],
+}
+
+
+async def test_a_suspended_run_is_time_travelled_with_resume_data_and_bad_input_gets_mastras_4xx(api: Api) -> None:
+    out = await api.js("""
+        await client.upsertDynamicWorkflow(vars.ask);
+        await client.upsertDynamicWorkflow(vars.ledger);
+        const run = await client.getWorkflow("ask").createRun();
+        const suspended = await run.startAsync({inputData: {what: "v1"}});
+        const other = await client.getWorkflow("ledger").createRun();
+        await other.startAsync({inputData: {first: 1}});
+        const errors = {};
+        const attempts = {
+            unknownStep: () => run.timeTravel({step: "nope"}),
+            notReached: () => run.timeTravel({step: "out"}),
+            nested: () => run.timeTravel({step: "human.inner"}),
+            context: () => run.timeTravel({step: "human", context: {q: {status: "success", output: {}}}}),
+            perStep: () => run.timeTravel({step: "human", perStep: true}),
+            badInput: () => run.timeTravel({step: "human", inputData: {question: ""}}),
+            otherWorkflow: () => client.getWorkflow("ask").createRun({runId: other.runId})
+                .then((r) => r.timeTravel({step: "human"})),
+            unknownRun: () => client.getWorkflow("ask").createRun({runId: "run-none"})
+                .then((r) => r.timeTravel({step: "human"})),
+            codeWorkflow: async () => {
+                const code = await client.getWorkflow("release").createRun();
+                await code.startAsync({inputData: {n: 2}});
+                return await code.timeTravel({step: "approve"});
+            },
+            restartSuspended: () => run.restart({}),
+        };
+        for (const [name, attempt] of Object.entries(attempts)) {
+            try { errors[name] = {answered: await attempt()}; }
+            catch (e) { errors[name] = {status: e.status, body: e.body}; }
+        }
+        const resumed = await run.timeTravelAsync({step: "human", resumeData: {answer: "later"}});
+        const restarted = await run.restart({});
+        const again = await run.restartAsync();
+        return {runId: run.runId, otherId: other.runId, suspended, errors, resumed, restarted, again};
+    """, ask=ASK, ledger=LEDGER)  # fmt: skip
+    assert out["suspended"]["status"] == "suspended"
+    errors = out["errors"]
+    assert errors["unknownStep"] == {
+        "status": 400,
+        "body": {"error": "Time travel target step not found in execution graph: 'nope'. Verify the step id/path."},
+    }
+    assert errors["notReached"] == {
+        "status": 400,
+        "body": {"error": f"Cannot time travel run '{out['runId']}' to step 'out': the run never reached it"},
+    }
+    for name in ("nested", "context", "perStep", "badInput", "codeWorkflow"):
+        assert errors[name]["status"] == 400 and errors[name]["body"]["error"], name
+    assert errors["badInput"]["body"]["error"].startswith("Invalid inputData: ")
+    assert errors["otherWorkflow"] == {
+        "status": 404,
+        "body": {"error": f"Workflow run {out['otherId']} not found for workflow ask"},
+    }
+    assert errors["unknownRun"] == {"status": 404, "body": {"error": "Workflow run run-none not found"}}
+    assert errors["restartSuspended"] == {
+        "status": 409,
+        "body": {"error": "This workflow run was not active: it is suspended, waiting to be resumed"},
+    }
+    # The suspended execution was reset (so terminated, and kept); the step ran again with the resume data.
+    assert out["resumed"]["status"] == "success" and out["resumed"]["result"] == {"answer": "later"}
+    executions = [e async for e in api.keel.temporal.list_workflows(f"WorkflowId='{out['runId']}'")]
+    assert sorted(e.status.name for e in executions if e.status) == ["COMPLETED", "TERMINATED"]
+    assert out["restarted"] == {"message": "Workflow run has already ended: there was nothing to restart"}
+    assert out["again"]["status"] == "success" and out["again"]["result"] == {"answer": "later"}
+
+    async with httpx.AsyncClient(base_url=f"{api.url}/api", timeout=30) as http:
+        no_run = await http.post("/workflows/ask/time-travel", json={"step": "human"})
+        no_step = await http.post("/workflows/ask/time-travel", params={"runId": out["runId"]}, json={"step": []})
+        no_workflow = await http.post("/workflows/nope/time-travel", params={"runId": "r"}, json={"step": "a"})
+        no_body = await http.post("/workflows/ask/time-travel-async", params={"runId": out["runId"]})
+    assert (no_run.status_code, no_run.json()) == (400, {"error": "runId required to time travel workflow"})
+    assert no_step.status_code == 400 and no_step.json() == {
+        "error": "Step is required and must be a valid step or array of steps"
+    }
+    assert (no_workflow.status_code, no_workflow.json()) == (404, {"error": "Workflow with id nope not found"})
+    assert no_body.status_code == 400 and no_body.json()["error"] == "Invalid request body"
+
+
+async def test_an_active_run_is_not_time_travelled_and_restart_says_it_continues(api: Api) -> None:
+    await api.storage.save_definition("pause", PAUSE)
+    run_id = await Workflows(api.storage, app, api.keel).start("pause", {"seconds": 2})
+    out = await api.js("""
+        const run = await client.getWorkflow("pause").createRun({runId: vars.runId});
+        let refused;
+        try { await run.timeTravel({step: "wait"}); } catch (e) { refused = {status: e.status, body: e.body}; }
+        const restarted = await run.restart({});
+        const settled = await run.restartAsync();
+        return {refused, restarted, settled};
+    """, runId=run_id)  # fmt: skip
+    assert out["refused"] == {
+        "status": 409,
+        "body": {"error": "This workflow run is still running, cannot time travel"},
+    }
+    assert out["restarted"] == {
+        "message": "Workflow run is active: Temporal keeps running it, so there was nothing to restart"
+    }
+    assert out["settled"]["status"] == "success" and out["settled"]["result"] == {"paused": 2}
+
+
+async def test_a_time_travel_whose_instruction_was_lost_waits_until_restarted(api: Api, data_dir: Path) -> None:
+    """The API stopped between the reset and its signal: the new execution waits for the signal (it runs no step
+    meanwhile), and a restart lets it go on as a plain reset (its task's steps run again, `three` included)."""
+    await api.storage.save_definition("ledger", LEDGER)
+    workflows = Workflows(api.storage, app, api.keel)
+    run_id = (await workflows.start_and_settle("ledger", {"first": 1})).run_id
+    old = api.keel.temporal.get_workflow_handle(run_id, run_id=(await describe_run(api.keel, run_id)).run_id)
+    point = TimeTravelPoint.model_validate(await old.query(names.TIME_TRAVEL_POINT_QUERY, "four"))
+    reset_event = task_completed_after((await old.fetch_history()).events, point.history_length)
+    assert reset_event is not None and old.run_id is not None
+    reason = f"{names.TIME_TRAVEL_REASON}: run {run_id} again from step 'four'"
+    await reset_to_task(api.keel, run_id, old.run_id, reset_event, reason, exclude=NOT_AGAIN)
+    handle = api.keel.temporal.get_workflow_handle(run_id)
+    for _ in range(100):
+        if await handle.query(names.TIME_TRAVEL_WAITING_QUERY) == old.run_id:
+            break
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.5)
+    assert ledger(data_dir) == ["tool 1", "tool 2", "tool 3", "tool 4"]  # it waits: nothing ran again
+
+    out = await api.js("""
+        const run = await client.getWorkflow("ledger").createRun({runId: vars.runId});
+        return await run.restart({});
+    """, runId=run_id)  # fmt: skip
+    assert out == {
+        "message": "Workflow run restarted: it had been reset by a time travel whose instruction was lost, and goes "
+        "on as a plain reset"
+    }
+    assert await handle.result() == {"one": 1, "two": 2, "three": 3, "four": 4}
+    assert ledger(data_dir)[4:] == ["tool 3", "tool 4"]
+
+
+async def test_keel_workflows_reset_time_travels_from_the_command_line(
+    api: Api, dev_server: DevServer, task_queue: str, tmp_path: Path, data_dir: Path
+) -> None:
+    await api.storage.save_definition("ledger", LEDGER)
+    run_id = (await Workflows(api.storage, app, api.keel).start_and_settle("ledger", {"first": 1})).run_id
+    keel = Keel(dev_server, task_queue, tmp_path, data_dir)
+    keel.env["KEEL_APP"] = "tests.http_api.apps:app"
+
+    code, out, err = await keel("workflows", "reset", run_id, "--to-step", "four", "--input", '{"step": 40}')
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].startswith(f"run {run_id} reset to step four: new execution ")
+    assert lines[0].endswith("stays in the run's history); three return what they returned before")
+    assert lines[1] == f'run {run_id} succeeded: {{"one": 1, "two": 2, "three": 3, "four": 40}}'
+    assert ledger(data_dir)[4:] == ["tool 40"]
+
+    code, _, err = await keel("workflows", "reset", run_id, "--to-step", "nope")
+    assert code == 2 and "Time travel target step not found in execution graph: 'nope'" in err
+    code, _, err = await keel("workflows", "reset", run_id, "--to-step", "two", "--input", '{"step": "x"}')
+    assert code == 2 and "Invalid inputData: " in err
+    assert ledger(data_dir)[4:] == ["tool 40"]
+
+
+FAN = {
+    "id": "fan",
+    "inputSchema": {"type": "object"},
+    "outputSchema": {"type": "object"},
+    "graph": [
+        {"type": "mapping", "id": "m1", "mapConfig": json.dumps({"step": {"initData": True, "path": "first"}})},
+        _tally("one"),
+        {"type": "parallel", "steps": [_tally("p1"), _tally("p2")]},
+        _number("m9", 9),
+        _tally("last"),
+    ],
+}
+
+
+async def test_a_step_in_parallel_runs_again_and_its_sibling_returns_what_it_did(api: Api, data_dir: Path) -> None:
+    out = await api.js("""
+        await client.upsertDynamicWorkflow(vars.fan);
+        const run = await client.getWorkflow("fan").createRun();
+        await run.startAsync({inputData: {first: 1}});
+        return await run.timeTravelAsync({step: "p2", inputData: {step: 22}});
+    """, fan=FAN)  # fmt: skip
+    assert out["status"] == "success" and out["result"] == {"step": 9}
+    assert out["steps"]["p1"]["output"] == {"step": 1} and out["steps"]["p2"]["output"] == {"step": 22}
+    assert ledger(data_dir) == ["tool 1", "tool 1", "tool 1", "tool 9", "tool 22", "tool 9"]
+
+
+async def test_a_failed_run_is_run_again_from_its_failed_step_with_a_corrected_input(api: Api, data_dir: Path) -> None:
+    out = await api.js("""
+        await client.upsertDynamicWorkflow(vars.ledger);
+        const run = await client.getWorkflow("ledger").createRun();
+        const failed = await run.startAsync({inputData: {first: "x"}});
+        const recovered = await run.timeTravelAsync({step: "one", inputData: {step: 1}});
+        return {failed, recovered};
+    """, ledger=LEDGER)  # fmt: skip
+    assert out["failed"]["status"] == "failed"  # `tally` refused {"step": "x"}
+    assert out["recovered"]["status"] == "success"
+    assert out["recovered"]["result"] == {"one": 1, "two": 2, "three": 3, "four": 4}
+    assert ledger(data_dir) == ["tool 1", "tool 2", "tool 3", "tool 4"]
+
+
+async def test_the_step_run_again_is_told_it_is_a_first_attempt(api: Api, data_dir: Path) -> None:
+    """Keel counted the step's tool starts (its attempt numbers); the time travel forgets them for the step and
+    later ones, so the tool is not told it may have run before (`nap` notes its attempt in naps.log)."""
+    nap = {
+        "id": "napping",
+        "inputSchema": {"type": "object"},
+        "outputSchema": {},
+        "graph": [
+            {
+                "type": "mapping",
+                "id": "how",
+                "mapConfig": json.dumps({"label": {"value": "a"}, "seconds": {"value": 0}}),
+            },
+            {"type": "tool", "id": "nap", "toolId": "nap"},
+        ],
+    }
+    out = await api.js("""
+        await client.upsertDynamicWorkflow(vars.nap);
+        const run = await client.getWorkflow("napping").createRun();
+        await run.startAsync({inputData: {}});
+        return await run.timeTravelAsync({step: "nap"});
+    """, nap=nap)  # fmt: skip
+    assert out["status"] == "success"
+    naps = (data_dir / "naps.log").read_text().splitlines()
+    assert naps == ["start a attempt=1", "done a", "start a attempt=1", "done a"]
