@@ -26,8 +26,10 @@ from keel.workflows.contracts import (
     ResetOrigin,
     ResetOriginInput,
     StepSuspension,
+    TimeTravel,
     WorkflowToolInput,
     WorkflowToolResult,
+    time_travel_key,
 )
 
 
@@ -153,10 +155,17 @@ class WorkflowSteps:
 
     @activity.defn(name=names.RESET_ORIGIN)
     async def reset_origin(self, input: ResetOriginInput) -> ResetOrigin:
-        """Whether Keel's time travel made the run's latest reset, and from which execution (a local activity of
-        the run's first step start after it)."""
+        """Whether Keel's time travel made the run's latest reset, from which execution, and the instruction
+        its client stored before the reset (a local activity of the run's first step start after it)."""
         with translated():
-            return await reset_origin(activity.client(), input)
+            origin = await reset_origin(activity.client(), input)
+            if not origin.time_travel or origin.base_execution_id is None:
+                return origin
+            key = time_travel_key(origin.base_execution_id)
+            stored = (await self._storage.begin_step(input.workflow_id, answer_id=key)).answer
+            if stored is None:  # reset by a client that only signals its instruction
+                return origin
+            return origin.model_copy(update={"instruction": TimeTravel.model_validate(stored)})
 
     def all(self) -> list[Any]:
         return [self.load_definition, self.tool_step, self.classifier_step, self.reset_origin]

@@ -9,9 +9,11 @@ shows the reset. What Keel stored for those calls is forgotten first: the start 
 from that task on (`forget_steps`), so the steps that run again tell their tools it is a first attempt.
 
 Mastra's options cannot ride on the reset: a reset replays the run's own inputs, and the server refuses a
-signal as part of a reset. So the run's new execution is signalled right after (`time_travel`) and waits for
-that signal at its next step start, having asked a local activity whether Keel's time travel made the reset
-(`keel.workflows.time_travel`): a plain reset from the Temporal UI goes on at once. The signal carries:
+signal as part of a reset. So they are stored before the reset (a `run_steps` answer of the run, keyed by the
+execution reset), and the run's new execution reads them at its next step start with a local activity, which
+also tells it whether Keel's time travel made the reset (`keel.workflows.time_travel`): a plain reset from the
+Temporal UI goes on at once. Nothing is sent to the new execution: a signal racing the steps it runs in its
+first workflow task would fail that task's completion and run them again. The instruction carries:
 
 - `inputData`: the step's new input (checked here against the tool's input model for a tool step);
 - `resumeData`: given to the step's tool on its first call, as Mastra resumes a step time travelled to;
@@ -20,9 +22,9 @@ that signal at its next step start, having asked a local activity whether Keel's
   chained locally into that task before it, and its parallel siblings. Only they need it: everything else
   before the step is replayed from the history, so nothing before the step runs again.
 
-The signal, the reset and what the run decides from them are all in the new execution's history, so it
-replays. This was chosen over a new execution seeded with the earlier steps' results because that would not
-be Temporal's reset: the UI would show a new run rather than the same run gone back to a step.
+The reset, the local activity's result and what the run decides from them are all in the new execution's
+history, so it replays. This was chosen over a new execution seeded with the earlier steps' results because
+that would not be Temporal's reset: the UI would show a new run rather than the same run gone back to a step.
 
 Not done, and refused with a reason: Mastra's `context` and `nestedStepsContext` (the steps before are
 Temporal's record, not the caller's), `initialState` (definitions have no run state) and `perStep`. A step of
@@ -32,7 +34,6 @@ refuses a running run; a suspended or ended one is not.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -60,7 +61,8 @@ from keel.protocol.workflow_definition import (
     ToolEntry,
     WorkflowDefinition,
 )
-from keel.workflows.contracts import TimeTravel, TimeTravelPoint
+from keel.storage import StepAnswer
+from keel.workflows.contracts import TimeTravel, TimeTravelPoint, time_travel_key
 from keel.workflows.search_attributes import KEEL_KIND, KEEL_STATUS
 from keel.workflows.time_travel import entry_step_ids
 
@@ -76,7 +78,6 @@ NOT_AGAIN = (
 )
 """What the old execution received after the step is not applied to the new one: resumes of its later steps
 (the step runs again, and suspends again if it does), and a cancellation (a canceled run may be time travelled)."""
-SIGNAL_ATTEMPTS = 5
 
 
 class RunStillRunning(ResetRefused):
@@ -182,13 +183,6 @@ async def time_travel(
     first = history.events[0].workflow_execution_started_event_attributes.first_execution_run_id or desc.run_id
     calls = [f"{first}/{n}" for n in range(point.tool_calls + 1, point.tool_calls_total + 1)]
     await storage.forget_steps(run_id, calls)
-    told = f"{names.TIME_TRAVEL_REASON}: run {run_id} again from step {step!r}"
-    try:
-        new = await reset_to_task(
-            keel, run_id, desc.run_id, reset_event, f"{told} ({reason})" if reason else told, exclude=NOT_AGAIN
-        )
-    except RPCError as err:
-        raise KeelClientError(f"Temporal refused to reset run {run_id!r} ({err.message})") from None
     instruction = TimeTravel(
         base_execution_id=desc.run_id,
         step=step,
@@ -198,7 +192,17 @@ async def time_travel(
         request_context=request_context or None,
         recorded=point.recorded,
     )
-    await _deliver(keel, run_id, new, instruction)
+    # Stored before the reset, where the new execution's `keel.reset_origin` reads it: a client that stops
+    # right after the reset leaves nothing for the run to wait for.
+    key = time_travel_key(desc.run_id)
+    await storage.write(run_id, answer=StepAnswer(key, instruction.model_dump(mode="json")))
+    told = f"{names.TIME_TRAVEL_REASON}: run {run_id} again from step {step!r}"
+    try:
+        new = await reset_to_task(
+            keel, run_id, desc.run_id, reset_event, f"{told} ({reason})" if reason else told, exclude=NOT_AGAIN
+        )
+    except RPCError as err:
+        raise KeelClientError(f"Temporal refused to reset run {run_id!r} ({err.message})") from None
     return WorkflowTimeTravel(
         run_id=run_id,
         workflow_id=kind,
@@ -212,9 +216,10 @@ async def time_travel(
     )
 
 
-async def release(keel: KeelClient, run_id: str) -> bool:
-    """Let a run waiting for its time travel's signal (one whose sender was lost between the reset and the
-    signal) go on without it, as a plain reset; False when it does not wait."""
+async def release(keel: KeelClient, storage: Storage, run_id: str) -> bool:
+    """Let a run waiting for its time travel's `time_travel` signal go on (reset by the client of the version
+    before, which only signalled the instruction, and stopped before it could): with the instruction if one is
+    stored for its reset, else as a plain reset. False when it does not wait."""
     handle = keel.temporal.get_workflow_handle(run_id)
     try:
         waiting = await handle.query(names.TIME_TRAVEL_WAITING_QUERY)
@@ -222,7 +227,9 @@ async def release(keel: KeelClient, run_id: str) -> bool:
         return False
     if not isinstance(waiting, str):
         return False
-    await handle.signal(names.TIME_TRAVEL_SIGNAL, TimeTravel(base_execution_id=waiting))
+    stored = (await storage.begin_step(run_id, answer_id=time_travel_key(waiting))).answer
+    travel = TimeTravel.model_validate(stored) if stored is not None else TimeTravel(base_execution_id=waiting)
+    await handle.signal(names.TIME_TRAVEL_SIGNAL, travel)
     return True
 
 
@@ -269,21 +276,6 @@ def _definition_loaded_before(events: Any, event_id: int) -> bool:
         and e.event_id < event_id
         for e in events
     )
-
-
-async def _deliver(keel: KeelClient, run_id: str, execution: str, instruction: TimeTravel) -> None:
-    handle = keel.temporal.get_workflow_handle(run_id, run_id=execution)
-    for attempt in range(1, SIGNAL_ATTEMPTS + 1):
-        try:
-            await handle.signal(names.TIME_TRAVEL_SIGNAL, instruction)
-            return
-        except RPCError as err:
-            if attempt == SIGNAL_ATTEMPTS:
-                raise KeelClientError(
-                    f"Run {run_id!r} was reset (execution {execution}) but its time travel's instruction could not "
-                    f"be sent ({err.message}): the run waits for it; restart the run to go on without it"
-                ) from None
-            await asyncio.sleep(0.2 * attempt)
 
 
 __all__ = ["RunStillRunning", "WorkflowTimeTravel", "release", "time_travel"]

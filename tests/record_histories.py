@@ -411,7 +411,10 @@ SCENARIOS: dict[str, Scenario] = {
     # Idempotent tool steps tried as local activities first (`LoadDefinitionResult.local_tool_steps`).
     "definition_every_entry_type_local_steps": Scenario(_definition_everything, DEFAULT_SHAPE),
     "definition_started_by_keel_local_steps": Scenario(_definition_by_keel, DEFAULT_SHAPE),
-    "definition_time_travelled": Scenario(_definition_time_travelled, DEFAULT_SHAPE, latest=True),
+    # Time travelled by the client that signalled the instruction after its reset (the run waited for it).
+    "definition_time_travelled": Scenario(_definition_time_travelled, None, latest=True),
+    # Time travelled by the client that stores it before its reset (the run reads it with `keel.reset_origin`).
+    "definition_time_travelled_stored": Scenario(_definition_time_travelled, DEFAULT_SHAPE, latest=True),
     "delivered_message": Scenario(_delivered_message, DEFAULT_SHAPE),
     "suspended_fused_step": Scenario(_suspended_fused_step, DEFAULT_SHAPE),
     "thread_entity": Scenario(_thread_entity, DEFAULT_SHAPE, ends=False),

@@ -731,12 +731,21 @@ class ResetOriginInput(Contract):
     run_id: str
 
 
+def time_travel_key(base_execution_id: str) -> str:
+    """Where Keel's client stores a time travel's instruction before its reset (a `run_steps` answer of the run,
+    keyed by the execution it resets), for the reset execution's `keel.reset_origin` to read."""
+    return f"time-travel/{base_execution_id}"
+
+
 class ResetOrigin(Contract):
     """What reset the run (the last `WorkflowTaskFailed` of cause reset in its history)."""
 
     base_execution_id: str | None = None
     time_travel: bool = False
-    """Whether the reset's reason says Keel's time travel made it (its `time_travel` signal then follows)."""
+    """Whether the reset's reason says Keel's time travel made it."""
+    instruction: TimeTravel | None = None
+    """The time travel's instruction, as Keel's client stored it before the reset (`time_travel_key`); None
+    for a reset by a client that only signals it (the run then waits for its `time_travel` signal)."""
 
 
 # --- IndexWorkspace ------------------------------------------------------------------------------------

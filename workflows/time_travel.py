@@ -3,8 +3,8 @@
 Keel's client resets the run's execution to the workflow task in which the chosen step first started (the
 `time_travel_point` query says which), so Temporal runs the run again from there in a new execution and keeps
 the old one. A reset cannot change what the run reads, and a signal cannot be part of the reset (the server
-Keel runs refuses a post-reset signal), so the client signals the new execution just after (`time_travel`),
-and the run itself waits for that signal where it matters:
+Keel runs refuses a post-reset signal), so the client stores the instruction before the reset (a `run_steps`
+answer of the run, `time_travel_key`) and the run reads it where it matters:
 
 - It sees each reset in its history: core gives the run a new random seed at the reset point (the seed
   callback); a reset to the run's first workflow task gives none, so a later execution whose first step
@@ -12,17 +12,28 @@ and the run itself waits for that signal where it matters:
   when the run meets it live: so histories recorded before this module, and resets made before it, replay as
   they ran.
 - At its next step start it asks a local activity (`keel.reset_origin`) whether Keel's time travel made the
-  reset (the reset's reason says so) and from which execution, and only then waits for that reset's signal.
-  A plain reset (the Temporal UI's) goes on at once.
+  reset (the reset's reason says so), from which execution, and for the instruction stored for it. A plain
+  reset (the Temporal UI's) goes on at once. Stored before the reset, the instruction survives a client that
+  stops right after it: nothing is left for the run to wait for.
+- The client also signals the instruction to the new execution just after the reset (`time_travel`). A run
+  whose local activity found no stored instruction waits for that signal: a reset by a client of the version
+  before (which only signalled), and the histories recorded then (tests/histories/definition_time_travelled
+  .json). `restart` releases such a run whose signal was lost. Delete the signal, and this wait, once no
+  client of that version resets runs and no run it reset is open, together with that history.
+- The local activity's attempts are bounded (`RESET_ORIGIN_RETRY`): when all fail, the run goes on with the
+  signalled instruction if it came, else as a plain reset.
 
-The signal carries Mastra's options for the step (`inputData`, `resumeData`, `requestContext`) and the outputs
-of the steps before it that the reset's workflow task would otherwise run again: the idempotent steps it had
-chained locally into that task, the step's parallel siblings. The run returns those instead of running them,
-and runs the step and everything after it. Children it starts from then on get ids of their own (`-tN`), so an
-agent step runs in a fresh thread instead of its earlier run's; the earlier runs stay, as the old execution does.
+The instruction carries Mastra's options for the step (`inputData`, `resumeData`, `requestContext`) and the
+outputs of the steps before it that the reset's workflow task would otherwise run again: the idempotent steps
+it had chained locally into that task, the step's parallel siblings. The run returns those instead of running
+them, and runs the step and everything after it. Children it starts from then on get ids of their own (`-tN`),
+so an agent step runs in a fresh thread instead of its earlier run's; the earlier runs stay, as the old
+execution does.
 
-All of it is in the history (the seed update, the patch marker, the local activity's result, the signal), so
-the new execution replays; a run never reset meets none of it.
+All of it is in the history (the seed update, the patch marker, the local activity's result with the
+instruction, the signal), so the new execution replays; a run never reset meets none of it. Which of them a
+run goes on with is decided by the local activity's recorded result alone, so no patch guards it: a result
+recorded before it had an instruction replays the wait for the signal, as it ran.
 """
 
 from __future__ import annotations
@@ -33,6 +44,8 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import TimeoutError as TemporalTimeout
 
 from keel.protocol import names
 from keel.protocol.workflow_definition import (
@@ -45,7 +58,10 @@ from keel.protocol.workflow_definition import (
 from keel.workflows.contracts import ResetOrigin, ResetOriginInput, TimeTravel, TimeTravelPoint
 from keel.workflows.graph_values import MISSING
 
-RESET_ORIGIN_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
+RESET_ORIGIN_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30), maximum_attempts=10
+)
+"""About two and a half minutes of attempts: then the run goes on without knowing (`_wait_for_instruction`)."""
 
 
 def entry_step_ids(entry: GraphEntry) -> list[str]:
@@ -85,6 +101,8 @@ class TimeTravelling:
         self._gating = False
         self._waiting_for: str | None = None
         self._travel_signals: list[TimeTravel] = []
+        self._taken: set[str] = set()
+        """The executions whose resets' instructions the run went on with."""
         self._travel: TimeTravel | None = None
         self._travels = 0
         self._recorded: dict[str, list[Any]] = {}
@@ -104,8 +122,8 @@ class TimeTravelling:
     # --- at each entry and step start -------------------------------------------------------------------
 
     async def travel_gate(self) -> None:
-        """Before a step starts: if the run was reset since the last one, and Keel's time travel did it, wait
-        for that reset's `time_travel` signal (steps running together wait for the first one's answer)."""
+        """Before a step starts: if the run was reset since the last one, and Keel's time travel did it, take
+        that reset's instruction (steps running together wait for the first one's answer)."""
         if not self._first_start_seen:
             self._first_start_seen = True
             info = workflow.info()
@@ -130,22 +148,44 @@ class TimeTravelling:
 
     async def _wait_for_instruction(self) -> None:
         info = workflow.info()
-        origin: ResetOrigin = await workflow.execute_local_activity(
-            names.RESET_ORIGIN,
-            ResetOriginInput(workflow_id=info.workflow_id, run_id=info.run_id),
-            result_type=ResetOrigin,
-            start_to_close_timeout=timedelta(seconds=30),
-            retry_policy=RESET_ORIGIN_RETRY,
-            summary="reset: by Keel's time travel?",
-        )
+        try:
+            origin: ResetOrigin = await workflow.execute_local_activity(
+                names.RESET_ORIGIN,
+                ResetOriginInput(workflow_id=info.workflow_id, run_id=info.run_id),
+                result_type=ResetOrigin,
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=RESET_ORIGIN_RETRY,
+                summary="reset: by Keel's time travel?",
+            )
+        except (ActivityError, ApplicationError, TemporalTimeout) as err:  # a local activity may fail with its cause
+            # Every attempt failed: the run cannot tell what reset it. It takes the instruction Keel's client
+            # signals right after its reset if it came (it comes at once, the attempts take minutes), else it
+            # goes on as a plain reset (as `restart` lets it): it never waits for one that may never come.
+            unheard = [s for s in self._travel_signals if s.base_execution_id not in self._taken]
+            workflow.logger.warning(
+                "keel.reset_origin failed (%s): the run goes on %s",
+                err.cause if isinstance(err, ActivityError) and err.cause is not None else err,
+                "with the time travel signalled to it" if unheard else "as a plain reset",
+            )
+            if unheard:
+                self._take(unheard[-1])
+            return
         if not origin.time_travel or origin.base_execution_id is None:
             return
         base = origin.base_execution_id
+        if origin.instruction is not None:  # stored by Keel's client before its reset
+            self._take(origin.instruction)
+            return
+        # Reset by a client that only signalled the instruction after its reset (and histories recorded then).
         self._waiting_for = base
         await workflow.wait_condition(lambda: any(s.base_execution_id == base for s in self._travel_signals))
         self._waiting_for = None
-        travel = next(s for s in self._travel_signals if s.base_execution_id == base)
-        if travel.step is None:  # released without an instruction (`restart`): a plain reset
+        self._take(next(s for s in self._travel_signals if s.base_execution_id == base))
+
+    def _take(self, travel: TimeTravel) -> None:
+        """Go on with the time travel's instruction (`step` None: released without one, a plain reset)."""
+        self._taken.add(travel.base_execution_id)
+        if travel.step is None:
             return
         self._travel, self._travels = travel, self._travels + 1
         self._recorded = {key: list(outputs) for key, outputs in travel.recorded.items()}

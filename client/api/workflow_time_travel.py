@@ -148,7 +148,7 @@ async def _restart(ctx: Ctx, workflow_id: str, run_id: str | None) -> tuple[str,
     if described.status == WorkflowExecutionStatus.RUNNING:
         if described.typed_search_attributes.get(KEEL_STATUS) == "suspended":
             raise ApiError(409, "This workflow run was not active: it is suspended, waiting to be resumed")
-        if await release(ctx.keel, run_id):
+        if await release(ctx.keel, ctx.storage, run_id):
             lost = "it had been reset by a time travel whose instruction was lost, and goes on as a plain reset"
             return f"Workflow run restarted: {lost}", handle
         return "Workflow run is active: Temporal keeps running it, so there was nothing to restart", handle

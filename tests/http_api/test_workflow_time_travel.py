@@ -12,20 +12,26 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from temporalio.api.enums.v1 import EventType
+from temporalio.exceptions import ApplicationError
 from temporalio.worker import Replayer
 
+from keel.client import workflow_time_travel
 from keel.client.devserver import DevServer
 from keel.client.temporal_reset import describe_run, reset_to_task, task_completed_after
 from keel.client.workflow_time_travel import NOT_AGAIN
 from keel.client.workflows import Workflows
 from keel.plugin import KeelPlugin
 from keel.protocol import names
+from keel.storage import StepRecord
 from keel.workflows.contracts import TimeTravelPoint
+from keel.workflows.time_travel import RESET_ORIGIN_RETRY
 from tests.http_api.apps import app
 from tests.http_api.conftest import Api
 from tests.test_cli import Keel
@@ -111,7 +117,8 @@ async def test_time_travel_runs_the_step_and_later_ones_again_and_nothing_before
     assert out[-1]["payload"]["workflowStatus"] == "success"
     assert ledger(data_dir)[8:] == ["tool 3", "tool 4"]
 
-    # Each time travel was Temporal's reset of the execution before, followed by its instruction.
+    # Each time travel was Temporal's reset of the execution before; the new execution read its instruction
+    # (stored before the reset) with its first local activity after it, and was sent no signal.
     executions = sorted(
         [e async for e in api.keel.temporal.list_workflows(f"WorkflowId='{run_id}'")], key=lambda e: e.start_time
     )
@@ -125,13 +132,16 @@ async def test_time_travel_runs_the_step_and_later_ones_again_and_nothing_before
         ]
         assert resets[-1].base_run_id == before.run_id
         assert resets[-1].failure.message.startswith(f"{names.TIME_TRAVEL_REASON}: run {run_id} again from step ")
-        signals = [
-            e.workflow_execution_signaled_event_attributes
-            for e in events
-            if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+        after = events[max(i for i, e in enumerate(events) if e.HasField("workflow_task_failed_event_attributes")) :]
+        results = [
+            json.loads(e.marker_recorded_event_attributes.details["result"].payloads[0].data)
+            for e in after
+            if e.marker_recorded_event_attributes.marker_name == "core_local_activity"
+            and "result" in e.marker_recorded_event_attributes.details
         ]
-        told = [json.loads(s.input.payloads[0].data) for s in signals if s.signal_name == names.TIME_TRAVEL_SIGNAL]
-        assert told[-1]["baseExecutionId"] == before.run_id
+        origin = next(r for r in results if isinstance(r, dict) and "timeTravel" in r)  # after load_definition's
+        assert origin["timeTravel"] is True and origin["instruction"]["baseExecutionId"] == before.run_id
+        assert not [e for e in events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED]
 
     # Every execution replays with the current code, in the sandbox and without it.
     for sandboxed in (True, False):
@@ -287,6 +297,66 @@ async def test_a_time_travel_whose_instruction_was_lost_waits_until_restarted(ap
         "on as a plain reset"
     }
     assert await handle.result() == {"one": 1, "two": 2, "three": 3, "four": 4}
+    assert ledger(data_dir)[4:] == ["tool 3", "tool 4"]
+
+
+class ClientStopped(Exception):
+    """The API process stopping right after its reset."""
+
+
+def stops_after(reset: Callable[..., Awaitable[str]]) -> Callable[..., Awaitable[str]]:
+    async def reset_then_stop(*args: Any, **kwargs: Any) -> str:
+        await reset(*args, **kwargs)
+        raise ClientStopped
+
+    return reset_then_stop
+
+
+async def test_a_time_travel_whose_client_stops_after_the_reset_goes_on_with_its_instruction(
+    api: Api, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The instruction is stored before the reset: the new execution reads it, and needs no signal (nor a
+    restart) to run `four` with its new input and `three` not again."""
+    await api.storage.save_definition("ledger", LEDGER)
+    run_id = (await Workflows(api.storage, app, api.keel).start_and_settle("ledger", {"first": 1})).run_id
+
+    monkeypatch.setattr(workflow_time_travel, "reset_to_task", stops_after(reset_to_task))
+    with pytest.raises(ClientStopped):
+        await workflow_time_travel.time_travel(api.keel, api.storage, run_id, "four", input_data={"step": 40})
+    handle = api.keel.temporal.get_workflow_handle(run_id)
+    async with asyncio.timeout(30):
+        assert await handle.result() == {"one": 1, "two": 2, "three": 3, "four": 40}
+    assert ledger(data_dir)[4:] == ["tool 40"]
+    events = (await handle.fetch_history()).events
+    assert not [e for e in events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED]
+
+
+async def test_a_run_that_cannot_tell_what_reset_it_goes_on_as_a_plain_reset(
+    api: Api, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`keel.reset_origin` fails (storage refuses it; its attempts are bounded, `RESET_ORIGIN_RETRY`) and no
+    signal came: the run neither fails nor waits, it goes on as a plain reset (`three` runs again)."""
+    assert RESET_ORIGIN_RETRY.maximum_attempts > 0  # not retried for ever
+    await api.storage.save_definition("ledger", LEDGER)
+    run_id = (await Workflows(api.storage, app, api.keel).start_and_settle("ledger", {"first": 1})).run_id
+    begin_step = api.storage.begin_step
+
+    async def refused(run_id: str, *, answer_id: str | None = None, tool_ids: Sequence[str] = ()) -> StepRecord:
+        if answer_id is not None and answer_id.startswith("time-travel/"):
+            raise ApplicationError("storage is down", non_retryable=True)
+        return await begin_step(run_id, answer_id=answer_id, tool_ids=tool_ids)
+
+    monkeypatch.setattr(api.storage, "begin_step", refused)
+    monkeypatch.setattr(workflow_time_travel, "reset_to_task", stops_after(reset_to_task))
+    with pytest.raises(ClientStopped):
+        await workflow_time_travel.time_travel(api.keel, api.storage, run_id, "four", input_data={"step": 40})
+    async with asyncio.timeout(30):
+        assert await api.keel.temporal.get_workflow_handle(run_id).result() == {
+            "one": 1,
+            "two": 2,
+            "three": 3,
+            "four": 4,
+        }
     assert ledger(data_dir)[4:] == ["tool 3", "tool 4"]
 
 
