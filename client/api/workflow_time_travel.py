@@ -3,11 +3,12 @@
 `@mastra/client-js` calls them (`run.timeTravel`, `timeTravelAsync`, `timeTravelStream`, `restart`,
 `restartAsync`).
 
-Time travel runs a stored definition's run again from a step (`keel.client.workflow_time_travel`: Temporal's
-reset, then the run's instruction). As in Mastra, `time-travel` answers `{message}` once the run is under way
-again (with what the reset did), `time-travel-async` once it has ended or suspended (Mastra's WorkflowResult),
-and `time-travel-stream` streams its chunks from the step on (after the run's `workflow-start`), as
-`stream` does.
+Time travel runs a stored definition's run again from a step (`keel.client.workflow_time_travel`: its
+instruction stored, then Temporal's reset). As in Mastra, `time-travel` answers `{message}` once the run is
+under way again (with what the reset did), `time-travel-async` once it has ended or suspended (Mastra's
+WorkflowResult; a run still going after `SETTLE_SECONDS` answers its state then, `running`, never a 5xx that
+the client would send again as a second time travel), and `time-travel-stream` streams its chunks from the
+step on (after the run's `workflow-start`), as `stream` does.
 
 Restart, in Mastra, re-drives a run its process lost (its snapshot says running, nothing runs it). On Temporal
 no active run is lost: a lost worker's workflow task and activities are retried on another, so there is
@@ -114,7 +115,7 @@ async def time_travel_async(
     ctx: Ctx, workflow_id: str, body: TimeTravelBody, run_id: RunIdQuery = None
 ) -> dict[str, Any]:
     travel = await _travel(ctx, workflow_id, run_id, body)
-    status = await ctx.workflows.settle(travel.run_id)
+    status = await ctx.workflows.settled_or_running(travel.run_id)
     return workflow_result(travel.run_id, status.state)
 
 
@@ -170,5 +171,5 @@ async def restart_async(
     ctx: Ctx, workflow_id: str, body: RestartBody | None = None, run_id: RunIdQuery = None
 ) -> dict[str, Any]:
     _, handle = await _restart(ctx, workflow_id, run_id)
-    status = await ctx.workflows.settle(handle.id)
+    status = await ctx.workflows.settled_or_running(handle.id)
     return workflow_result(handle.id, status.state)

@@ -22,7 +22,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Replayer
 
-from keel.client import workflow_time_travel
+from keel.client import workflow_time_travel, workflows
 from keel.client.devserver import DevServer
 from keel.client.temporal_reset import describe_run, reset_to_task, task_completed_after
 from keel.client.workflow_time_travel import NOT_AGAIN
@@ -269,7 +269,8 @@ async def test_an_active_run_is_not_time_travelled_and_restart_says_it_continues
 
 
 async def test_a_time_travel_whose_instruction_was_lost_waits_until_restarted(api: Api, data_dir: Path) -> None:
-    """The API stopped between the reset and its signal: the new execution waits for the signal (it runs no step
+    """Reset by the client of the version before, which signalled the instruction after its reset and stopped
+    before it could: the new execution finds no stored instruction and waits for the signal (it runs no step
     meanwhile), and a restart lets it go on as a plain reset (its task's steps run again, `three` included)."""
     await api.storage.save_definition("ledger", LEDGER)
     workflows = Workflows(api.storage, app, api.keel)
@@ -358,6 +359,36 @@ async def test_a_run_that_cannot_tell_what_reset_it_goes_on_as_a_plain_reset(
             "four": 4,
         }
     assert ledger(data_dir)[4:] == ["tool 3", "tool 4"]
+
+
+async def test_a_time_travel_async_whose_run_takes_longer_than_the_wait_answers_running_and_resets_once(
+    api: Api, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past `SETTLE_SECONDS` the answer is the run's state, `running`: a 5xx there was sent again by the client,
+    a second time travel once the run had ended."""
+    monkeypatch.setattr(workflows, "SETTLE_SECONDS", 0.5)
+    monkeypatch.setattr(workflows, "STATE_SECONDS", 0.5)  # `pause` runs locally: the `state` query waits for it
+    slow = {
+        "id": "slow",
+        "inputSchema": {"type": "object"},
+        "outputSchema": {"type": "object"},
+        "graph": [
+            {"type": "mapping", "id": "m1", "mapConfig": json.dumps({"step": {"initData": True, "path": "first"}})},
+            _tally("one"),
+            {"type": "mapping", "id": "how", "mapConfig": json.dumps({"seconds": {"value": 2}})},
+            {"type": "tool", "id": "wait", "toolId": "pause"},
+        ],
+    }
+    await api.storage.save_definition("slow", slow)
+    run_id = (await Workflows(api.storage, app, api.keel).start_and_settle("slow", {"first": 1})).run_id
+    out = await api.js("""
+        const run = await client.getWorkflow("slow").createRun({runId: vars.runId});
+        return await run.timeTravelAsync({step: "one", inputData: {step: 10}});
+    """, runId=run_id)  # fmt: skip
+    assert out["status"] == "running" and out["runId"] == run_id
+    assert await api.keel.temporal.get_workflow_handle(run_id).result() == {"paused": 2}
+    assert ledger(data_dir) == ["tool 1", "tool 10"]
+    assert len([e async for e in api.keel.temporal.list_workflows(f"WorkflowId='{run_id}'")]) == 2
 
 
 async def test_keel_workflows_reset_time_travels_from_the_command_line(
