@@ -30,6 +30,7 @@ from temporalio.service import RPCError
 
 from keel.app import App
 from keel.app.workflow_checks import Known, check_definition
+from keel.client import keel_client
 from keel.client.errors import KeelClientError
 from keel.client.keel_client import KeelClient
 from keel.client.visibility import quoted
@@ -261,11 +262,18 @@ class Workflows:
         return RunStatus(run_id, WorkflowRunState(workflow_id=described.workflow_type, status="running"))
 
     async def resume(self, run_id: str, step: str, resume_data: Any) -> None:
-        """Resume a suspended step (the `resume_step` update): `ResumeRefused` says why a resume is refused."""
+        """Resume a suspended step (the `resume_step` update): `ResumeRefused` says why a resume is refused,
+        `NoWorker` that no worker took it within `WORKER_ANSWER_SECONDS` (none serves the run's task queue)."""
         try:
-            await self._handle(run_id).execute_update("resume_step", ResumeStep(step=step, resume_data=resume_data))
+            # Bounded as a whole (an `rpc_timeout` bounds each of the SDK's requests: about twice as long).
+            async with asyncio.timeout(keel_client.WORKER_ANSWER_SECONDS) as waited:
+                await self._handle(run_id).execute_update("resume_step", ResumeStep(step=step, resume_data=resume_data))
         except WorkflowUpdateFailedError as err:
             raise ResumeRefused(str(err.cause or err)) from None
+        except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):  # the update, cancelled by the timeout
+            if not waited.expired():
+                raise
+            raise await self.keel.no_answer(run_id) from None
         except RPCError as err:
             raise ResumeRefused(f"Run {run_id!r}: {err.message}") from None
 

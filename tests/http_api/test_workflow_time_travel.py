@@ -192,7 +192,8 @@ async def test_a_suspended_run_is_time_travelled_with_resume_data_and_bad_input_
             codeWorkflow: async () => {
                 const code = await client.getWorkflow("release").createRun();
                 await code.startAsync({inputData: {n: 2}});
-                return await code.timeTravel({step: "approve"});
+                try { return await code.timeTravel({step: "approve"}); }
+                finally { await code.resumeAsync({step: "approve", resumeData: {ok: true}}); }  // none left waiting
             },
             restartSuspended: () => run.restart({}),
         };
