@@ -20,8 +20,8 @@ answer of the run, `time_travel_key`) and the run reads it where it matters:
   before (which only signalled), and the histories recorded then (tests/histories/definition_time_travelled
   .json). `restart` releases such a run whose signal was lost. Delete the signal, and this wait, once no
   client of that version resets runs and no run it reset is open, together with that history.
-- The local activity's attempts are bounded (`RESET_ORIGIN_RETRY`): when all fail, the run goes on with the
-  signalled instruction if it came, else as a plain reset.
+- The local activity's attempts are bounded (`RESET_ORIGIN_RETRY`): when all fail, the run goes on with a
+  signalled instruction if one came, else as a plain reset (`RESET_ORIGIN_FAILED_PATCH`).
 
 The instruction carries Mastra's options for the step (`inputData`, `resumeData`, `requestContext`) and the
 outputs of the steps before it that the reset's workflow task would otherwise run again: the idempotent steps
@@ -31,7 +31,10 @@ so an agent step runs in a fresh thread instead of its earlier run's; the earlie
 execution does.
 
 All of it is in the history (the seed update, the patch marker, the local activity's result with the
-instruction, the signal), so the new execution replays; a run never reset meets none of it. Which of them a
+instruction, the signal), so the new execution replays (a worker gives it its own execution id, which the run
+compares with its first execution's; Temporal's standalone Replayer takes the id from the started event, which
+a reset copies from the execution reset: replay an execution reset to a later task with its own id there, as
+tests/http_api/test_workflow_time_travel.py's `replays` does); a run never reset meets none of it. Which of them a
 run goes on with is decided by the local activity's recorded result alone, so no patch guards it: a result
 recorded before it had an instruction replays the wait for the signal, as it ran.
 """
@@ -62,6 +65,8 @@ RESET_ORIGIN_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30), maximum_attempts=10
 )
 """About two and a half minutes of attempts: then the run goes on without knowing (`_wait_for_instruction`)."""
+RESET_ORIGIN_FAILED_PATCH = "keel-reset-origin-failed-goes-on"
+"""Marks a run that went on after `keel.reset_origin` failed (before it, the run failed)."""
 
 
 def entry_step_ids(entry: GraphEntry) -> list[str]:
@@ -158,9 +163,13 @@ class TimeTravelling:
                 summary="reset: by Keel's time travel?",
             )
         except (ActivityError, ApplicationError, TemporalTimeout) as err:  # a local activity may fail with its cause
-            # Every attempt failed: the run cannot tell what reset it. It takes the instruction Keel's client
-            # signals right after its reset if it came (it comes at once, the attempts take minutes), else it
-            # goes on as a plain reset (as `restart` lets it): it never waits for one that may never come.
+            # Every attempt failed (they are bounded): the run cannot tell what reset it. It takes a `time_travel`
+            # signal sent to it and not taken yet (the client before this one signalled its instruction), else
+            # goes on as a plain reset (as `restart` lets it), rather than fail or wait for what may never come.
+            # Before the patch such a failure failed the run, as it still does when such a history replays;
+            # delete the patch once no run that failed so before it was deployed is kept (past retention).
+            if not workflow.patched(RESET_ORIGIN_FAILED_PATCH):
+                raise
             unheard = [s for s in self._travel_signals if s.base_execution_id not in self._taken]
             workflow.logger.warning(
                 "keel.reset_origin failed (%s): the run goes on %s",

@@ -19,6 +19,8 @@ from typing import Any
 import httpx
 import pytest
 from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
+from temporalio.client import WorkflowHistory
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Replayer
 
@@ -31,7 +33,7 @@ from keel.plugin import KeelPlugin
 from keel.protocol import names
 from keel.storage import StepRecord
 from keel.workflows.contracts import TimeTravelPoint
-from keel.workflows.time_travel import RESET_ORIGIN_RETRY
+from keel.workflows.time_travel import RESET_ORIGIN_FAILED_PATCH, RESET_ORIGIN_RETRY
 from tests.http_api.apps import app
 from tests.http_api.conftest import Api
 from tests.test_cli import Keel
@@ -66,6 +68,19 @@ LEDGER = {
         },
     ],
 }
+
+
+async def replays(history: WorkflowHistory, run_id: str) -> None:
+    """The execution `run_id` replays, in the sandbox and without it, as a worker replays it. The Replayer takes
+    an execution's id from its started event, which a reset copies from the execution reset: the copy here
+    carries the execution's own, which a worker is given (and the run tells resets apart by)."""
+    events = [HistoryEvent() for _ in history.events]
+    for copy, event in zip(events, history.events, strict=True):
+        copy.CopyFrom(event)
+    events[0].workflow_execution_started_event_attributes.original_execution_run_id = run_id
+    for sandboxed in (True, False):
+        replayer = Replayer(workflows=[], plugins=[KeelPlugin(sandbox_keel_workflows=sandboxed)])
+        await replayer.replay_workflow(WorkflowHistory(history.workflow_id, events))
 
 
 def ledger(data_dir: Path) -> list[str]:
@@ -331,6 +346,7 @@ async def test_a_time_travel_whose_client_stops_after_the_reset_goes_on_with_its
     assert ledger(data_dir)[4:] == ["tool 40"]
     events = (await handle.fetch_history()).events
     assert not [e for e in events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED]
+    await replays(await handle.fetch_history(), (await handle.describe()).run_id)
 
 
 async def test_a_run_that_cannot_tell_what_reset_it_goes_on_as_a_plain_reset(
@@ -360,6 +376,16 @@ async def test_a_run_that_cannot_tell_what_reset_it_goes_on_as_a_plain_reset(
             "four": 4,
         }
     assert ledger(data_dir)[4:] == ["tool 3", "tool 4"]
+    history = await api.keel.temporal.get_workflow_handle(run_id).fetch_history()
+    patches = [
+        payload.data
+        for e in history.events
+        if e.marker_recorded_event_attributes.marker_name == "core_patch"
+        for details in e.marker_recorded_event_attributes.details.values()
+        for payload in details.payloads
+    ]
+    assert any(RESET_ORIGIN_FAILED_PATCH.encode() in p for p in patches)
+    await replays(history, (await api.keel.temporal.get_workflow_handle(run_id).describe()).run_id)
 
 
 async def test_a_time_travel_async_whose_run_takes_longer_than_the_wait_answers_running_and_resets_once(
