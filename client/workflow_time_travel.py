@@ -216,21 +216,21 @@ async def time_travel(
     )
 
 
-async def release(keel: KeelClient, storage: Storage, run_id: str) -> bool:
+async def release(keel: KeelClient, storage: Storage, run_id: str) -> TimeTravel | None:
     """Let a run waiting for its time travel's `time_travel` signal go on (reset by the client of the version
     before, which only signalled the instruction, and stopped before it could): with the instruction if one is
-    stored for its reset, else as a plain reset. False when it does not wait."""
+    stored for its reset, else as a plain reset (`step` None). What it was sent; None when it does not wait."""
     handle = keel.temporal.get_workflow_handle(run_id)
     try:
         waiting = await handle.query(names.TIME_TRAVEL_WAITING_QUERY)
     except (WorkflowQueryFailedError, RPCError):  # a code workflow has no such query; an ended run waits for none
-        return False
+        return None
     if not isinstance(waiting, str):
-        return False
+        return None
     stored = (await storage.begin_step(run_id, answer_id=time_travel_key(waiting))).answer
     travel = TimeTravel.model_validate(stored) if stored is not None else TimeTravel(base_execution_id=waiting)
     await handle.signal(names.TIME_TRAVEL_SIGNAL, travel)
-    return True
+    return travel
 
 
 def _entry_of(definition: WorkflowDefinition, step: str) -> GraphEntry:

@@ -13,10 +13,11 @@ step on (after the run's `workflow-start`), as `stream` does.
 Restart, in Mastra, re-drives a run its process lost (its snapshot says running, nothing runs it). On Temporal
 no active run is lost: a lost worker's workflow task and activities are retried on another, so there is
 nothing to restart, and the answer says so: `restart` 200 with that message, `restart-async` the run's result
-once it ends or suspends (Mastra's answer for a run it restarts). The one thing Keel can lose between two
-calls is a time travel's instruction (the API stopped after the reset, before its signal): such a run waits,
-and restart lets it go on as a plain reset. Mastra's refusals stay: a suspended or canceled run "was not
-active" (409, resume it instead); an ended one answers its result, as Mastra's does.
+once it ends or suspends (Mastra's answer for a run it restarts). Keel's time travel stores its instruction
+before its reset, so no run waits for one; a run reset by the version before (which signalled it after the
+reset) waits for that signal, and if the API stopped before sending it, restart lets the run go on: with the
+instruction if one is stored, else as a plain reset. Mastra's refusals stay: a suspended or canceled run "was
+not active" (409, resume it instead); an ended one answers its result, as Mastra's does.
 """
 
 from __future__ import annotations
@@ -149,8 +150,11 @@ async def _restart(ctx: Ctx, workflow_id: str, run_id: str | None) -> tuple[str,
     if described.status == WorkflowExecutionStatus.RUNNING:
         if described.typed_search_attributes.get(KEEL_STATUS) == "suspended":
             raise ApiError(409, "This workflow run was not active: it is suspended, waiting to be resumed")
-        if await release(ctx.keel, ctx.storage, run_id):
+        released = await release(ctx.keel, ctx.storage, run_id)
+        if released is not None:
             lost = "it had been reset by a time travel whose instruction was lost, and goes on as a plain reset"
+            if released.step is not None:
+                lost = "it had been reset by a time travel whose signal was lost, and goes on with its instruction"
             return f"Workflow run restarted: {lost}", handle
         return "Workflow run is active: Temporal keeps running it, so there was nothing to restart", handle
     if described.status == WorkflowExecutionStatus.CANCELED:

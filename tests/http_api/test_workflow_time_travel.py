@@ -31,8 +31,8 @@ from keel.client.workflow_time_travel import NOT_AGAIN
 from keel.client.workflows import Workflows
 from keel.plugin import KeelPlugin
 from keel.protocol import names
-from keel.storage import StepRecord
-from keel.workflows.contracts import TimeTravelPoint
+from keel.storage import StepAnswer, StepRecord
+from keel.workflows.contracts import TimeTravel, TimeTravelPoint, time_travel_key
 from keel.workflows.time_travel import RESET_ORIGIN_FAILED_PATCH, RESET_ORIGIN_RETRY
 from tests.http_api.apps import app
 from tests.http_api.conftest import Api
@@ -284,10 +284,14 @@ async def test_an_active_run_is_not_time_travelled_and_restart_says_it_continues
     assert out["settled"]["status"] == "success" and out["settled"]["result"] == {"paused": 2}
 
 
-async def test_a_time_travel_whose_instruction_was_lost_waits_until_restarted(api: Api, data_dir: Path) -> None:
+@pytest.mark.parametrize("stored", [False, True], ids=["lost", "stored"])
+async def test_a_time_travel_whose_instruction_was_lost_waits_until_restarted(
+    api: Api, data_dir: Path, stored: bool
+) -> None:
     """Reset by the client of the version before, which signalled the instruction after its reset and stopped
     before it could: the new execution finds no stored instruction and waits for the signal (it runs no step
-    meanwhile), and a restart lets it go on as a plain reset (its task's steps run again, `three` included)."""
+    meanwhile), and a restart lets it go on as a plain reset (its task's steps run again, `three` included), or
+    with the instruction stored for its reset if one is there by then."""
     await api.storage.save_definition("ledger", LEDGER)
     workflows = Workflows(api.storage, app, api.keel)
     run_id = (await workflows.start_and_settle("ledger", {"first": 1})).run_id
@@ -304,11 +308,28 @@ async def test_a_time_travel_whose_instruction_was_lost_waits_until_restarted(ap
         await asyncio.sleep(0.05)
     await asyncio.sleep(0.5)
     assert ledger(data_dir) == ["tool 1", "tool 2", "tool 3", "tool 4"]  # it waits: nothing ran again
+    if stored:
+        travel = TimeTravel(
+            base_execution_id=old.run_id,
+            step="four",
+            input_data={"step": 40},
+            has_input_data=True,
+            recorded=point.recorded,
+        )
+        await api.storage.write(run_id, answer=StepAnswer(time_travel_key(old.run_id), travel.model_dump(mode="json")))
 
     out = await api.js("""
         const run = await client.getWorkflow("ledger").createRun({runId: vars.runId});
         return await run.restart({});
     """, runId=run_id)  # fmt: skip
+    if stored:
+        assert out == {
+            "message": "Workflow run restarted: it had been reset by a time travel whose signal was lost, and goes "
+            "on with its instruction"
+        }
+        assert await handle.result() == {"one": 1, "two": 2, "three": 3, "four": 40}
+        assert ledger(data_dir)[4:] == ["tool 40"]
+        return
     assert out == {
         "message": "Workflow run restarted: it had been reset by a time travel whose instruction was lost, and goes "
         "on as a plain reset"
