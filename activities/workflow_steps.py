@@ -1,5 +1,5 @@
 """The activities of a workflow definition run: loading (and pinning) the stored definition with the run's input
-checked against its input schema, and running an app tool as a tool step."""
+checked against its input schema, running an app tool as a tool step, and telling a run just reset what reset it."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from temporalio.exceptions import ApplicationError
 
 from keel.activities.failures import translated
 from keel.activities.heartbeat import heartbeating
+from keel.activities.reset_origin import reset_origin
 from keel.app import App, ToolContext
 from keel.app.definitions import ToolSuspended
 from keel.protocol import names, tracing
@@ -22,9 +23,13 @@ from keel.workflows.contracts import (
     ClassifierStepInput,
     LoadDefinitionInput,
     LoadDefinitionResult,
+    ResetOrigin,
+    ResetOriginInput,
     StepSuspension,
+    TimeTravel,
     WorkflowToolInput,
     WorkflowToolResult,
+    time_travel_key,
 )
 
 
@@ -148,5 +153,19 @@ class WorkflowSteps:
                 "usage": {"inputTokens": 0, "outputTokens": 0, "totalTokens": 0},
             }
 
+    @activity.defn(name=names.RESET_ORIGIN)
+    async def reset_origin(self, input: ResetOriginInput) -> ResetOrigin:
+        """Whether Keel's time travel made the run's latest reset, from which execution, and the instruction
+        its client stored before the reset (a local activity of the run's first step start after it)."""
+        with translated():
+            origin = await reset_origin(activity.client(), input)
+            if not origin.time_travel or origin.base_execution_id is None:
+                return origin
+            key = time_travel_key(origin.base_execution_id)
+            stored = (await self._storage.begin_step(input.workflow_id, answer_id=key)).answer
+            if stored is None:  # reset by a client that only signals its instruction
+                return origin
+            return origin.model_copy(update={"instruction": TimeTravel.model_validate(stored)})
+
     def all(self) -> list[Any]:
-        return [self.load_definition, self.tool_step, self.classifier_step]
+        return [self.load_definition, self.tool_step, self.classifier_step, self.reset_origin]

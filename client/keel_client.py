@@ -705,6 +705,11 @@ class KeelClient:
             return self._rpc_error(run_id, err)
         return await self._no_answer(run_id, signal_hint=signal_hint)
 
+    async def no_answer(self, run_id: str) -> KeelClientError:
+        """What an update or query of the run that no worker answered in time raises: `NoWorker`, saying
+        whether any polls the run's task queue at all."""
+        return await self._no_answer(run_id, signal_hint=None)
+
     async def _no_answer(self, run_id: str, *, signal_hint: str | None) -> KeelClientError:
         queue = await self.run_task_queue(run_id)
         if not await self.workers(queue):

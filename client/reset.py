@@ -29,19 +29,17 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
-from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
 from temporalio.client import WorkflowExecutionStatus
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.service import RPCError
 
 from keel.client.errors import KeelClientError, RunNotFound
+from keel.client.temporal_reset import ResetRefused, describe_run, reset_to_task, task_completed_before
 from keel.protocol import names
 from keel.workflows.search_attributes import KEEL_AGENT_ID, KEEL_STATUS, KEEL_THREAD_ID
 
@@ -54,10 +52,6 @@ _STEP_SUMMARY = re.compile(r"(?:^|, then )model step (\d+)$")
 `<tools of step N-1>, then model step N` for a fused step (`AgentRun`)."""
 
 _STEP_EVENTS = (EventType.EVENT_TYPE_MARKER_RECORDED, EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED)
-
-
-class ResetRefused(KeelClientError):
-    """A reset that cannot be done: no such step, a run with a step in flight, a thread that went on after it."""
 
 
 @dataclass(frozen=True)
@@ -121,11 +115,7 @@ async def reset_run(
     """
     if step < 1:
         raise ResetRefused(f"Cannot reset run {run_id!r} to step {step}: steps are numbered from 1")
-    handle = keel.temporal.get_workflow_handle(run_id)
-    try:
-        desc = await handle.describe()
-    except RPCError as err:
-        raise _rpc_error(run_id, err) from None
+    desc = await describe_run(keel, run_id)
     attributes = desc.typed_search_attributes
     if desc.workflow_type != names.AGENT_RUN:
         raise ResetRefused(f"{run_id!r} is a {desc.workflow_type} execution, not an agent run")
@@ -141,16 +131,10 @@ async def reset_run(
     offset = await storage.log_end(run_id)
     forget = await _forgotten(storage, run_id, thread_id, step)
     forgotten = await storage.forget_steps(run_id, forget)
-    request = ResetWorkflowExecutionRequest(
-        namespace=keel.temporal.namespace,
-        workflow_execution=WorkflowExecution(workflow_id=run_id, run_id=found.execution),
-        reason=reason or f"keel reset {run_id} --to-step {step}",
-        workflow_task_finish_event_id=found.reset_event_id,
-        request_id=str(uuid.uuid4()),
-        identity=keel.temporal.identity,
-    )
     try:
-        response = await keel.temporal.workflow_service.reset_workflow_execution(request)
+        execution = await reset_to_task(
+            keel, run_id, found.execution, found.reset_event_id, reason or f"keel reset {run_id} --to-step {step}"
+        )
     except RPCError as err:
         raise KeelClientError(
             f"Temporal refused to reset run {run_id!r} ({err.message}); the thread was already rewound to before "
@@ -161,7 +145,7 @@ async def reset_run(
         step=step,
         steps=found.steps,
         base_execution=found.execution,
-        execution=response.run_id,
+        execution=execution,
         reset_event_id=found.reset_event_id,
         forgotten=forgotten,
         events_offset=offset,
@@ -182,13 +166,7 @@ async def _find_step(keel: KeelClient, run_id: str, execution: str, step: int) -
                     f"Cannot reset run {run_id!r} to step {step}: it has taken {steps} step{'s' * (steps != 1)}"
                 )
         if step in starts:
-            first = starts[step]
-            completed = [
-                e.event_id
-                for e in history.events
-                if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED and e.event_id < first
-            ]
-            return _Found(execution, completed[-1], steps)
+            return _Found(execution, task_completed_before(history.events, starts[step]), steps)
         started = history.events[0].workflow_execution_started_event_attributes
         if not started.continued_execution_run_id:
             raise ResetRefused(f"Cannot reset run {run_id!r} to step {step}: its history does not show that step")
@@ -266,12 +244,6 @@ async def cmd_reset(args: argparse.Namespace) -> int:
         return await _follow_run(keel, storage, reset.run_id, reset.events_offset, retries=False)
     finally:
         await storage.close()
-
-
-def _rpc_error(run_id: str, err: RPCError) -> KeelClientError:
-    if err.status == RPCStatusCode.NOT_FOUND:
-        return RunNotFound(run_id)
-    return KeelClientError(f"Temporal error for run {run_id!r}: {err.message}")
 
 
 __all__ = ["ResetRefused", "RunReset", "cmd_reset", "reset_run"]

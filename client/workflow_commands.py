@@ -1,4 +1,5 @@
-"""`keel workflows list|show|save FILE|delete|run ID --input JSON|resume RUN --step S --data JSON|runs ID|counts`."""
+"""`keel workflows list|show|save FILE|delete|run ID --input JSON|resume RUN --step S --data JSON|reset RUN --to-step S|
+runs ID|counts`."""
 
 from __future__ import annotations
 
@@ -54,6 +55,17 @@ def arguments(p: argparse.ArgumentParser, add_options: Callable[[argparse.Argume
     resume.add_argument("run_id", help="the suspended run")
     resume.add_argument("--step", required=True, help="the suspended step's id")
     resume.add_argument("--data", default="{}", help="its resumeData, JSON (default {})")
+    reset = action(
+        "reset", "time travel: run a run again from a step (Temporal's reset), wait until it ends or suspends"
+    )
+    reset.add_argument("run_id", help="the run (of a stored workflow)")
+    reset.add_argument(
+        "--to-step", required=True, metavar="STEP", help="the step's id: it and every later step run again"
+    )
+    reset.add_argument("--input", help="the step's new input, JSON (default: the input it had)")
+    reset.add_argument("--resume-data", help="resume data for the step's tool, JSON (a step that suspends)")
+    reset.add_argument("--request-context", help="merged into the run's request context from the step on, JSON")
+    reset.add_argument("--reason", help="why: shown with the reset in the Temporal UI")
     runs = action("runs", "a workflow's runs, newest first, from Temporal")
     runs.add_argument("workflow_id", help="the workflow's id (stored or code)")
     runs.add_argument(
@@ -167,6 +179,35 @@ async def _resume(w: Workflows, args: argparse.Namespace) -> int:
     return _report(await w.settle(args.run_id), args.json)
 
 
+async def _reset(w: Workflows, args: argparse.Namespace) -> int:
+    from keel.client.workflow_time_travel import time_travel
+
+    context = _object("--request-context", args.request_context) if args.request_context else None
+    if context is not None and not isinstance(context, dict):
+        raise WorkflowCommandError("--request-context must be a JSON object")
+    travel = await time_travel(
+        w.keel,
+        w.storage,
+        args.run_id,
+        args.to_step,
+        input_data=_object("--input", args.input) if args.input else None,
+        resume_data=_object("--resume-data", args.resume_data) if args.resume_data else None,
+        request_context=context,
+        tools=w.app.workflow_tools(),
+        reason=args.reason,
+    )
+    if args.json:
+        print(json.dumps(travel.to_json(), indent=2))
+        return 0
+    reused = f"; {', '.join(travel.reused)} return what they returned before" if travel.reused else ""
+    print(
+        f"run {travel.run_id} reset to step {travel.step}: new execution {travel.execution} runs it and the later "
+        f"steps again (execution {travel.base_execution} stays in the run's history){reused}",
+        flush=True,
+    )
+    return _report(await w.settle(args.run_id), False)
+
+
 async def _runs(w: Workflows, args: argparse.Namespace) -> int:
     found = await w.runs(
         args.workflow_id,
@@ -202,6 +243,7 @@ _ACTIONS = {
     "delete": _delete,
     "run": _run,
     "resume": _resume,
+    "reset": _reset,
     "runs": _runs,
     "counts": _counts,
 }

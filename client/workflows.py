@@ -23,12 +23,14 @@ from temporalio.client import (
     WorkflowHandle,
     WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
 )
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
 from temporalio.service import RPCError
 
 from keel.app import App
 from keel.app.workflow_checks import Known, check_definition
+from keel.client import keel_client
 from keel.client.errors import KeelClientError
 from keel.client.keel_client import KeelClient
 from keel.client.visibility import quoted
@@ -38,6 +40,11 @@ from keel.storage.definitions import Status, StoredDefinition
 from keel.workflows.contracts import ResumeStep, WorkflowRunState
 from keel.workflows.resumable import SETTLED, start_attributes
 from keel.workflows.search_attributes import KEEL_RESOURCE_ID
+
+SETTLE_SECONDS = 60.0
+"""How long `settle` waits, by default, for a run to suspend or end."""
+STATE_SECONDS = 10.0
+"""How long `settled_or_running` waits for a run's `state` query to be answered."""
 
 
 class WorkflowNotFound(KeelClientError):
@@ -212,17 +219,23 @@ class Workflows:
             return WorkflowRunState(workflow_id=described.workflow_type, status="failed", error=message)
         return WorkflowRunState(workflow_id=described.workflow_type, status="success", result=result)
 
-    async def settle(self, run_id: str, *, timeout: float = 60) -> RunStatus:
-        """Wait until the run suspends or ends (the `settled` update); its state then."""
+    async def settle(self, run_id: str, *, timeout: float | None = None) -> RunStatus:
+        """Wait until the run suspends or ends (the `settled` update); its state then. `TimeoutError` after
+        `timeout` seconds (default `SETTLE_SECONDS`)."""
         handle = self._handle(run_id)
-        async with asyncio.timeout(timeout):
-            try:
-                state = await handle.execute_update(names.SETTLED_UPDATE, result_type=WorkflowRunState)
-                return RunStatus(run_id, state)
-            except (WorkflowUpdateFailedError, RPCError):  # the run has ended (or ends without answering)
-                pass
-            while (status := (await handle.describe()).status) == WorkflowExecutionStatus.RUNNING:
-                await asyncio.sleep(0.1)  # a code workflow that ended without `finish_handlers`: closing
+        try:
+            async with asyncio.timeout(SETTLE_SECONDS if timeout is None else timeout) as waited:
+                try:
+                    state = await handle.execute_update(names.SETTLED_UPDATE, result_type=WorkflowRunState)
+                    return RunStatus(run_id, state)
+                except (WorkflowUpdateFailedError, RPCError):  # the run has ended (or ends without answering)
+                    pass
+                while (status := (await handle.describe()).status) == WorkflowExecutionStatus.RUNNING:
+                    await asyncio.sleep(0.1)  # a code workflow that ended without `finish_handlers`: closing
+        except WorkflowUpdateRPCTimeoutOrCancelledError:  # the update, cancelled by the timeout, says so
+            if waited.expired():
+                raise TimeoutError(f"Run {run_id!r} neither suspended nor ended in time") from None
+            raise
         state = await self.state(run_id)
         if state.status not in SETTLED:  # a code workflow keeps no outcome in its state: Temporal has it
             ended = status == WorkflowExecutionStatus.COMPLETED
@@ -230,12 +243,39 @@ class Workflows:
             state = state.model_copy(update={"status": "success" if ended else "failed", "result": result})
         return RunStatus(run_id, state)
 
-    async def resume(self, run_id: str, step: str, resume_data: Any) -> None:
-        """Resume a suspended step (the `resume_step` update): `ResumeRefused` says why a resume is refused."""
+    async def settled_or_running(self, run_id: str, *, timeout: float | None = None) -> RunStatus:
+        """`settle`, except that a run still running after `timeout` seconds answers its state then (status
+        `running`, Mastra's for a run under way) instead of raising: an HTTP answer that a client does not take
+        for a failure, and so does not send again (`@mastra/client-js` retries a 5xx, and the request that led
+        here, a resume or a time travel, must not be made twice)."""
         try:
-            await self._handle(run_id).execute_update("resume_step", ResumeStep(step=step, resume_data=resume_data))
+            return await self.settle(run_id, timeout=timeout)
+        except TimeoutError:
+            pass
+        try:
+            async with asyncio.timeout(STATE_SECONDS):
+                return RunStatus(run_id, await self.state(run_id))
+        # No worker answers in time (none polls, or the run's workflow task is busy with a long local step):
+        # Temporal says what it is.
+        except (TimeoutError, WorkflowQueryFailedError, RPCError):
+            described = await self._handle(run_id).describe()
+        if described.status != WorkflowExecutionStatus.RUNNING:  # it has just ended
+            return await self.settle(run_id)
+        return RunStatus(run_id, WorkflowRunState(workflow_id=described.workflow_type, status="running"))
+
+    async def resume(self, run_id: str, step: str, resume_data: Any) -> None:
+        """Resume a suspended step (the `resume_step` update): `ResumeRefused` says why a resume is refused,
+        `NoWorker` that no worker took it within `WORKER_ANSWER_SECONDS` (none serves the run's task queue)."""
+        try:
+            # Bounded as a whole (an `rpc_timeout` bounds each of the SDK's requests: about twice as long).
+            async with asyncio.timeout(keel_client.WORKER_ANSWER_SECONDS) as waited:
+                await self._handle(run_id).execute_update("resume_step", ResumeStep(step=step, resume_data=resume_data))
         except WorkflowUpdateFailedError as err:
             raise ResumeRefused(str(err.cause or err)) from None
+        except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):  # the update, cancelled by the timeout
+            if not waited.expired():
+                raise
+            raise await self.keel.no_answer(run_id) from None
         except RPCError as err:
             raise ResumeRefused(f"Run {run_id!r}: {err.message}") from None
 

@@ -26,6 +26,7 @@ from keel.client import KeelClient, RunFailed
 from keel.client.connection import connect
 from keel.client.devserver import DevServer, DevServerConfig
 from keel.client.indexing import start_indexing
+from keel.client.workflow_time_travel import time_travel
 from keel.client.workflows import Workflows
 from keel.protocol import names
 from keel.storage import SQLiteStorage
@@ -185,6 +186,37 @@ async def _definition_resumed(keel: KeelClient, name: str) -> str:
     while (await handle.query("state", result_type=WorkflowRunState)).status != "suspended":
         await asyncio.sleep(0.05)
     await handle.signal("resume", ResumeStep(step="human", resume_data={"answer": "yes"}))
+    return name
+
+
+TRAVELLED = {
+    "id": "travelled",
+    "inputSchema": {"type": "object"},
+    "outputSchema": {"type": "object"},
+    "graph": [
+        {"type": "mapping", "id": "m1", "mapConfig": {"step": {"initData": True, "path": "first"}}},
+        {"type": "tool", "id": "one", "toolId": "tally"},
+        {"type": "mapping", "id": "m2", "mapConfig": {"step": {"value": 2}}},
+        {"type": "tool", "id": "two", "toolId": "tally"},
+        {"type": "sleep", "id": "nap", "duration": 10},
+        {"type": "mapping", "id": "m3", "mapConfig": {"step": {"value": 3}}},
+        {"type": "tool", "id": "three", "toolId": "tally"},
+        {"type": "tool", "id": "four", "toolId": "tally"},
+    ],
+}
+"""Idempotent `tally` steps, chained locally: `one` and `two` in the run's first workflow task, `three` and
+`four` in the task after the timer."""
+
+
+async def _definition_time_travelled(keel: KeelClient, name: str) -> str:
+    """Time travelled twice (`keel.client.workflow_time_travel`): to `two` with a new input (a reset to the run's
+    first task; `one` returns its recorded output), then to `four` (a later task; `three` returns its own)."""
+    await _STORAGE[0].save_definition("travelled", TRAVELLED)
+    workflows = Workflows(_STORAGE[0], app, keel)
+    await workflows.start_and_settle("travelled", {"first": 1}, run_id=name)
+    await time_travel(keel, _STORAGE[0], name, "two", input_data={"step": 20})
+    await keel.temporal.get_workflow_handle(name).result()
+    await time_travel(keel, _STORAGE[0], name, "four")
     return name
 
 
@@ -379,6 +411,10 @@ SCENARIOS: dict[str, Scenario] = {
     # Idempotent tool steps tried as local activities first (`LoadDefinitionResult.local_tool_steps`).
     "definition_every_entry_type_local_steps": Scenario(_definition_everything, DEFAULT_SHAPE),
     "definition_started_by_keel_local_steps": Scenario(_definition_by_keel, DEFAULT_SHAPE),
+    # Time travelled by the client that signalled the instruction after its reset (the run waited for it).
+    "definition_time_travelled": Scenario(_definition_time_travelled, None, latest=True),
+    # Time travelled by the client that stores it before its reset (the run reads it with `keel.reset_origin`).
+    "definition_time_travelled_stored": Scenario(_definition_time_travelled, DEFAULT_SHAPE, latest=True),
     "delivered_message": Scenario(_delivered_message, DEFAULT_SHAPE),
     "suspended_fused_step": Scenario(_suspended_fused_step, DEFAULT_SHAPE),
     "thread_entity": Scenario(_thread_entity, DEFAULT_SHAPE, ends=False),

@@ -689,6 +689,65 @@ class ClassifierStepInput(Contract):
     request_context: dict[str, Any] | None = None
 
 
+class TimeTravel(Contract):
+    """The `time_travel` signal, sent by Keel to the execution its time travel's reset made: Mastra's time-travel
+    options for the step the run goes on from (`keel.workflows.time_travel`)."""
+
+    base_execution_id: str
+    """The execution that was reset: the signal is for the reset made from it (others are ignored)."""
+    step: str | None = None
+    """The step run again from; None: no instruction (the run goes on as a plain reset)."""
+    input_data: Any = None
+    has_input_data: bool = False
+    """Whether `input_data` replaces the step's input (Mastra's `inputData`; None is a value too)."""
+    resume_data: Any = None
+    """Given to the step's tool as its resume data on its first call (Mastra's `resumeData`)."""
+    request_context: dict[str, Any] | None = None
+    """Merged into the run's request context from the step on (these keys win)."""
+    recorded: dict[str, list[Any]] = Field(default_factory=dict)
+    """Step key -> the outputs its calls had, in order: steps before the target that the reset's workflow task
+    would otherwise run again (local steps it had chained, the target's parallel siblings) return them."""
+
+
+class TimeTravelPoint(Contract):
+    """The `time_travel_point` query: where a step of the run first started."""
+
+    step: str
+    entry: int
+    """The index of the graph entry holding the step."""
+    history_length: int
+    """The id of the `WorkflowTaskStarted` event of the workflow task it started in (reset to that task)."""
+    events_offset: int
+    """How many stream chunks the run had emitted before the step's entry began."""
+    tool_calls: int
+    """Tool calls the run had made before that workflow task (later calls' start counts are forgotten)."""
+    tool_calls_total: int
+    recorded: dict[str, list[Any]] = Field(default_factory=dict)
+    """What `TimeTravel.recorded` must carry for this step."""
+
+
+class ResetOriginInput(Contract):
+    workflow_id: str
+    run_id: str
+
+
+def time_travel_key(base_execution_id: str) -> str:
+    """Where Keel's client stores a time travel's instruction before its reset (a `run_steps` answer of the run,
+    keyed by the execution it resets), for the reset execution's `keel.reset_origin` to read."""
+    return f"time-travel/{base_execution_id}"
+
+
+class ResetOrigin(Contract):
+    """What reset the run (the last `WorkflowTaskFailed` of cause reset in its history)."""
+
+    base_execution_id: str | None = None
+    time_travel: bool = False
+    """Whether the reset's reason says Keel's time travel made it."""
+    instruction: TimeTravel | None = None
+    """The time travel's instruction, as Keel's client stored it before the reset (`time_travel_key`); None
+    for a reset by a client that only signals it (the run then waits for its `time_travel` signal)."""
+
+
 # --- IndexWorkspace ------------------------------------------------------------------------------------
 
 

@@ -13,6 +13,10 @@ against the step's resume schema.
 
 Failure semantics: a failing step fails the run (non-retryable, saying which step); inside `parallel`, a
 `conditional` or a `foreach`, the first failure fails the run once the siblings already running finish.
+
+Time travel (Mastra's `run.timeTravel`): a Temporal reset to the workflow task a step first started in, then
+the `time_travel` signal with the step's new input and what the steps before it returned
+(`keel.workflows.time_travel`).
 """
 
 from __future__ import annotations
@@ -59,6 +63,7 @@ from keel.workflows.contracts import (
 from keel.workflows.graph_values import MISSING, RunData, get_path, holds, map_values
 from keel.workflows.resumable import Resumable, bounded_value
 from keel.workflows.search_attributes import KEEL_STATUS
+from keel.workflows.time_travel import TimeTravelling, entry_step_ids
 
 MAX_LOOP_ITERATIONS = 1_000
 MAX_FOREACH_ITEMS = 5_000
@@ -78,7 +83,7 @@ class StepFailed(Exception):
 
 
 @workflow.defn(dynamic=True, sandboxed=False)
-class DefinitionRun(Resumable):
+class DefinitionRun(TimeTravelling, Resumable):
     def __init__(self) -> None:
         super().__init__()
         self._children = 0
@@ -121,8 +126,8 @@ class DefinitionRun(Resumable):
             context = workflow.memo_value("requestContext", default={})
             self._request_context = dict(context) if isinstance(context, dict) else {}
             data = RunData(init_data=input_data, input_data=input_data, request_context=self._request_context)
-            for entry in definition.graph:
-                data.input_data = await self._entry(entry, data)
+            for index, entry in enumerate(definition.graph):
+                data.input_data = await self._entry(entry, data, index)
             problems = schema_problems(definition.output_schema, data.input_data)
             if problems:
                 raise StepFailed("Invalid output: " + "; ".join(problems))
@@ -139,7 +144,17 @@ class DefinitionRun(Resumable):
         await self.finish_handlers()
         return data.input_data
 
-    async def _entry(self, entry: GraphEntry, data: RunData) -> Any:
+    async def _entry(self, entry: GraphEntry, data: RunData, index: int) -> Any:
+        await self.travel_gate()
+        inner = isinstance(entry, ParallelEntry | ConditionalEntry)
+        travel = self.entry_started(
+            entry_step_ids(entry), index, inner=inner, events_offset=len(self._events), tool_calls=self._tool_calls
+        )
+        if travel is not None:  # the entry holding the step a time travel runs the run again from
+            if travel.request_context:
+                self._request_context = data.request_context = {**self._request_context, **travel.request_context}
+            if travel.has_input_data and not inner:
+                data.input_data = travel.input_data
         if isinstance(entry, MappingEntry):
             return self._record(entry.id, map_values(entry, data), data)
         if isinstance(entry, SleepEntry):
@@ -193,10 +208,17 @@ class DefinitionRun(Resumable):
         raise StepFailed(f"Step {entry.step.id!r}: the loop ran {MAX_LOOP_ITERATIONS} times without ending")
 
     async def _step(self, step: InnerStep | GraphEntry, value: Any, data: RunData, *, key: str | None = None) -> Any:
+        await self.travel_gate()
         step_id = str(getattr(step, "id", ""))
+        task = self.step_task(self._tool_calls)
+        if key is None and (new_input := self.input_override(step_id)) is not MISSING:
+            value = new_input
         self._state.steps[key or step_id] = StepState(status="running")
         self.step_started(key or step_id, value)
-        if isinstance(step, ToolEntry):
+        recorded = self.recorded_output(key or step_id)
+        if recorded is not MISSING:  # a step before the one time travelled to: what it returned before
+            output = recorded
+        elif isinstance(step, ToolEntry):
             output = await self._tool(step, value, key or step_id)
         elif isinstance(step, AgentEntry):
             output = await self._agent(step, value)
@@ -208,6 +230,7 @@ class DefinitionRun(Resumable):
             raise StepFailed(f"Step {step_id!r}: cannot run a {getattr(step, 'type', '?')} entry here")
         self._state.steps[key or step_id] = StepState(status="success", output=bounded_value(output))
         self.step_finished(key or step_id, value, output)
+        self.step_done(key or step_id, step_id, task, output)
         if key is None:
             data.step_results[step_id] = output
         return output
@@ -224,8 +247,9 @@ class DefinitionRun(Resumable):
         retries = step.options.retries if step.options and step.options.retries is not None else 0
         idempotent = self._idempotent.get(step.tool_id, False)
         attempts = max(5, retries + 1) if idempotent else retries + 1
-        resume_data: Any = None
+        resume_data: Any = self.travel_resume(key)
         while True:
+            self.step_task(self._tool_calls)
             self._tool_calls += 1
             step_input = WorkflowToolInput(
                 run_id=workflow.info().workflow_id,
@@ -323,7 +347,7 @@ class DefinitionRun(Resumable):
 
     def _child_id(self, step_id: str) -> str:
         self._children += 1
-        return f"{workflow.info().workflow_id}-{step_id}-{self._children}"
+        return f"{workflow.info().workflow_id}-{step_id}-{self._children}{self.child_suffix()}"
 
 
 async def _all(coros: Any) -> list[Any]:

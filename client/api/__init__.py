@@ -28,6 +28,7 @@ from keel.client.api import (
     time_travel,
     tools,
     vectors,
+    workflow_time_travel,
     workflows,
     workspaces,
 )
@@ -63,6 +64,7 @@ def create_api(
     for module in (agents, workflows, tools, memory, controllers, responses, conversations, mcp, workspaces, vectors):
         api.include_router(module.router, prefix=API_PREFIX)
     api.include_router(time_travel.router, prefix=API_PREFIX)
+    api.include_router(workflow_time_travel.router, prefix=API_PREFIX)
     api.include_router(observability.router, prefix=API_PREFIX)
     api.include_router(logs.router, prefix=API_PREFIX)
     api.include_router(metrics.router, prefix=API_PREFIX)

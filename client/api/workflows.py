@@ -225,7 +225,7 @@ async def resume_async(
     run_id: RunIdQuery = None,
 ) -> dict[str, Any]:
     handle = await _resume(ctx, workflow_id, run_id, body)
-    status = await ctx.workflows.settle(handle.id)
+    status = await ctx.workflows.settled_or_running(handle.id)
     return workflow_result(handle.id, status.state)
 
 

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
+from keel.client import workflows
 from tests.http_api.conftest import Api
 
 ASK = {
@@ -109,3 +112,46 @@ async def test_invalid_definitions_are_refused_with_every_error(api: Api) -> Non
     """)
     assert out["status"] == 400
     assert out["body"]["details"][0]["path"] == "graph[0].toolId"
+
+
+SLOW_AFTER_ASK = {
+    "id": "slow",
+    "inputSchema": {"type": "object"},
+    "outputSchema": {"type": "object"},
+    "graph": [
+        {"type": "tool", "id": "human", "toolId": "ask-human"},
+        {"type": "mapping", "id": "how", "mapConfig": json.dumps({"seconds": {"value": 3}})},
+        {"type": "tool", "id": "wait", "toolId": "pause"},
+    ],
+}
+
+
+async def test_a_resume_async_whose_run_takes_longer_than_the_wait_answers_running_once(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The answer waits `SETTLE_SECONDS` for the run to end or suspend; a run still going answers `running`
+    (not a 5xx, which the client would send again: a resume twice, the second one refused). `pause` runs as a
+    local activity, so the run's `state` query waits for it: after `STATE_SECONDS`, Temporal's word is taken."""
+    monkeypatch.setattr(workflows, "SETTLE_SECONDS", 0.5)
+    monkeypatch.setattr(workflows, "STATE_SECONDS", 0.5)
+    out = await api.js("""
+        await client.upsertDynamicWorkflow(vars.slow);
+        const run = await client.getWorkflow("slow").createRun();
+        await run.startAsync({inputData: {question: "Go?"}});
+        const resumed = await run.resumeAsync({step: "human", resumeData: {answer: "yes"}});
+        return {runId: run.runId, resumed};
+    """, slow=SLOW_AFTER_ASK)  # fmt: skip
+    assert out["resumed"]["status"] == "running" and out["resumed"]["runId"] == out["runId"]
+    handle = api.keel.temporal.get_workflow_handle(out["runId"])
+    assert await handle.result() == {"paused": 3}
+    updates = [
+        e
+        for e in (await handle.fetch_history()).events
+        if e.HasField("workflow_execution_update_accepted_event_attributes")
+    ]
+    resumes = [
+        u
+        for u in updates
+        if u.workflow_execution_update_accepted_event_attributes.accepted_request.input.name == "resume_step"
+    ]
+    assert len(resumes) == 1

@@ -12,7 +12,9 @@ import pytest
 from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
 
 from keel.app.workflow_checks import Known, check_definition
+from keel.client import keel_client
 from keel.client.devserver import DevServer
+from keel.client.errors import NoWorker
 from keel.client.keel_client import KeelClient
 from keel.client.workflows import Workflows
 from keel.storage import Storage
@@ -231,12 +233,34 @@ async def test_a_code_workflow_is_listed_started_resumed_and_nested_like_a_store
         nested = await workflows.start("parent", {"n": 5})
         child_id = None
         async with asyncio.timeout(30):
-            while child_id is None:
-                async for ex in client.list_workflows("WorkflowType='release' AND KeelStatus='suspended'"):
+            while child_id is None:  # this test's own: the dev server is the session's
+                query = f"WorkflowType='release' AND KeelStatus='suspended' AND TaskQueue='{task_queue}'"
+                async for ex in client.list_workflows(query):
                     child_id = ex.id
                 await asyncio.sleep(0.1)
         await workflows.resume(child_id, "approve", {"ok": False})
         assert await client.get_workflow_handle(nested).result() == {"n": 10, "approved": False}
+
+
+async def test_resuming_a_run_no_worker_serves_answers_no_worker_instead_of_waiting_for_ever(
+    client: Client, storage: Storage, task_queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A suspended run whose worker is gone: its resume (`keel workflows resume`, `POST .../resume`) was an
+    update with no deadline, answered by nothing, ever; it now says that no worker took it (an HTTP 503)."""
+    from keel.app import App
+    from tests.workflows_json.code_workflows import Release
+
+    monkeypatch.setattr(keel_client, "WORKER_ANSWER_SECONDS", 1.0)
+    code_app = App(agents=app.agents, tools=app.tools, workflows=(Release,))
+    async with running_worker(client, code_app, storage, task_queue) as keel:
+        workflows = Workflows(storage, code_app, keel)
+        run_id = (await workflows.start_and_settle("release", {"n": 2})).run_id
+    try:
+        async with asyncio.timeout(30):
+            with pytest.raises(NoWorker, match=task_queue):
+                await workflows.resume(run_id, "approve", {"ok": True})
+    finally:  # left suspended, it would be another test's `release` run waiting
+        await client.get_workflow_handle(run_id).terminate()
 
 
 async def test_a_runs_progress_reads_as_mastras_workflow_chunks_from_any_offset(
