@@ -445,19 +445,9 @@ class KeelClient:
         approval = ToolApproval(
             tool_call_id=tool_call_id, approved=approved, reason=reason, step=step, args_digest=args_digest
         )
-        handle = self.temporal.get_workflow_handle_for(AgentRun.run, run_id)
-        try:
-            async with tracing.run_trace(self.temporal, run_id):
-                return await handle.execute_update(
-                    AgentRun.approve_tool_call, approval, rpc_timeout=timedelta(seconds=WORKER_ANSWER_SECONDS)
-                )
-        except WorkflowUpdateFailedError as err:
-            cause = err.cause
-            raise ToolCallRejected(run_id, tool_call_id, str(getattr(cause, "message", None) or cause)) from None
-        except WorkflowUpdateRPCTimeoutOrCancelledError:
-            raise await self._no_answer(run_id, signal_hint=f"{run_id} {tool_call_id}") from None
-        except RPCError as err:
-            raise await self._worker_error(run_id, err, signal_hint=f"{run_id} {tool_call_id}") from None
+        return await self._call_update(
+            run_id, tool_call_id, AgentRun.approve_tool_call, approval, signal_hint=f"{run_id} {tool_call_id}"
+        )
 
     async def resume_tool(self, run_id: str, tool_call_id: str, resume_data: Any) -> ApprovalAccepted:
         """Resume a tool call that suspended (`ctx.suspend`; listed by `settle` and the `suspended_tool_calls`
@@ -471,19 +461,28 @@ class KeelClient:
         from keel.workflows.contracts import ToolResume
 
         resume = ToolResume(tool_call_id=tool_call_id, resume_data=resume_data)
+        return await self._call_update(run_id, tool_call_id, AgentRun.resume_tool_call, resume, signal_hint=None)
+
+    async def _call_update(
+        self, run_id: str, tool_call_id: str, update: Any, arg: Any, *, signal_hint: str | None
+    ) -> ApprovalAccepted:
+        """A validated update deciding or resuming one tool call of the run (traced in the run's trace)."""
+        from keel.workflows.agent_run import AgentRun
+
         handle = self.temporal.get_workflow_handle_for(AgentRun.run, run_id)
         try:
             async with tracing.run_trace(self.temporal, run_id):
-                return await handle.execute_update(
-                    AgentRun.resume_tool_call, resume, rpc_timeout=timedelta(seconds=WORKER_ANSWER_SECONDS)
+                accepted: ApprovalAccepted = await handle.execute_update(
+                    update, arg, rpc_timeout=timedelta(seconds=WORKER_ANSWER_SECONDS)
                 )
+                return accepted
         except WorkflowUpdateFailedError as err:
             cause = err.cause
             raise ToolCallRejected(run_id, tool_call_id, str(getattr(cause, "message", None) or cause)) from None
         except WorkflowUpdateRPCTimeoutOrCancelledError:
-            raise await self._no_answer(run_id, signal_hint=None) from None
+            raise await self._no_answer(run_id, signal_hint=signal_hint) from None
         except RPCError as err:
-            raise await self._worker_error(run_id, err, signal_hint=None) from None
+            raise await self._worker_error(run_id, err, signal_hint=signal_hint) from None
 
     async def signal_approval(
         self,
