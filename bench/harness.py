@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shutil
-import socket
 import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -14,13 +13,8 @@ from temporalio.client import Client
 
 from keel.client.connection import connect
 from keel.client.devserver import DevServer, DevServerConfig
+from keel.client.local_service import free_port as free_port  # the tests import it from here
 from keel.storage import SQLiteStorage
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass(frozen=True)

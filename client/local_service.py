@@ -27,13 +27,28 @@ from keel.client.errors import KeelClientError
 STOP_SECONDS = 10.0
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_ports(count: int) -> list[int]:
-    """`count` distinct free ports on 127.0.0.1: every socket stays bound until all are chosen."""
+    """`count` distinct free ports on 127.0.0.1, none handed out before by this process: every socket stays
+    bound until all are chosen, and a port handed out earlier (its socket closed, so the kernel may offer it
+    again before its taker binds it) is passed over."""
     with contextlib.ExitStack() as stack:
-        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for sock in sockets:
+        chosen: list[int] = []
+        while len(chosen) < count:
+            sock = stack.enter_context(socket.socket())
             sock.bind(("127.0.0.1", 0))
-        return [int(s.getsockname()[1]) for s in sockets]
+            port = int(sock.getsockname()[1])
+            if port not in _HANDED_OUT:
+                _HANDED_OUT.add(port)
+                chosen.append(port)
+        return chosen
+
+
+def free_port() -> int:
+    """One free port on 127.0.0.1 (see `free_ports`)."""
+    return free_ports(1)[0]
 
 
 def alive(pid: int) -> bool:
@@ -157,4 +172,4 @@ class LocalService:
         self.pid_file.unlink(missing_ok=True)
 
 
-__all__ = ["STOP_SECONDS", "LocalService", "alive", "command_line", "environment", "free_ports"]
+__all__ = ["STOP_SECONDS", "LocalService", "alive", "command_line", "environment", "free_port", "free_ports"]

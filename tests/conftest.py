@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ from keel.app import App
 from keel.client import KeelClient
 from keel.client.connection import connect
 from keel.client.devserver import DevServer, DevServerConfig
+from keel.client.local_service import free_port as free_port  # the tests import it from here
 from keel.plugin import SANDBOX_ENV
 from keel.storage import DirectoryBlobStore, SQLiteStorage, Storage
 from keel.worker import build_worker
@@ -35,12 +35,6 @@ from tests.s3 import S3Server, seaweedfs_server
 # Every workflow the tests run (in-process and in worker subprocesses) runs in Temporal's sandbox, Keel's own
 # too, which fails a workflow task on non-deterministic calls; production workers run Keel's unsandboxed.
 os.environ.setdefault(SANDBOX_ENV, "1")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="session")

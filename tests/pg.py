@@ -15,7 +15,6 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -23,6 +22,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from keel.client.local_service import free_port
 
 _UNPRIVILEGED_USER = "nobody"
 _START_ATTEMPTS = 3
@@ -50,13 +51,6 @@ def _bin_dir() -> Path:
     if not (bin_dir / "initdb").exists():
         raise RuntimeError(f"No PostgreSQL binaries in {bin_dir}")
     return bin_dir
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 class _Runner:
@@ -214,7 +208,7 @@ def postgres_server() -> Iterator[str]:
 def _start(run: _Runner, data: Path, log: Path) -> int:
     # The port is free when we probe it but could be taken before the server binds it; try a few.
     for attempt in range(1, _START_ATTEMPTS + 1):
-        port = _free_port()
+        port = free_port()
         try:
             run("pg_ctl", "-D", str(data), "-l", str(log), "-o", f"-p {port}", "-w", "-t", "30", "start")
         except RuntimeError:

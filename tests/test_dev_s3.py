@@ -73,3 +73,11 @@ def test_a_server_left_by_a_killed_keel_dev_is_stopped_by_the_next_start_and_the
             os.killpg(leftover.pid, signal.SIGKILL)
             leftover.wait()
     assert processes_naming(str(tmp_path / "seaweedfs")) == []
+
+
+def test_ports_handed_out_one_after_another_are_never_the_same() -> None:
+    # Each socket is closed before its taker binds, so the kernel may offer one port twice: with a thousand picks
+    # from ~28,000 ephemeral ports a repeat is all but certain unless the ports handed out are remembered. (A
+    # repeat once started `keel dev --s3` with its API and its S3 server on one port.)
+    ports = [free_port() for _ in range(1000)]
+    assert len(set(ports)) == len(ports)
