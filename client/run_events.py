@@ -3,6 +3,7 @@ following new events or not, and never showing a step twice: a retried attempt r
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -21,28 +22,64 @@ class AttemptFilter:
 
     A retried activity re-emits its output under a higher `attempt`; an abandoned attempt (a zombie worker) may
     still write after it. Within each batch read, and from then on, only the highest attempt per source is kept:
-    a reader that reads a finished run sees each step once; a live reader may have shown a lost attempt's
-    partial output before the retry began, and sees `is_retry` on the first event of the new attempt.
+    a reader that reads a finished run sees each step once.
+
+    A live reader may have shown a lost attempt's first events before the retry began. The retry's events that
+    repeat them (the same type and payload, in the same order: a step's `start` and `step-start`, the text a
+    deterministic model streams again) are not shown again, so the reader sees what a reader of the finished run
+    sees. Where the retry differs from what was shown, the rest of it is shown, its first event marked as a
+    retry (`is_retry`). Only the first `ECHO_LIMIT` events of an attempt are remembered for this.
     """
+
+    ECHO_LIMIT = 256
 
     def __init__(self) -> None:
         self._latest: dict[str, int] = {}
+        self._shown: dict[str, list[int]] = {}  # per source: fingerprints of the latest attempt's shown events
+        self._echo: dict[str, tuple[list[int], int]] = {}  # per source: a lost attempt's shown, how many repeated
 
     def filter(self, batch: list[RunEvent]) -> list[tuple[RunEvent, bool]]:
-        """The events to show, each with True if it is the first event seen of a retry attempt."""
+        """The events to show, each with True if it is the first event shown of a retry attempt that differs
+        from what this reader was shown of the attempt before."""
         newest = dict(self._latest)
         for event in batch:
             if event.source is not None:
                 newest[event.source] = max(newest.get(event.source, 0), event.attempt)
         shown = []
         for event in batch:
-            if event.source is None:
+            source = event.source
+            if source is None:
                 shown.append((event, False))
-            elif event.attempt == newest[event.source]:
-                is_retry = event.attempt > 1 and self._latest.get(event.source, 0) < event.attempt
-                self._latest[event.source] = event.attempt
-                shown.append((event, is_retry))
+                continue
+            if event.attempt != newest[source]:
+                continue
+            if self._latest.get(source, 0) < event.attempt:  # the first event of a retry this reader meets
+                lost = self._shown.pop(source, [])
+                self._echo[source] = (lost, 0)
+                self._latest[source] = event.attempt
+            mark = _fingerprint(event)
+            echo = self._echo.get(source)
+            is_retry = False
+            if echo is not None:
+                lost, repeated = echo
+                if repeated < len(lost) and lost[repeated] == mark:
+                    self._echo[source] = (lost, repeated + 1)
+                    self._remember(source, mark)
+                    continue  # already shown, from the lost attempt
+                del self._echo[source]
+                is_retry = repeated < len(lost)  # something shown of the lost attempt is not repeated
+            self._remember(source, mark)
+            shown.append((event, is_retry))
         return shown
+
+    def _remember(self, source: str, mark: int) -> None:
+        marks = self._shown.setdefault(source, [])
+        if len(marks) < self.ECHO_LIMIT:
+            marks.append(mark)
+
+
+def _fingerprint(event: RunEvent) -> int:
+    return hash((event.type, json.dumps(event.payload, sort_keys=True, default=str)))
 
 
 @dataclass(frozen=True)

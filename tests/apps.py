@@ -360,6 +360,16 @@ tallier = Agent(id="tally", model=ScriptedModel(tally_script, name="tally"), too
 """Five steps, each a model call and a `tally` call, both noted in tally.log: a ledger of what ran (time travel)."""
 
 
+def _drawl_script(request: ModelRequest) -> ModelResponse:
+    note("drawl.log", "asked")
+    return ModelResponse(text="one two three four five six seven eight")
+
+
+drawler = Agent(id="drawler", model=ScriptedModel(_drawl_script, name="drawler", chunk_size=4, delay=0.4))
+"""Streams the same answer slowly every time it is asked (four characters each 0.4 s; asks noted in drawl.log):
+a worker killed mid-stream leaves a live reader part of an answer its retry streams again."""
+
+
 search_workspace = Workspace(
     id="tests-search",
     filesystem=LocalFilesystem(Path(tempfile.gettempdir()) / f"keel-tests-search-{os.getpid()}"),
@@ -369,6 +379,7 @@ search_workspace = Workspace(
 
 app = dataclasses.replace(App.of(
     demo, multi, listener, asker, ledger, once, napper, mistakes, payer, reuser, bulky, flaky, workspace_agent, tallier,
+    drawler,
     definition_apps.writer,
     tools=definition_apps.app.tools.values(), classifiers=definition_apps.app.classifiers.values(),
     controllers=[controller_apps.controller],

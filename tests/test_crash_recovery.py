@@ -9,12 +9,14 @@ import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from temporalio.client import Client
 
 from keel.client import KeelClient
 from keel.client.connection import connect
 from keel.client.devserver import DevServer, DevServerConfig
+from keel.client.run_events import follow, read
 from keel.storage import Storage
 from tests.apps import app as test_app
 from tests.conftest import free_port, running_worker, worker_subprocess
@@ -39,6 +41,10 @@ async def wait_for_file_lines(path: Path, n: int, timeout: float = 30) -> list[s
         while not path.exists() or len(path.read_text().splitlines()) < n:
             await asyncio.sleep(0.05)
     return path.read_text().splitlines()
+
+
+async def live_chunks(storage: Storage, run_id: str) -> list[tuple[str, dict[str, Any]]]:
+    return [(s.event.type, s.event.payload) async for s in follow(storage, run_id)]
 
 
 async def test_killed_worker_resumes_a_waiting_run_and_a_lost_tool_attempt_completes_once(
@@ -109,6 +115,30 @@ async def test_a_step_lost_with_its_worker_keeps_its_plan_and_re_runs_only_unfin
     assert sorted(n for n in naps if n.startswith("done")) == ["done c1", "done c2", "done c3"]
     assert [c.payload.tool_call_id for c in result.tool_calls] == [r.payload.tool_call_id for r in result.tool_results]
     assert len(result.tool_results) == 3
+
+
+async def test_a_live_reader_of_a_step_lost_mid_stream_is_not_shown_what_its_retry_streams_again(
+    client: Client, dev_server: DevServer, task_queue: str, tmp_path: Path, data_dir: Path, storage: Storage
+) -> None:
+    keel = KeelClient(client, task_queue=task_queue, app=test_app)
+    with worker_process(dev_server, task_queue, tmp_path, data_dir) as worker:
+        run_id = await keel.start_run("drawler", "talk")
+        live = asyncio.ensure_future(live_chunks(storage, run_id))  # a reader watching as the answer streams
+        async with asyncio.timeout(30):
+            while not any(e.type == "text-delta" for e in await storage.read_events(run_id)):
+                await asyncio.sleep(0.05)
+        kill9(worker)  # mid-stream: the step's start, step-start and first words are out, its answer is not
+    with worker_process(dev_server, task_queue, tmp_path, data_dir):
+        async with asyncio.timeout(90):
+            result = await keel.result(run_id)
+            watched = await live
+    assert result.text == "one two three four five six seven eight"
+    assert (data_dir / "drawl.log").read_text().splitlines() == ["asked", "asked"]
+    # The retry streamed the step again from its start; the reader was shown each chunk once, as a reader of
+    # the finished run is.
+    assert watched == [(s.event.type, s.event.payload) for s in await read(storage, run_id)]
+    assert "".join(p.get("text", "") for t, p in watched if t == "text-delta") == result.text
+    assert [t for t, _ in watched].count("step-start") == 1
 
 
 async def test_killed_dev_server_keeps_a_suspended_run_on_restart(

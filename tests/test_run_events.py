@@ -32,3 +32,34 @@ async def test_a_live_reader_is_told_when_a_retry_begins(storage: Storage) -> No
     second = filt.filter(await storage.read_events("r", offset=1))
     assert [(e.payload["text"], retry) for e, retry in first] == [("Hel", False)]
     assert [(e.payload["text"], retry) for e, retry in second] == [("Hello", True)]
+
+
+async def test_a_retry_that_repeats_what_a_live_reader_was_shown_goes_on_where_it_left_off(storage: Storage) -> None:
+    filt = AttemptFilter()
+    step = [EventRecord(type="step-start", payload={"step": 1}), *text("Hel")]
+    await storage.append_events("r", step, source="model:1", attempt=1)  # shown; then the worker died
+    first = filt.filter(await storage.read_events("r"))
+    await storage.append_events("r", [*step, *text("lo")], source="model:1", attempt=2)
+    second = filt.filter(await storage.read_events("r", offset=2))
+    live = [(e.type, e.payload) for e, _ in first + second]
+    assert live == [(s.event.type, s.event.payload) for s in await read(storage, "r")]
+    assert [retry for _, retry in first + second] == [False, False, False]
+
+
+async def test_a_retry_that_streams_otherwise_is_shown_from_where_it_differs_marked_as_a_retry(
+    storage: Storage,
+) -> None:
+    filt = AttemptFilter()
+    step = [EventRecord(type="step-start", payload={"step": 1})]
+    await storage.append_events("r", [*step, *text("Hel")], source="model:1", attempt=1)
+    first = filt.filter(await storage.read_events("r"))
+    await storage.append_events("r", [*step, *text("Goodbye", "!")], source="model:1", attempt=2)
+    second = filt.filter(await storage.read_events("r", offset=2))
+    assert [(e.payload.get("text", e.type), retry) for e, retry in second] == [("Goodbye", True), ("!", False)]
+    assert [e.payload.get("text", e.type) for e, _ in first] == ["step-start", "Hel"]
+
+
+async def test_a_reader_that_was_shown_nothing_of_a_lost_attempt_is_not_told_of_a_retry(storage: Storage) -> None:
+    await storage.append_events("r", text("Hel"), source="model:1", attempt=1)
+    await storage.append_events("r", text("Hello"), source="model:1", attempt=2)
+    assert [(s.event.payload["text"], s.retry) for s in await read(storage, "r")] == [("Hello", False)]
