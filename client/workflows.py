@@ -158,22 +158,29 @@ class Workflows:
         resource_id: str | None = None,
         request_context: dict[str, Any] | None = None,
     ) -> RunStatus:
-        """`start`, then wait until the run suspends or ends, in one call (update-with-start of `settled`)."""
+        """`start`, then wait until the run suspends or ends, in one call (update-with-start of `settled`). A run
+        still going after `SETTLE_SECONDS` answers its state then (`running`), as `settled_or_running` does."""
         options = await self._start_options(workflow_id, run_id, resource_id, request_context)
+        run_id = str(options["id"])
         start: WithStartWorkflowOperation[Any, Any] = WithStartWorkflowOperation(
             workflow_id, input_data, id_conflict_policy=WorkflowIDConflictPolicy.FAIL, **options
         )
         try:
-            state = await self.keel.temporal.execute_update_with_start_workflow(
-                names.SETTLED_UPDATE, start_workflow_operation=start, result_type=WorkflowRunState
-            )
+            async with asyncio.timeout(SETTLE_SECONDS) as waited:
+                state = await self.keel.temporal.execute_update_with_start_workflow(
+                    names.SETTLED_UPDATE, start_workflow_operation=start, result_type=WorkflowRunState
+                )
         except WorkflowUpdateFailedError:  # it ended before answering: its outcome from Temporal
-            return await self.settle(str(options["id"]))
+            return await self.settle(run_id)
         except RPCError as err:  # it started, and ended at once (bad input): its outcome from Temporal
             if "aborted by closing workflow" not in err.message:
                 raise
-            return await self.settle(str(options["id"]))
-        return RunStatus(str(options["id"]), state)
+            return await self.settle(run_id)
+        except (WorkflowUpdateRPCTimeoutOrCancelledError, TimeoutError):
+            if not waited.expired():
+                raise
+            return await self.settled_or_running(run_id, timeout=0)  # started: a run that waited that long
+        return RunStatus(run_id, state)
 
     async def _start_options(
         self,

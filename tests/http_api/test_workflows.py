@@ -155,3 +155,34 @@ async def test_a_resume_async_whose_run_takes_longer_than_the_wait_answers_runni
         if u.workflow_execution_update_accepted_event_attributes.accepted_request.input.name == "resume_step"
     ]
     assert len(resumes) == 1
+
+
+SLOW_FROM_THE_START = {
+    "id": "slowstart",
+    "inputSchema": {"type": "object"},
+    "outputSchema": {"type": "object"},
+    "graph": [
+        {"type": "mapping", "id": "how", "mapConfig": json.dumps({"seconds": {"value": 3}})},
+        {"type": "tool", "id": "wait", "toolId": "pause"},
+    ],
+}
+
+
+async def test_a_start_async_whose_run_takes_longer_than_the_wait_answers_running_and_starts_it_once(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As resume-async: past `SETTLE_SECONDS` the answer is the run's state, `running`, not a wait without end
+    (nor a 5xx, after which the client would start the run again and be refused: it exists)."""
+    monkeypatch.setattr(workflows, "SETTLE_SECONDS", 0.5)
+    monkeypatch.setattr(workflows, "STATE_SECONDS", 0.5)
+    out = await api.js("""
+        await client.upsertDynamicWorkflow(vars.slow);
+        const run = await client.getWorkflow("slowstart").createRun();
+        const started = await run.startAsync({inputData: {}});
+        return {runId: run.runId, started};
+    """, slow=SLOW_FROM_THE_START)  # fmt: skip
+    assert out["started"]["status"] == "running" and out["started"]["runId"] == out["runId"]
+    handle = api.keel.temporal.get_workflow_handle(out["runId"])
+    assert await handle.result() == {"paused": 3}
+    history = (await handle.fetch_history()).events
+    assert len([e for e in history if e.HasField("workflow_execution_started_event_attributes")]) == 1
