@@ -108,7 +108,7 @@ class WorkflowSteps:
             problem = describe_validation_error(err)
             message = f"Step {input.step_id!r}: the input of tool {input.tool_id!r} is invalid: {problem}"
             raise invalid("InvalidStepInput", message) from None
-        attempt = 1
+        attempt = activity.info().attempt
         if input.call_key is not None:  # its starts, counted: a local attempt may run again at activity attempt 1
             record = await self._storage.begin_step(input.run_id, tool_ids=[input.call_key])
             attempt = record.attempts.get(input.call_key, 1)
@@ -126,9 +126,11 @@ class WorkflowSteps:
                 )
             except ApplicationError:
                 raise
-            except Exception as err:  # the step fails, and with it the run (Mastra: the step's status is failed)
+            except Exception as err:  # tried again while the step's `retries` last, then the step fails, and the run
                 span.failed(err)
-                raise invalid("StepFailed", f"Step {input.step_id!r}: {type(err).__name__}: {err}") from err
+                last = input.tries is None or attempt >= input.tries
+                message = f"Step {input.step_id!r}: {type(err).__name__}: {err}"
+                raise ApplicationError(message, type="StepFailed", non_retryable=last) from err
             result = WorkflowToolResult(output=to_jsonable_python(output, by_alias=True))
             span.result(result.output, is_error=False)
             return result

@@ -12,12 +12,12 @@ from __future__ import annotations
 import asyncio
 import json
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 from pydantic import ValidationError
 from temporalio import workflow
-from temporalio.common import RawValue, RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError, FailureError, TimeoutType
+from temporalio.common import RawValue
+from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError, TimeoutType
 from temporalio.exceptions import TimeoutError as TemporalTimeout
 
 from keel.protocol import (
@@ -74,6 +74,7 @@ from keel.workflows.contracts import (
     ToolsThenModelResult,
     TurnConfig,
 )
+from keel.workflows.local_attempt import ONE_ATTEMPT, activity_cause, once_locally
 from keel.workflows.options import options_for
 from keel.workflows.search_attributes import (
     KEEL_AGENT_ID,
@@ -327,7 +328,7 @@ class AgentRun:
             await loop.kill_processes()  # a canceled run leaves no command of its own running
             raise
         except (ActivityError, ApplicationError) as err:
-            cause = err.cause if isinstance(err, ActivityError) and err.cause is not None else err
+            cause = activity_cause(err)
             run_telemetry.ended("failed", cause)
             refused = isinstance(cause, ApplicationError) and cause.type == RUN_ID_REUSED
             if refused and workflow.patched(REFUSED_RUN_UNLISTED_PATCH):
@@ -570,7 +571,7 @@ class _Loop:
                 )
                 return legacy
             self.local_in_task += 1
-            local = await _once_locally(
+            local = await once_locally(
                 names.MODEL_STEP,
                 step_input,
                 ModelStepResult,
@@ -747,7 +748,7 @@ class _Loop:
         summary = f"{ran}, then model step {self.carry.step}"
         if self.shape.fused_step_as_local_activity and locally and self._local_step_allowed():
             self.local_in_task += 1
-            local = await _once_locally(
+            local = await once_locally(
                 names.TOOLS_THEN_MODEL,
                 step_input,
                 ToolsThenModelResult,
@@ -1016,55 +1017,12 @@ def _agent_run_input(inputs: tuple[Any, ...]) -> AgentRunInput:
     raise ApplicationError(problem, type="InvalidInput", non_retryable=True)
 
 
-ONE_ATTEMPT = RetryPolicy(maximum_attempts=1)
-_R = TypeVar("_R")
-
-
-async def _once_locally(
-    name: str, arg: Any, result_type: type[_R], timeout: timedelta, summary: str, retry_after: timedelta
-) -> _R | None:
-    """One attempt as a local activity: its result is recorded in the workflow task that ran it (no server round
-    trip of its own). None after a retryable failure, once the retry delay has passed: the caller then runs it as
-    a regular activity, whose attempts and last failure the UI shows under Pending Activities (a local
-    activity's retries happen inside the worker, out of the UI's sight)."""
-    try:
-        result: _R = await workflow.execute_local_activity(
-            name,
-            arg,
-            result_type=result_type,
-            start_to_close_timeout=timeout,
-            retry_policy=ONE_ATTEMPT,
-            summary=summary,
-        )
-        return result
-    except (ActivityError, ApplicationError, TemporalTimeout) as err:  # a local activity fails with its cause
-        if not _retryable(err):
-            raise
-        cause = _cause(err)
-        workflow.set_current_details(
-            f"{summary} failed once ({cause}); retrying it as an activity: see Pending Activities"
-        )
-        delay = cause.next_retry_delay if isinstance(cause, ApplicationError) else None
-        await workflow.sleep(delay or retry_after)  # the provider's retry-after, if it gave one
-        return None
-
-
 def _set_at_start(attributes: list[Any]) -> bool:
     """Whether the run was started with these search attribute values, by a client that says so in the memo."""
     if workflow.memo_value(names.ATTRIBUTES_AT_START_MEMO, default=False) is not True:
         return False
     given = workflow.info().typed_search_attributes
     return all(given.get(update.key) == update.value for update in attributes)
-
-
-def _cause(err: FailureError) -> FailureError | BaseException:
-    return err.cause if isinstance(err, ActivityError) and err.cause is not None else err
-
-
-def _retryable(err: FailureError) -> bool:
-    """Whether Temporal would retry the failure (a timeout, or an application error not marked otherwise)."""
-    cause = _cause(err)
-    return not (isinstance(cause, ApplicationError) and cause.non_retryable)
 
 
 def _suspended_details(run_id: str, calls: list[tuple[PlannedToolCall, StepSuspension]]) -> str:

@@ -646,6 +646,10 @@ class WorkflowToolInput(Contract):
     """This call of the step (the run's first execution id and the call's number in the run): the activity
     counts its starts in storage under it, so a local attempt executed again after its workflow task was lost
     tells the tool its attempt is > 1. Absent in runs recorded before it existed."""
+    tries: int | None = None
+    """How many times the tool may fail on this call and run again, plus one (Mastra's step `retries` + 1): an
+    error the tool raises is retryable before its last try, then fails the step. Absent (runs recorded before
+    it existed): a tool's error fails the step at once."""
 
 
 class WorkflowToolResult(Contract):

@@ -30,7 +30,6 @@ from pydantic import ValidationError
 from temporalio import workflow
 from temporalio.common import RawValue, RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError, FailureError
-from temporalio.exceptions import TimeoutError as TemporalTimeout
 
 from keel.protocol import names
 from keel.protocol.workflow_definition import (
@@ -61,6 +60,7 @@ from keel.workflows.contracts import (
     WorkflowToolResult,
 )
 from keel.workflows.graph_values import MISSING, RunData, get_path, holds, map_values
+from keel.workflows.local_attempt import once_locally, retryable
 from keel.workflows.resumable import Resumable, bounded_value
 from keel.workflows.search_attributes import KEEL_STATUS
 from keel.workflows.time_travel import TimeTravelling, entry_step_ids
@@ -75,6 +75,13 @@ MAX_LOCAL_STEPS_PER_TASK = 4
 completion, so a foreach over many items still crosses workflow tasks (and sees a continue-as-new suggestion)."""
 LOCAL_RETRY_DELAY = timedelta(seconds=1)
 """After a tool step's local attempt fails: the wait before it is retried as an activity."""
+TEMPORAL_RETRY_RULE_PATCH = "keel-local-tool-step-temporal-retry-rule"
+"""A tool step's failed local attempt is retried as an activity when Temporal would retry it (the activity's
+error is retryable: the tool's error before its last try, a timeout), as an agent run's local steps are. Runs
+before it judged by the innermost error, so a tool's first error was always tried once more. The old branch
+(in `_local_retry_rule`) may go once no run started before this patch is open (runs are kept open at most by
+their suspended steps: check `temporal workflow count --query "KeelKind='workflow' AND ExecutionStatus='Running'"`
+for runs started before the release that carries it)."""
 LOAD_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
 
 
@@ -246,6 +253,8 @@ class DefinitionRun(TimeTravelling, Resumable):
     async def _tool(self, step: ToolEntry, value: Any, key: str) -> Any:
         retries = step.options.retries if step.options and step.options.retries is not None else 0
         idempotent = self._idempotent.get(step.tool_id, False)
+        # A tool's own error: tried `retries` times more (the activity says when it is the last); a lost worker
+        # or a timeout: an idempotent tool at least five times in all.
         attempts = max(5, retries + 1) if idempotent else retries + 1
         resume_data: Any = self.travel_resume(key)
         while True:
@@ -260,6 +269,7 @@ class DefinitionRun(TimeTravelling, Resumable):
                 resume_data=resume_data,
                 request_context=self._request_context or None,
                 call_key=f"{workflow.info().first_execution_run_id}/{self._tool_calls}",
+                tries=retries + 1,
             )
             summary = f"{key}: {step.tool_id}"
             result: WorkflowToolResult | None = None
@@ -270,7 +280,14 @@ class DefinitionRun(TimeTravelling, Resumable):
                 and self._local_in_task < MAX_LOCAL_STEPS_PER_TASK
             ):
                 self._local_in_task += 1
-                result = await self._tool_locally(step_input, summary)
+                # The run's details name its definition version: the UI's Pending Activities say the rest.
+                result = await once_locally(
+                    names.WORKFLOW_TOOL_STEP, step_input, WorkflowToolResult, TOOL_TIMEOUT, summary,
+                    LOCAL_RETRY_DELAY, say_so=False,
+                    rule=_local_retry_rule,
+                )  # fmt: skip
+                if result is None:
+                    self._local_in_task = 0
                 attempts -= result is None  # the local attempt counts
             if result is None:
                 result = await workflow.execute_activity(
@@ -287,27 +304,6 @@ class DefinitionRun(TimeTravelling, Resumable):
                 return result.output
             resume_data = await self.suspend(key, result.suspended.payload, result.suspended.resume_schema)
             self._local_in_task = 0
-
-    async def _tool_locally(self, step_input: WorkflowToolInput, summary: str) -> WorkflowToolResult | None:
-        """One attempt as a local activity; None after a retryable failure (the step is then retried as an
-        activity, whose attempts and last failure the UI shows under Pending Activities)."""
-        try:
-            result: WorkflowToolResult = await workflow.execute_local_activity(
-                names.WORKFLOW_TOOL_STEP,
-                step_input,
-                result_type=WorkflowToolResult,
-                start_to_close_timeout=TOOL_TIMEOUT,
-                retry_policy=RetryPolicy(maximum_attempts=1),
-                summary=summary,
-            )
-            return result
-        except (ActivityError, ApplicationError, TemporalTimeout) as err:  # a local activity may fail with its cause
-            cause = _cause(err)
-            if isinstance(cause, ApplicationError) and cause.non_retryable:
-                raise
-            await workflow.sleep(LOCAL_RETRY_DELAY)
-            self._local_in_task = 0
-            return None
 
     async def _classifier(self, step: ClassifierEntry, value: Any, data: RunData) -> Any:
         state = value
@@ -381,6 +377,15 @@ def _one_object(workflow_type: str, args: Sequence[RawValue]) -> dict[str, Any]:
             non_retryable=True,
         )
     return value
+
+
+def _local_retry_rule(err: FailureError) -> bool:
+    """Whether a tool step's failed local attempt is retried as an activity. Asked only after a failure (the patch
+    marker, and the search attribute upsert that comes with it, only in runs that had one)."""
+    if workflow.patched(TEMPORAL_RETRY_RULE_PATCH):
+        return retryable(err)
+    cause = _cause(err)  # the rule before: the innermost error's flag
+    return not (isinstance(cause, ApplicationError) and cause.non_retryable)
 
 
 def _cause(err: BaseException) -> BaseException:

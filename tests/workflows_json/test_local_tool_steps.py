@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowFailureError
 
 from keel.app import App, ToolContext, tool
 from keel.storage import Storage
@@ -53,8 +53,31 @@ async def flaky_double(args: Number, ctx: ToolContext) -> dict[str, int]:
 
 
 FLAKY = definition(
-    "local-flaky", [mapping("in", {"n": {"initData": True, "path": "n"}}), tool_step("t", "flaky_double")]
+    "local-flaky",
+    [
+        mapping("in", {"n": {"initData": True, "path": "n"}}),
+        {**tool_step("t", "flaky_double"), "options": {"retries": 1}},
+    ],
 )
+FLAKY_NO_RETRIES = definition(
+    "local-flaky-once", [mapping("in", {"n": {"initData": True, "path": "n"}}), tool_step("t", "flaky_double")]
+)
+
+_tries: dict[int, int] = {}
+
+
+@tool("touchy", idempotent=False)
+async def touchy(args: Number, ctx: ToolContext) -> dict[str, int]:
+    """Twice n; fails the first two times it sees each n (not idempotent: never run locally)."""
+    _tries[args.n] = _tries.get(args.n, 0) + 1
+    if _tries[args.n] <= 2:
+        raise RuntimeError(f"not yet: {args.n} (try {_tries[args.n]}, attempt {ctx.attempt})")
+    return {"n": args.n * 2}
+
+
+def touchy_definition(retries: int) -> dict[str, Any]:
+    step = {**tool_step("t", "touchy"), "options": {"retries": retries}}
+    return definition(f"touchy-{retries}", [mapping("in", {"n": {"initData": True, "path": "n"}}), step])
 
 
 def events(history: Any, kind: EventType.ValueType) -> list[Any]:
@@ -63,9 +86,12 @@ def events(history: Any, kind: EventType.ValueType) -> list[Any]:
 
 async def run(client: Client, storage: Storage, task_queue: str, raw: dict[str, Any], data: Any) -> tuple[Any, Any]:
     await storage.save_definition(raw["id"], raw)
-    async with running_worker(client, App.of(tools=(double, numbers, flaky_double)), storage, task_queue):
+    async with running_worker(client, App.of(tools=(double, numbers, flaky_double, touchy)), storage, task_queue):
         handle = await client.start_workflow(raw["id"], data, id=f"{raw['id']}-{uuid.uuid4()}", task_queue=task_queue)
-        result = await handle.result()
+        try:
+            result = await handle.result()
+        except WorkflowFailureError as failed:
+            result = failed
     return result, await handle.fetch_history()
 
 
@@ -99,3 +125,26 @@ async def test_a_local_attempt_that_fails_is_retried_as_an_activity(
     assert scheduled.activity_task_scheduled_event_attributes.retry_policy.maximum_attempts == 4
     [started] = events(history, EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED)
     assert started.activity_task_started_event_attributes.attempt == 1
+
+
+async def test_a_local_attempt_of_a_step_without_retries_that_fails_fails_the_step_as_an_activity_would(
+    client: Client, storage: Storage, task_queue: str
+) -> None:
+    failed, history = await run(client, storage, task_queue, FLAKY_NO_RETRIES, {"n": 6})
+    assert isinstance(failed, WorkflowFailureError)
+    assert "RuntimeError: not yet: 6" in str(failed.cause)
+    assert not events(history, EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED)  # not tried again as an activity
+
+
+async def test_a_tool_step_is_tried_again_as_many_times_as_its_retries_say(
+    client: Client, storage: Storage, task_queue: str
+) -> None:
+    # Mastra's `retries`: a step that throws runs again, up to `retries` more times.
+    result, history = await run(client, storage, task_queue, touchy_definition(2), {"n": 7})
+    assert result == {"n": 14}
+    started = events(history, EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED)
+    assert [e.activity_task_started_event_attributes.attempt for e in started] == [3]  # its last attempt
+    failed, _ = await run(client, storage, task_queue, touchy_definition(1), {"n": 8})
+    assert isinstance(failed, WorkflowFailureError)
+    assert "RuntimeError: not yet: 8 (try 2, attempt 2)" in str(failed.cause)
+    assert _tries[8] == 2
