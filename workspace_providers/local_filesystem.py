@@ -29,6 +29,7 @@ from keel.workspace_providers.errors import (
     FileExists,
     FileNotFound,
     FilesystemError,
+    FilesystemUnavailable,
     IsDirectory,
     NotDirectory,
     PermissionDenied,
@@ -275,6 +276,8 @@ def _error(err: OSError, path: str, errors: Mapping[int, Callable[[], WorkspaceE
         return DirectoryNotEmpty(path)
     if code in (errno.EACCES, errno.EPERM):
         return PermissionDenied(path, "access")
+    if code in (errno.ENOSPC, errno.EDQUOT):  # a full disk or quota: space may come back, as a store comes up
+        return FilesystemUnavailable(f"{err.strerror}: {path}", path)
     return FilesystemError(f"{err.strerror}: {path}", path)
 
 

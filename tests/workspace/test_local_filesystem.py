@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import AsyncIterator
@@ -17,6 +18,7 @@ from keel.workspace_providers.errors import (
     FileExists,
     FileNotFound,
     FilesystemError,
+    FilesystemUnavailable,
     IsDirectory,
     NotDirectory,
     StaleFile,
@@ -250,6 +252,23 @@ async def test_atomic_write(fs: LocalFilesystem, monkeypatch: pytest.MonkeyPatch
         await fs.edit_file("dir/a.txt", "new", "half")
     assert target.read_text() == "new\n"
     assert os.listdir(target.parent) == ["a.txt"]
+
+
+async def test_a_full_disk_is_an_outage_to_wait_out_not_a_failure_of_the_call(
+    fs: LocalFilesystem, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = Path(fs.base_path) / "dir" / "a.txt"
+
+    def full(fd: int, data: Any) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", full)
+    with pytest.raises(FilesystemUnavailable, match=r"No space left on device: dir/a\.txt"):
+        await fs.write_file("dir/a.txt", "more than fits")
+    with pytest.raises(FilesystemUnavailable):
+        await fs.edit_file("dir/a.txt", "alpha", "omega")
+    assert target.read_text() == "alpha\nbeta\ngamma\n"
+    assert os.listdir(target.parent) == ["a.txt"]  # no temporary file left
 
 
 async def test_expected_mtime(fs: LocalFilesystem) -> None:
