@@ -190,7 +190,9 @@ class Session:
         from keel.workflows.session_contracts import Accepted, SendMessage
 
         message = SendMessage(content=content, mode=mode, id=message_id or f"msg-{uuid.uuid4()}")
-        result: Accepted = await self._update(names.SESSION_SEND_UPDATE, message, Accepted)
+        # A caller's id names the update too: Temporal answers a send made again with the first one's answer.
+        update_id = f"send-{message_id}" if message_id else None
+        result: Accepted = await self._update(names.SESSION_SEND_UPDATE, message, Accepted, update_id=update_id)
         return result
 
     async def abort(self) -> Accepted:
@@ -347,13 +349,15 @@ class Session:
     def _handle(self) -> Any:
         return self.controller.keel.temporal.get_workflow_handle(self.id)
 
-    async def _update(self, name: str, arg: Any, result_type: type, *, wait: timedelta | None = None) -> Any:
+    async def _update(
+        self, name: str, arg: Any, result_type: type, *, wait: timedelta | None = None, update_id: str | None = None
+    ) -> Any:
         for attaching in list(self._attaching):  # `subscribe` then `send_message`: the listener sees it all
             await attaching.wait()
         try:
             args = [] if arg is None else [arg]
             return await self._handle.execute_update(
-                name, *args, result_type=result_type, rpc_timeout=wait or timedelta(seconds=WAIT_SECONDS)
+                name, *args, id=update_id, result_type=result_type, rpc_timeout=wait or timedelta(seconds=WAIT_SECONDS)
             )
         except WorkflowUpdateFailedError as err:
             raise _refused(err) from None

@@ -368,3 +368,14 @@ async def test_a_goal_is_judged_after_each_turn_and_drives_more_turns_until_met_
     assert goal is not None and goal["status"] == "done"
     await other.goal.clear()
     assert await other.goal.get() is None
+
+
+async def test_a_message_sent_again_under_its_id_is_the_same_send(ctl: AgentController) -> None:
+    """A client that sends again after an outage cut off the answer (Temporal took the first send) gives the same
+    `message_id`: it gets the first send's answer, and the message is in the thread once."""
+    session = await ctl.create_session(user())
+    first = await session.send_message("text once", message_id="m-once")
+    again = await session.send_message("text once", message_id="m-once")
+    assert again == first
+    said = [m["content"] for m in await session.thread.list_messages() if m["role"] == "user"]
+    assert said == ["text once"]
