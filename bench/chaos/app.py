@@ -12,6 +12,14 @@ returns), so the checker can count every side effect whatever the workers, Tempo
 - `batch` (stored workflow, `definition()`): `record` (idempotent) over five items in a foreach, a one-second
   sleep, an `ask-human` step (the driver answers it with the run's tag), then `{"answer": <tag>}`.
 
+- `files` (agent, workspace tools on a local workspace in `$CHAOS_WORKSPACE`, shared by the workers):
+  `files <tag>` → writes `<tag>/notes.txt` ("draft <tag>"), reads it, edits it to "final <tag>", runs
+  `echo <tag> >> <tag>/cmd.log` in the sandbox (a command: never run twice), reads the notes again, and answers
+  the five results as JSON. The files themselves are its ledger.
+- `session` (AgentController `desk`): a session of resource `chaos-<tag>` is sent `session <tag> <cents>`; its
+  turn calls `pledge` (not idempotent, category `edit`: the session asks), the driver approves or declines it
+  through the session, and the turn answers `pledged <cents>`, `pledge declined` or `pledge lost: ...`.
+
 `charge` crashes its own worker right after charging when the run's tag says so (`crash_after_charge`): the worker
 dies between the side effect and its report, the harshest moment for a tool that must run at most once.
 `CHAOS_PLANT=retried-charge` declares `charge` idempotent, a planted defect: after such a crash the step runs it
@@ -31,6 +39,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from keel import AgentController, Mode
 from keel.app import Agent, App, ToolContext, tool
 from keel.model_providers import (
     ModelRequest,
@@ -40,6 +49,7 @@ from keel.model_providers import (
     last_user_text,
     tool_results_since_last_user,
 )
+from keel.workspace_providers import WORKSPACE_TOOLS, LocalFilesystem, LocalSandbox, Workspace
 
 PLANT = os.environ.get("CHAOS_PLANT", "")
 BATCH_ITEMS = 5
@@ -163,6 +173,63 @@ def _bulky(request: ModelRequest) -> ModelResponse:
     return ModelResponse(text=bulky_answer(message))
 
 
+WORKSPACE = Path(os.environ.get("CHAOS_WORKSPACE", "/tmp/keel-chaos-workspace"))
+FS, SB = WORKSPACE_TOOLS.FILESYSTEM, WORKSPACE_TOOLS.SANDBOX
+
+
+def files_plan(tag: str) -> list[tuple[str, dict[str, Any]]]:
+    notes = f"{tag}/notes.txt"
+    return [
+        (FS.WRITE_FILE, {"path": notes, "content": f"draft {tag}\n"}),
+        (FS.READ_FILE, {"path": notes, "showLineNumbers": False}),
+        (FS.EDIT_FILE, {"path": notes, "old_string": "draft", "new_string": "final"}),
+        (SB.EXECUTE_COMMAND, {"command": f"echo {tag} >> {tag}/cmd.log"}),
+        (FS.READ_FILE, {"path": notes, "showLineNumbers": False}),
+    ]
+
+
+def _files(request: ModelRequest) -> ModelResponse:
+    tag = last_user_text(request).split()[1]
+    done = tool_results_since_last_user(request)
+    plan = files_plan(tag)
+    if len(done) < len(plan):
+        name, args = plan[len(done)]
+        return ModelResponse(tool_calls=[ModelToolCall(id=f"f{len(done)}", name=name, args=args)])
+    return ModelResponse(text=json.dumps([r.result for r in done]))
+
+
+@tool("pledge")
+async def pledge(args: ChargeInput, ctx: ToolContext) -> dict[str, Any]:
+    """Pledge an amount (not idempotent: must never happen twice for one call)."""
+    await asyncio.sleep(0.2)
+    record("pledge", args.tag, ctx, cents=args.cents)
+    return {"pledged": args.cents}
+
+
+def _desk(request: ModelRequest) -> ModelResponse:
+    _, tag, cents = last_user_text(request).split()
+    done = tool_results_since_last_user(request)
+    if not done:
+        return ModelResponse(
+            tool_calls=[ModelToolCall(id="pledge-1", name="pledge", args={"tag": tag, "cents": int(cents)})]
+        )
+    result = done[0].result
+    if isinstance(result, dict) and "pledged" in result:
+        return ModelResponse(text=f"pledged {result['pledged']}")
+    if "not approved" in json.dumps(result).lower() or "declined" in json.dumps(result).lower():
+        return ModelResponse(text="pledge declined")
+    return ModelResponse(text=f"pledge lost: {json.dumps(result)[:200]}")
+
+
+desk = AgentController(
+    "desk",
+    Agent(id="desk-agent", model=ScriptedModel(_desk, name="desk")),
+    modes=[Mode("work", name="Work", default=True)],
+    tools=[pledge],
+    tool_category_resolver=lambda name: "edit" if name == "pledge" else None,
+)
+
+
 def definition() -> dict[str, Any]:
     """The stored workflow `batch`: input `{"tag"}`."""
     return {
@@ -194,5 +261,12 @@ app = App.of(
     Agent(id="shop", model=ScriptedModel(_shop, name="shop"), tools=(charge, note)),
     Agent(id="busy", model=ScriptedModel(_busy, name="busy"), tools=(tick,)),
     Agent(id="bulky", model=ScriptedModel(_bulky, name="bulky"), tools=(tick,)),
+    Agent(
+        id="files",
+        model=ScriptedModel(_files, name="files"),
+        workspace=Workspace(id="chaos-files", filesystem=LocalFilesystem(WORKSPACE), sandbox=LocalSandbox(WORKSPACE)),
+        max_steps=10,
+    ),
     tools=(items, record_item),
+    controllers=[desk],
 )

@@ -5,7 +5,9 @@ flight, a fault injector, and the checker.
 Faults, one at a time at seeded random moments: a worker killed with SIGKILL (started again after a while), a
 worker stopped with SIGSTOP for a few seconds, the HTTP API (`keel serve`) killed with SIGKILL and started again,
 the Temporal server killed with SIGKILL and started again on its database, PostgreSQL killed with SIGKILL and
-started again (crash recovery from its WAL), SeaweedFS killed with SIGKILL and started again on its data. Runs are
+started again (crash recovery from its WAL), SeaweedFS killed with SIGKILL and started again on its data, and the
+`files` runs' workspace disk (a tmpfs of its own, where this process may mount one) filled to the last byte for
+a few seconds. Controller sessions (`session`) are driven through `AgentController` sessions. Runs are
 driven through `KeelClient` (approvals by update), the `temporal` CLI (approvals by signal) and the `mcp` SDK
 (`mcp`: a `charge` called as an MCP tool, the call made again with its call id after each API death), every call
 retried through the outages, as a client that must not give up would; half the `busy` runs are also read over
@@ -16,6 +18,9 @@ What is checked, per run, against the ledger (`bench/chaos/app.py`):
 - `charge` (not idempotent) ran at most once per call, exactly once when the run (or the MCP call) says it
   charged, never when it says declined; a lost charge is reported as lost (and counted so), never run twice;
 - a `bulky` run read its 300 KiB message (kept in S3) whole in every step;
+- a `files` run left its notes exactly as edited and its command's line in `cmd.log` once (at most once when
+  the command was lost; never when it failed, as on a full disk);
+- a `session` turn pledged once when it says so, never when declined, at most once when it says lost;
 - an idempotent tool ran at least once per call of an ended run, and every re-run was told `attempt > 1`;
 - each stream read through API kills is the run's whole stream: every chunk once, in order;
 - at the end, visibility counts no open run of the mix (its count equals the driver's: zero).
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import os
 import random
@@ -41,15 +47,17 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import httpx
 from mcp import ClientSession, types
 from mcp.client.streamable_http import streamable_http_client
 
 from bench.chaos import app as chaos_app
+from keel import AgentController
 from keel.client import KeelClient
 from keel.client.api.mcp_servers import CALL_ID_META, WORKFLOW_ID_META
+from keel.client.controller import SessionError
 from keel.client.devserver import DevServer, DevServerConfig
 from keel.client.errors import RunIdInUse, ToolCallRejected
 from keel.client.s3_server import LocalS3Server
@@ -61,9 +69,14 @@ from tests.pg import PostgresServer, postgres_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-KINDS = {"shop": 4, "busy": 3, "batch": 3, "mcp": 2, "bulky": 2}
+KINDS = {"shop": 4, "busy": 3, "batch": 3, "mcp": 2, "bulky": 2, "files": 2, "session": 2}
 """Run kinds and their weights in the mix."""
-FAULTS = {"worker-kill": 4, "worker-stop": 2, "api-kill": 2, "temporal-kill": 2, "postgres-kill": 2, "s3-kill": 2}
+FAULTS = {
+    "worker-kill": 4, "worker-stop": 2, "api-kill": 2, "temporal-kill": 2, "postgres-kill": 2, "s3-kill": 2,
+    "disk-full": 2,
+}  # fmt: skip
+WORKSPACE_DISK = "64m"
+"""The `files` runs' workspace: a tmpfs of this size (where this process may mount one), which `disk-full` fills."""
 STREAMED = 0.5
 """The share of `busy` runs whose HTTP stream is read while they run."""
 MCP_CALL_DEADLINE = timedelta(seconds=45)
@@ -115,6 +128,8 @@ class Report:
     streams: int = 0
     stream_gaps: list[str] = field(default_factory=list)
     longest_run_seconds: float = 0.0
+    skipped_faults: dict[str, str] = field(default_factory=dict)
+    """Fault kinds this machine cannot inject, and why."""
     seed: int = 0
     minutes: float = 0.0
     plant: str = ""
@@ -156,6 +171,13 @@ class Stack:
         self.s3 = LocalS3Server(work / "s3", free_port())
         self.ledger = work / "ledger"
         self.ledger.mkdir()
+        self.workspace = work / "workspace"
+        self.workspace.mkdir()
+        mounted = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={WORKSPACE_DISK}", "tmpfs", str(self.workspace)], capture_output=True
+        )
+        self.small_disk = mounted.returncode == 0
+        """Whether the workspace is a disk of its own to fill (`disk-full`): mounting needs root."""
         self.queue = f"chaos-{uuid.uuid4().hex[:8]}"
         self.env = {
             **os.environ,
@@ -165,6 +187,7 @@ class Stack:
             "CHAOS_LEDGER": str(self.ledger),
             "CHAOS_PLANT": cfg.plant,
             "CHAOS_CRASH_ONE_IN": str(cfg.crash_one_in),
+            "CHAOS_WORKSPACE": str(self.workspace),
             "PYTHONPATH": str(ROOT),
         }
         self.workers = [
@@ -194,6 +217,8 @@ class Stack:
             process.kill()
         self.temporal.stop()
         self.s3.stop()
+        if self.small_disk:
+            subprocess.run(["umount", "-l", str(self.workspace)], check=False)
 
     async def keep_alive(self) -> None:
         """A worker or the API that died (a fault, or `charge` crashing a worker) is started again after a while."""
@@ -211,7 +236,7 @@ async def retrying(call: Callable[[], Awaitable[T]], *, until: float, what: str)
     while True:
         try:
             return await call()
-        except (RunIdInUse, ToolCallRejected, ResumeRefused):
+        except (RunIdInUse, ToolCallRejected, ResumeRefused, SessionError):
             raise
         except Exception as err:
             if time.monotonic() > until:
@@ -221,8 +246,10 @@ async def retrying(call: Callable[[], Awaitable[T]], *, until: float, what: str)
 
 
 class Mix:
-    def __init__(self, cfg: Config, stack: Stack, keel: KeelClient, workflows: Workflows) -> None:
-        self.cfg, self.stack, self.keel, self.workflows = cfg, stack, keel, workflows
+    def __init__(
+        self, cfg: Config, stack: Stack, keel: KeelClient, workflows: Workflows, desk: AgentController
+    ) -> None:
+        self.cfg, self.stack, self.keel, self.workflows, self.desk = cfg, stack, keel, workflows, desk
         self.rng = random.Random(cfg.seed)
         self.runs: list[RunRecord] = []
         self.deadline = 0.0
@@ -245,6 +272,8 @@ class Mix:
             await self._batch(run, until)
         elif run.kind == "mcp":
             await self._mcp(run, rng, until)
+        elif run.kind == "session":
+            await self._session(run, rng, until)
         elif run.kind == "busy" and rng.random() < STREAMED:
             watching = asyncio.create_task(self._watch(run, until))
             await self._agent(run, rng, until)
@@ -258,6 +287,7 @@ class Mix:
             "shop": lambda: f"shop {run.tag} {rng.randint(1, 999)}",
             "busy": lambda: f"busy {run.tag}",
             "bulky": lambda: chaos_app.bulky_message(run.tag),
+            "files": lambda: f"files {run.tag}",
         }[run.kind]()
         with contextlib.suppress(RunIdInUse):  # an earlier attempt of this start went through
             await retrying(lambda: self.keel.start_run(run.kind, message, run_id=run.run_id), until=until, what="start")
@@ -360,6 +390,40 @@ class Mix:
                     raise TimeoutError(f"mcp call {call_id}: {err}") from err
                 await asyncio.sleep(0.3)
 
+    async def _session(self, run: RunRecord, rng: random.Random, until: float) -> None:
+        """A session of `desk` sent one message (under a message id: a send made again is the same send); its
+        turn's `pledge` approved or declined through the session; the answer read from the session's thread."""
+        cents = rng.randint(1, 999)
+        decision: Literal["approve", "decline"] = rng.choice(["approve", "decline"])
+        run.decision = decision
+        session = await retrying(lambda: self.desk.create_session(run.run_id), until=until, what="session")
+        message = f"session {run.tag} {cents}"
+        accepted = await retrying(
+            lambda: session.send_message(message, wait=False, message_id=f"{run.run_id}-1"), until=until, what="send"
+        )
+        while True:
+            settled = await retrying(lambda: session.settled(accepted.run_id), until=until, what="settled")
+            asked = [p for p in settled.pending if p.kind == "approval"]
+            if not asked:
+                break
+            for call in asked:
+                with contextlib.suppress(SessionError):  # decided by an earlier attempt of this call
+                    await retrying(
+                        lambda: session.respond_to_tool_approval(call.tool_call_id, decision),  # noqa: B023
+                        until=until,
+                        what="decide",
+                    )
+        messages = await retrying(session.thread.list_messages, until=until, what="messages")
+        said = [m for m in messages if m.get("role") == "assistant"]
+        if said:
+            content = said[-1]["content"]
+            parts = (
+                [content]
+                if isinstance(content, str)
+                else [p.get("text", "") for p in content if p.get("type") == "text"]
+            )
+            run.answer = " ".join(parts)
+
     async def _batch(self, run: RunRecord, until: float) -> None:
         with contextlib.suppress(Exception):  # already started by an earlier attempt: the settle below finds it
             await retrying(
@@ -405,7 +469,8 @@ class Faults:
             if time.monotonic() > stop_at:
                 return
             if not self.bag:  # every kind by its weight, in a seeded order: a short run still has each kind
-                self.bag = [kind for kind, weight in FAULTS.items() for _ in range(weight)]
+                kinds = {k: w for k, w in FAULTS.items() if k != "disk-full" or self.stack.small_disk}
+                self.bag = [kind for kind, weight in kinds.items() for _ in range(weight)]
                 self.rng.shuffle(self.bag)
             kind = self.bag.pop()
             self.count[kind] += 1
@@ -444,10 +509,32 @@ class Faults:
         await asyncio.sleep(self.rng.uniform(0.5, 3.0))
         await asyncio.to_thread(server.start)  # on its data: every payload stored before is there again
 
+    async def disk_full(self) -> None:
+        """The `files` workspace's disk filled to the last byte for a few seconds, then freed."""
+        filler = self.stack.workspace / ".filler"
+        await asyncio.to_thread(_fill, filler)
+        await asyncio.sleep(self.rng.uniform(2.0, 6.0))
+        filler.unlink(missing_ok=True)
+
     async def postgres_kill(self) -> None:
         await asyncio.to_thread(self.stack.pg.kill)
         await asyncio.sleep(self.rng.uniform(0.5, 3.0))
         await asyncio.to_thread(self.stack.pg.start)
+
+
+def _fill(filler: Path) -> None:
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    try:
+        while True:
+            os.write(fd, b"\0" * 65536)
+    except OSError as err:
+        if err.errno != errno.ENOSPC:
+            raise
+        with contextlib.suppress(OSError):  # the last few bytes
+            while True:
+                os.write(fd, b"\0" * 512)
+    finally:
+        os.close(fd)
 
 
 def ledger_lines(ledger: Path) -> list[dict[str, Any]]:
@@ -459,7 +546,7 @@ def ledger_lines(ledger: Path) -> list[dict[str, Any]]:
     return lines
 
 
-def check(runs: list[RunRecord], ledger: list[dict[str, Any]], report: Report) -> None:
+def check(runs: list[RunRecord], ledger: list[dict[str, Any]], report: Report, workspace: Path) -> None:
     by_key: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for line in ledger:
         by_key.setdefault((line["kind"], line["key"]), []).append(line)
@@ -480,7 +567,7 @@ def check(runs: list[RunRecord], ledger: list[dict[str, Any]], report: Report) -
                 got = [c.get("type") for c in run.streamed]
                 whole = [c.get("type") for c in (run.stream or [])]
                 report.stream_gaps.append(f"{run.run_id}: streamed {got}, whole {whole}")
-        problem = _wrong(run, by_key, report)
+        problem = _wrong_files(run, workspace, report) if run.kind == "files" else _wrong(run, by_key, report)
         if problem:
             report.wrong.append(f"{run.run_id} ({run.kind}): {problem}")
 
@@ -510,6 +597,17 @@ def _wrong(run: RunRecord, by_key: dict[tuple[str, str], list[dict[str, Any]]], 
             report.lost_reported += 1
             return None if charged <= 1 else f"lost, yet charged {charged} times"
         return f"answered {text[:200]!r}"
+    if run.kind == "session":
+        pledged = ran("pledge", run.tag)
+        text = str(run.answer)
+        if run.decision == "decline":
+            return None if text == "pledge declined" and not pledged else f"declined, yet {text!r}, {pledged}"
+        if re.fullmatch(r"pledged \d+", text):
+            return None if pledged == 1 else f"says pledged, ledger has {pledged} pledges"
+        if text.startswith("pledge lost"):
+            report.lost_reported += 1
+            return None if pledged <= 1 else f"lost, yet pledged {pledged} times"
+        return f"answered {text[:200]!r}"
     if run.kind == "busy":
         missing = [n for n in range(3) if not ran("tick", f"{run.run_id}/{n}")]
         if run.answer != "ticked 3" or missing:
@@ -529,10 +627,38 @@ def _wrong(run: RunRecord, by_key: dict[tuple[str, str], list[dict[str, Any]]], 
     return f"answered {text!r}"
 
 
+def _wrong_files(run: RunRecord, workspace: Path, report: Report) -> str | None:
+    """The notes exactly as the run left them, and the command's line there once if it says it ran (at most once
+    if it was lost; never if it failed, e.g. on a full disk)."""
+    try:
+        results = json.loads(str(run.answer))
+    except json.JSONDecodeError:
+        return f"answered {str(run.answer)[:200]!r}"
+    folder = workspace / run.tag
+    notes = (folder / "notes.txt").read_text() if (folder / "notes.txt").exists() else None
+    edit = results[2]
+    if isinstance(edit, dict) and "error" in edit:  # the edit (never run twice) was lost: done or not, as read
+        report.lost_reported += 1
+        edited = notes in (f"draft {run.tag}\n", f"final {run.tag}\n")
+    else:
+        edited = notes == f"final {run.tag}\n"
+    if not edited or notes is None or notes.strip() not in str(results[-1]):
+        return f"notes {notes!r} (edit said {str(edit)[:100]!r}), read back {str(results[-1])[:200]!r}"
+    lines = (folder / "cmd.log").read_text().splitlines() if (folder / "cmd.log").exists() else []
+    command = results[3]
+    if isinstance(command, dict) and "error" in command:  # lost: it may have run once before its worker died
+        report.lost_reported += 1
+        return None if len(lines) <= 1 else f"command lost, yet ran {len(lines)} times"
+    if "Exit code:" in str(command):
+        return None if not lines else f"command failed ({str(command)[:100]!r}), yet wrote {lines}"
+    return None if lines == [run.tag] else f"command said {str(command)[:100]!r}, cmd.log {lines}"
+
+
 def summary(report: Report) -> str:
     rows = [
         ("runs", ", ".join(f"{k} {v}" for k, v in sorted(report.runs.items()))),
         ("faults", ", ".join(f"{k} {v}" for k, v in sorted(report.faults.items())) or "none"),
+        *((f"not injected: {k}", why) for k, why in report.skipped_faults.items()),
         ("ended with the right answer", f"{report.ended - len(report.wrong)}/{sum(report.runs.values())}"),
         ("lost (reported as lost)", str(report.lost_reported)),
         ("wrong answers", str(len(report.wrong))),
@@ -569,13 +695,16 @@ async def chaos(cfg: Config) -> Report:
                 await workflows.save(chaos_app.definition())
                 await keel.wait_for_worker(60)
                 stop_at = time.monotonic() + cfg.minutes * 60
-                mix, faults = Mix(cfg, stack, keel, workflows), Faults(cfg, stack)
+                if not stack.small_disk:
+                    report.skipped_faults["disk-full"] = "cannot mount a tmpfs for the workspace (needs root)"
+                desk = await AgentController.from_definition(chaos_app.desk.definition).init(keel, storage)
+                mix, faults = Mix(cfg, stack, keel, workflows, desk), Faults(cfg, stack)
                 injector = asyncio.create_task(faults.run(stop_at))
                 await mix.run(stop_at)
                 injector.cancel()
                 report.faults = dict(faults.count)
                 report.runs = dict(Counter(r.kind for r in mix.runs))
-                check(mix.runs, ledger_lines(stack.ledger), report)
+                check(mix.runs, ledger_lines(stack.ledger), report, stack.workspace)
                 query = f"TaskQueue='{stack.queue}' AND CloseTime IS NULL AND WorkflowId STARTS_WITH 'chaos-'"
                 report.open_in_visibility = (await keel.temporal.count_workflows(query)).count
                 await storage.close()
