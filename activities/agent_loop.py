@@ -62,7 +62,8 @@ class AgentActivities:
     @activity.defn(name=names.MODEL_STEP)
     async def model_step(self, input: ModelStepInput) -> ModelStepResult:
         with translated():
-            return await self._model.run(input)
+            async with heartbeating():  # as a regular activity: a lost worker is noticed in seconds
+                return await self._model.run(input)
 
     @activity.defn(name=names.TOOL_CALL)
     async def tool_call(self, input: ToolCallInput) -> ToolCallResult:

@@ -17,6 +17,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from keel.activities.failures import translated
+from keel.activities.heartbeat import heartbeating
 from keel.app import App
 from keel.app.controller import ControllerDefinition
 from keel.model_providers import ModelRequest
@@ -193,7 +194,8 @@ class SessionActivities:
                 model.model_id, thread_id=input.thread_id or None, server_url=getattr(model, "base_url", None)
             ) as call:
                 call.request(request.instructions, request.messages)
-                answer = await model.generate(request, ignore)
+                async with heartbeating():  # a lost worker is noticed in seconds, not at the 5-minute timeout
+                    answer = await model.generate(request, ignore)
                 call.response(answer.text, answer.tool_calls, answer.finish_reason, answer.usage)
             done, reason = _verdict(answer.text)
             return JudgeResult(done=done, reason=reason)

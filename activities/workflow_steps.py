@@ -143,7 +143,8 @@ class WorkflowSteps:
             if classifier is None:
                 raise invalid("UnknownClassifier", f"Step {input.step_id!r}: no classifier {input.classifier_id!r}")
             try:
-                found = await classifier.classify(input.state, _step_context(input))
+                async with heartbeating():  # a classifier may ask a model: a lost worker is noticed in seconds
+                    found = await classifier.classify(input.state, _step_context(input))
             except ApplicationError:
                 raise
             except Exception as err:

@@ -370,6 +370,18 @@ drawler = Agent(id="drawler", model=ScriptedModel(_drawl_script, name="drawler",
 a worker killed mid-stream leaves a live reader part of an answer its retry streams again."""
 
 
+def _stumble_script(request: ModelRequest) -> ModelResponse:
+    note("stumble.log", "asked")
+    if len((data_dir() / "stumble.log").read_text().splitlines()) == 1:
+        raise ModelRetryableError("rate limited, try again", retry_after=0.2)
+    return ModelResponse(text="one two three four five six seven eight")
+
+
+stumbler = Agent(id="stumbler", model=ScriptedModel(_stumble_script, name="stumbler", chunk_size=4, delay=0.4))
+"""Rate limited the first time it is asked (so its step runs again as a regular activity), then streams slowly
+(asks noted in stumble.log): a worker killed mid-stream loses a regular model activity."""
+
+
 search_workspace = Workspace(
     id="tests-search",
     filesystem=LocalFilesystem(Path(tempfile.gettempdir()) / f"keel-tests-search-{os.getpid()}"),
@@ -379,7 +391,7 @@ search_workspace = Workspace(
 
 app = dataclasses.replace(App.of(
     demo, multi, listener, asker, ledger, once, napper, mistakes, payer, reuser, bulky, flaky, workspace_agent, tallier,
-    drawler,
+    drawler, stumbler,
     definition_apps.writer,
     tools=definition_apps.app.tools.values(), classifiers=definition_apps.app.classifiers.values(),
     controllers=[controller_apps.controller],

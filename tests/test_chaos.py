@@ -1,11 +1,11 @@
-"""The fault matrix as a test (`bench/chaos`): a seeded chaos run of every kind of run (agents with approvals,
-workspace files and commands, controller sessions, JSON workflows, MCP calls, large payloads) while workers, the
-HTTP API, the Temporal server, PostgreSQL and SeaweedFS (the S3 payload store) are killed at random and the
-workspace's disk fills up, streams read over HTTP through the API's deaths, checked against the ledger its tools
-keep outside the system (nothing lost without saying so, nothing run twice that must not be, nothing stuck, every
-stream whole, visibility agreeing); and the check itself, shown to fail on a planted defect (the non-idempotent
-tool declared idempotent, so a crash right after its side effect runs it again). `make chaos` runs the long
-version (`MINUTES=`, `SEED=`)."""
+"""The fault matrix as a test (`bench/chaos`): a seeded chaos run of every kind of run (agents with approvals, a
+model failing behind a LiteLLM proxy, workspace files and commands, controller sessions, JSON workflows, MCP calls,
+large payloads) while workers, the HTTP API, the Temporal server, PostgreSQL and SeaweedFS (the S3 payload store)
+are killed at random and the workspace's disk fills up, streams read over HTTP through the API's deaths, checked
+against the ledger its tools keep outside the system (nothing lost without saying so, nothing run twice that must
+not be, nothing stuck, every stream whole, visibility agreeing); and the check itself, shown to fail on a planted
+defect (the non-idempotent tool declared idempotent, so a crash right after its side effect runs it again).
+`make chaos` runs the long version (`MINUTES=`, `SEED=`)."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ async def test_a_seeded_chaos_run_loses_nothing_runs_nothing_twice_and_leaves_no
     summary = printed[printed.rfind("chaos seed=") :]
     assert code == 0 and report["ok"], summary
     assert sum(report["runs"].values()) >= 30, summary
-    assert set(report["runs"]) == {"shop", "busy", "batch", "mcp", "bulky", "files", "session"}, summary
+    assert set(report["runs"]) == {"shop", "busy", "batch", "mcp", "bulky", "files", "session", "chat"}, summary
     faults = {"worker-kill", "worker-stop", "api-kill", "temporal-kill", "postgres-kill", "s3-kill", "disk-full"}
     assert set(report["faults"]) | set(report["skipped_faults"]) == faults, summary
     assert set(report["skipped_faults"]) <= {"disk-full"}, summary  # only where a tmpfs cannot be mounted

@@ -141,6 +141,26 @@ async def test_a_live_reader_of_a_step_lost_mid_stream_is_not_shown_what_its_ret
     assert [t for t, _ in watched].count("step-start") == 1
 
 
+async def test_a_model_step_lost_with_its_worker_as_a_regular_activity_is_retried_within_seconds(
+    client: Client, dev_server: DevServer, task_queue: str, tmp_path: Path, data_dir: Path, storage: Storage
+) -> None:
+    # A model step that runs as a regular activity (its local attempt was rate limited) heartbeats: its worker
+    # killed mid-stream, it is retried once the heartbeat timeout (seconds) passes, not its 5-minute timeout.
+    keel = KeelClient(client, task_queue=task_queue, app=test_app)
+    with worker_process(dev_server, task_queue, tmp_path, data_dir) as worker:
+        run_id = await keel.start_run("stumbler", "talk")
+        await wait_for_file_lines(data_dir / "stumble.log", 2)
+        async with asyncio.timeout(30):
+            while not any(e.type == "text-delta" for e in await storage.read_events(run_id)):
+                await asyncio.sleep(0.05)
+        kill9(worker)
+    with worker_process(dev_server, task_queue, tmp_path, data_dir):
+        async with asyncio.timeout(60):
+            result = await keel.result(run_id)
+    assert result.text == "one two three four five six seven eight"
+    assert (data_dir / "stumble.log").read_text().splitlines() == ["asked"] * 3
+
+
 async def test_killed_dev_server_keeps_a_suspended_run_on_restart(
     storage: Storage, task_queue: str, tmp_path: Path, data_dir: Path
 ) -> None:

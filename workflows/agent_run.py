@@ -587,6 +587,7 @@ class _Loop:
             step_input,
             result_type=ModelStepResult,
             start_to_close_timeout=self.opts.model_start_to_close,
+            heartbeat_timeout=self.opts.model_heartbeat,
             retry_policy=self.opts.model_retry,
             summary=summary,
         )

@@ -274,6 +274,7 @@ class AgentSession:
             ),
             result_type=JudgeResult,
             start_to_close_timeout=timedelta(minutes=5),
+            heartbeat_timeout=timedelta(seconds=10),
             retry_policy=STORAGE,
             summary=f"judge the goal after turn {goal.runs}",
         )

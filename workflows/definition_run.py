@@ -322,6 +322,7 @@ class DefinitionRun(TimeTravelling, Resumable):
                 request_context=self._request_context or None,
             ),
             start_to_close_timeout=TOOL_TIMEOUT,
+            heartbeat_timeout=TOOL_HEARTBEAT,
             retry_policy=RetryPolicy(maximum_attempts=attempts),
             summary=f"{step.id}: {step.classifier_id}",
         )

@@ -52,6 +52,10 @@ class AgentActivityOptions:
     model_start_to_close: timedelta = timedelta(minutes=5)
     """Live. Upper bound of one model call attempt, streaming included."""
 
+    model_heartbeat: timedelta = timedelta(seconds=10)
+    """Live. A model step run as a regular activity heartbeats while it waits on the model: one whose worker stops
+    heartbeating for this long is lost (a worker crash) and retried, not waited for until `model_start_to_close`."""
+
     model_retry: RetryPolicy = field(
         default_factory=lambda: RetryPolicy(
             initial_interval=timedelta(seconds=1),

@@ -16,6 +16,8 @@ returns), so the checker can count every side effect whatever the workers, Tempo
   `files <tag>` → writes `<tag>/notes.txt` ("draft <tag>"), reads it, edits it to "final <tag>", runs
   `echo <tag> >> <tag>/cmd.log` in the sandbox (a command: never run twice), reads the notes again, and answers
   the five results as JSON. The files themselves are its ledger.
+- `chat` (agent on a model behind a real LiteLLM proxy, `$CHAOS_MODEL_URL`): `chat <tag>` → `echo <tag>`, the
+  model failing about two calls in five (429s, 500s mid-stream, slow streams: `litellm_handler.py`).
 - `session` (AgentController `desk`): a session of resource `chaos-<tag>` is sent `session <tag> <cents>`; its
   turn calls `pledge` (not idempotent, category `edit`: the session asks), the driver approves or declines it
   through the session, and the turn answers `pledged <cents>`, `pledge declined` or `pledge lost: ...`.
@@ -45,6 +47,7 @@ from keel.model_providers import (
     ModelRequest,
     ModelResponse,
     ModelToolCall,
+    OpenAIChatModel,
     ScriptedModel,
     last_user_text,
     tool_results_since_last_user,
@@ -173,6 +176,8 @@ def _bulky(request: ModelRequest) -> ModelResponse:
     return ModelResponse(text=bulky_answer(message))
 
 
+MODEL_URL = os.environ.get("CHAOS_MODEL_URL", "http://127.0.0.1:9/v1")
+"""The LiteLLM proxy of the run (`bench/chaos/litellm_handler.py`), serving `chaos-model`."""
 WORKSPACE = Path(os.environ.get("CHAOS_WORKSPACE", "/tmp/keel-chaos-workspace"))
 FS, SB = WORKSPACE_TOOLS.FILESYSTEM, WORKSPACE_TOOLS.SANDBOX
 
@@ -267,6 +272,7 @@ app = App.of(
         workspace=Workspace(id="chaos-files", filesystem=LocalFilesystem(WORKSPACE), sandbox=LocalSandbox(WORKSPACE)),
         max_steps=10,
     ),
+    Agent(id="chat", model=OpenAIChatModel("chaos-model", base_url=MODEL_URL, api_key="sk-local")),
     tools=(items, record_item),
     controllers=[desk],
 )

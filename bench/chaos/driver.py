@@ -7,7 +7,8 @@ worker stopped with SIGSTOP for a few seconds, the HTTP API (`keel serve`) kille
 the Temporal server killed with SIGKILL and started again on its database, PostgreSQL killed with SIGKILL and
 started again (crash recovery from its WAL), SeaweedFS killed with SIGKILL and started again on its data, and the
 `files` runs' workspace disk (a tmpfs of its own, where this process may mount one) filled to the last byte for
-a few seconds. Controller sessions (`session`) are driven through `AgentController` sessions. Runs are
+a few seconds. The `chat` runs' model sits behind a real LiteLLM proxy that fails about two calls in five (429s,
+500s mid-stream, slow streams). Controller sessions (`session`) are driven through `AgentController` sessions. Runs are
 driven through `KeelClient` (approvals by update), the `temporal` CLI (approvals by signal) and the `mcp` SDK
 (`mcp`: a `charge` called as an MCP tool, the call made again with its call id after each API death), every call
 retried through the outages, as a client that must not give up would; half the `busy` runs are also read over
@@ -54,6 +55,7 @@ from mcp import ClientSession, types
 from mcp.client.streamable_http import streamable_http_client
 
 from bench.chaos import app as chaos_app
+from bench.chaos import litellm_handler
 from keel import AgentController
 from keel.client import KeelClient
 from keel.client.api.mcp_servers import CALL_ID_META, WORKFLOW_ID_META
@@ -69,7 +71,7 @@ from tests.pg import PostgresServer, postgres_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-KINDS = {"shop": 4, "busy": 3, "batch": 3, "mcp": 2, "bulky": 2, "files": 2, "session": 2}
+KINDS = {"shop": 4, "busy": 3, "batch": 3, "mcp": 2, "bulky": 2, "files": 2, "session": 2, "chat": 2}
 """Run kinds and their weights in the mix."""
 FAULTS = {
     "worker-kill": 4, "worker-stop": 2, "api-kill": 2, "temporal-kill": 2, "postgres-kill": 2, "s3-kill": 2,
@@ -162,6 +164,46 @@ class Worker:
         return self.proc is not None and self.proc.poll() is None
 
 
+class ModelProxy:
+    """A LiteLLM proxy serving the runs' failing model (`bench/chaos/litellm_handler.py`) at `url`."""
+
+    def __init__(self, work: Path) -> None:
+        self.root = work / "litellm"
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/v1"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.root.mkdir(exist_ok=True)
+        shutil.copy(Path(litellm_handler.__file__), self.root / "handler.py")
+        (self.root / "config.yaml").write_text(litellm_handler.CONFIG)
+        env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_TELEMETRY": "False",
+               "PYTHONPATH": str(self.root)}  # fmt: skip
+        with open(self.root / "proxy.log", "ab") as log:
+            self.proc = subprocess.Popen(
+                [str(BIN / "litellm"), "--config", "config.yaml", "--host", "127.0.0.1", "--port", str(self.port)],
+                cwd=self.root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            )  # fmt: skip
+        deadline = time.monotonic() + 90
+        while True:
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"http://127.0.0.1:{self.port}/health/liveliness", timeout=2).status_code == 200:
+                    return
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"LiteLLM proxy did not start: {(self.root / 'proxy.log').read_text()[-2000:]}")
+            time.sleep(0.3)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+
 class Stack:
     def __init__(self, cfg: Config, work: Path, pg: PostgresServer) -> None:
         self.cfg, self.work, self.pg = cfg, work, pg
@@ -169,6 +211,7 @@ class Stack:
             DevServerConfig(host="127.0.0.1", port=free_port(), ui_port=free_port(), state_dir=work / "temporal")
         )
         self.s3 = LocalS3Server(work / "s3", free_port())
+        self.model = ModelProxy(work)
         self.ledger = work / "ledger"
         self.ledger.mkdir()
         self.workspace = work / "workspace"
@@ -188,6 +231,7 @@ class Stack:
             "CHAOS_PLANT": cfg.plant,
             "CHAOS_CRASH_ONE_IN": str(cfg.crash_one_in),
             "CHAOS_WORKSPACE": str(self.workspace),
+            "CHAOS_MODEL_URL": self.model.url,
             "PYTHONPATH": str(ROOT),
         }
         self.workers = [
@@ -199,6 +243,7 @@ class Stack:
         self.api = Worker("api", {**self.env, "KEEL_DATA_DIR": str(work / "data-api")}, work, serve)
 
     async def up(self) -> None:
+        await asyncio.to_thread(self.model.start)
         s3 = await asyncio.to_thread(self.s3.start)
         os.environ.update(s3.env())  # this driver's client reads and writes the payloads there too
         self.env.update(s3.env())
@@ -217,6 +262,7 @@ class Stack:
             process.kill()
         self.temporal.stop()
         self.s3.stop()
+        self.model.stop()
         if self.small_disk:
             subprocess.run(["umount", "-l", str(self.workspace)], check=False)
 
@@ -288,6 +334,7 @@ class Mix:
             "busy": lambda: f"busy {run.tag}",
             "bulky": lambda: chaos_app.bulky_message(run.tag),
             "files": lambda: f"files {run.tag}",
+            "chat": lambda: f"chat {run.tag}",
         }[run.kind]()
         with contextlib.suppress(RunIdInUse):  # an earlier attempt of this start went through
             await retrying(lambda: self.keel.start_run(run.kind, message, run_id=run.run_id), until=until, what="start")
@@ -608,6 +655,8 @@ def _wrong(run: RunRecord, by_key: dict[tuple[str, str], list[dict[str, Any]]], 
             report.lost_reported += 1
             return None if pledged <= 1 else f"lost, yet pledged {pledged} times"
         return f"answered {text[:200]!r}"
+    if run.kind == "chat":
+        return None if run.answer == f"echo {run.tag}" else f"answered {str(run.answer)[:200]!r}"
     if run.kind == "busy":
         missing = [n for n in range(3) if not ran("tick", f"{run.run_id}/{n}")]
         if run.answer != "ticked 3" or missing:
