@@ -418,13 +418,15 @@ class Mix:
         name the call's execution (the API could not start it) is not the call's."""
         while True:
             try:
+                # The `mcp` SDK (1.x) leaves a request unanswered forever when the API dies under it (its
+                # `initialize` too; modelcontextprotocol/python-sdk#1577, #3441): a deadline on the whole attempt,
+                # then the same call id again.
                 async with (
+                    asyncio.timeout(MCP_CALL_DEADLINE.total_seconds() + 15),
                     streamable_http_client(f"{self.stack.api_url}/api/mcp/shop/mcp") as (read, write, _),
                     ClientSession(read, write) as session,
                 ):
                     await session.initialize()
-                    # The `mcp` SDK (1.x) leaves a call unanswered forever when the API dies under it
-                    # (modelcontextprotocol/python-sdk#1577, #3441): a deadline, then the same call id again.
                     result = await session.call_tool(
                         "charge", args, read_timeout_seconds=MCP_CALL_DEADLINE, meta={CALL_ID_META: call_id}
                     )
