@@ -58,7 +58,7 @@ bench: install  ## per-step cost of Keel against bare temporalio, side by side (
 MINUTES ?= 10
 SEED ?= 1
 IN_FLIGHT ?= 20
-chaos: install  ## kill workers, Temporal and PostgreSQL at random under a mix of runs; check nothing is lost (bench/chaos)
+chaos: install  ## kill every process, fill the disk, fail the model at random under a mix of runs; check nothing is lost (bench/chaos)
 	$(PY) -m bench.chaos --minutes $(MINUTES) --seed $(SEED) --in-flight $(IN_FLIGHT) --json .keel/chaos-$(SEED).json
 
 record-histories: install  ## re-record tests/histories/*.json from the current workflow code
