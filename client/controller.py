@@ -22,6 +22,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from keel.client.errors import KeelClientError
 from keel.client.run_events import follow, read
 from keel.client.visibility import quoted
+from keel.client.with_start import execute_update_with_start
 from keel.protocol import names
 from keel.protocol.controller_events import DisplayState
 
@@ -96,10 +97,11 @@ class ControllerClient:
         )
         await self.keel.wait_for_worker()
         try:
-            await self.keel.temporal.execute_update_with_start_workflow(
+            await execute_update_with_start(
+                self.keel.temporal,
                 names.SESSION_OPEN_UPDATE,
                 SessionOpen(thread_id=thread_id),
-                start_workflow_operation=start,
+                start=start,
                 result_type=SessionSnapshot,
             )
         except WorkflowUpdateFailedError as err:

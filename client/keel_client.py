@@ -68,6 +68,7 @@ from keel.client.errors import (
     ToolFailed,
 )
 from keel.client.visibility import quoted
+from keel.client.with_start import execute_update_with_start
 from keel.protocol import names
 from keel.workflows.search_attributes import (
     KEEL_AGENT_ID,
@@ -559,8 +560,8 @@ class KeelClient:
             static_summary=f"messages for {agent_id} on thread {thread_id}",
         )
         try:
-            result: ThreadSendResult = await self.temporal.execute_update_with_start_workflow(
-                names.SEND_MESSAGE_UPDATE, message, start_workflow_operation=start, result_type=ThreadSendResult
+            result: ThreadSendResult = await execute_update_with_start(
+                self.temporal, names.SEND_MESSAGE_UPDATE, message, start=start, result_type=ThreadSendResult
             )
             return result
         except WorkflowUpdateFailedError as err:

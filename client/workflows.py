@@ -34,6 +34,7 @@ from keel.client import keel_client
 from keel.client.errors import KeelClientError
 from keel.client.keel_client import KeelClient
 from keel.client.visibility import quoted
+from keel.client.with_start import execute_update_with_start
 from keel.protocol import names
 from keel.storage import Storage
 from keel.storage.definitions import Status, StoredDefinition
@@ -167,8 +168,8 @@ class Workflows:
         )
         try:
             async with asyncio.timeout(SETTLE_SECONDS) as waited:
-                state = await self.keel.temporal.execute_update_with_start_workflow(
-                    names.SETTLED_UPDATE, start_workflow_operation=start, result_type=WorkflowRunState
+                state = await execute_update_with_start(
+                    self.keel.temporal, names.SETTLED_UPDATE, start=start, result_type=WorkflowRunState
                 )
         except WorkflowUpdateFailedError:  # it ended before answering: its outcome from Temporal
             return await self.settle(run_id)

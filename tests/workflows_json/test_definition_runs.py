@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import uuid
 from typing import Any
@@ -380,3 +381,25 @@ async def test_a_definition_stored_without_checks_fails_the_run_at_once_not_its_
         with pytest.raises(WorkflowFailureError) as caught:
             await asyncio.wait_for(handle.result(), 30)
     assert "The stored definition 'broken' is invalid" in str(caught.value.cause)
+
+
+async def test_a_start_refused_leaves_python_no_unretrieved_error_to_log(
+    client: Client, storage: Storage, task_queue: str
+) -> None:
+    await save(storage, ASK)
+    loop = asyncio.get_running_loop()
+    logged: list[str] = []
+    before = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _, context: logged.append(str(context.get("message"))))
+    try:
+        async with running_worker(client, app, storage, task_queue):
+            workflows = Workflows(storage, app, KeelClient(client, task_queue=task_queue, app=app))
+            run_id = f"once-{uuid.uuid4()}"
+            await workflows.start_and_settle("ask", {"what": "v1"}, run_id=run_id)  # suspended: the id is taken
+            with pytest.raises(Exception, match="already"):
+                await workflows.start_and_settle("ask", {"what": "v1"}, run_id=run_id)
+        gc.collect()  # an unretrieved exception is logged when its future is collected
+        await asyncio.sleep(0)
+    finally:
+        loop.set_exception_handler(before)
+    assert not [m for m in logged if "never retrieved" in m], logged
