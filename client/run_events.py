@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from keel.storage import RunEvent, Storage
 
@@ -24,23 +25,25 @@ class AttemptFilter:
     still write after it. Within each batch read, and from then on, only the highest attempt per source is kept:
     a reader that reads a finished run sees each step once.
 
-    A live reader may have shown a lost attempt's first events before the retry began. The retry's events that
-    repeat them (the same type and payload, in the same order: a step's `start` and `step-start`, the text a
+    A live reader may have shown a lost attempt's events before the retry began. The retry's events that repeat
+    them (the same type and payload, in the same order: a step's `start` and `step-start`, the text a
     deterministic model streams again) are not shown again, so the reader sees what a reader of the finished run
-    sees. Where the retry differs from what was shown, the rest of it is shown, its first event marked as a
-    retry (`is_retry`). Only the first `ECHO_LIMIT` events of an attempt are remembered for this.
+    sees. Where the retry differs from what was shown, or goes past the first `ECHO_LIMIT` events shown (which
+    are all that is remembered), the rest of it is shown, its first event marked as a retry (`is_retry`). A retry
+    lost in turn is compared the same way: with what the reader was shown. State is kept for the
+    `SOURCES_KEPT` sources seen last (a step's model call and tools; earlier steps have finished).
     """
 
     ECHO_LIMIT = 256
+    SOURCES_KEPT = 64
 
     def __init__(self) -> None:
         self._latest: dict[str, int] = {}
-        self._shown: dict[str, list[int]] = {}  # per source: fingerprints of the latest attempt's shown events
-        self._echo: dict[str, tuple[list[int], int]] = {}  # per source: a lost attempt's shown, how many repeated
+        self._seen: OrderedDict[str, _Seen] = OrderedDict()
 
     def filter(self, batch: list[RunEvent]) -> list[tuple[RunEvent, bool]]:
         """The events to show, each with True if it is the first event shown of a retry attempt that differs
-        from what this reader was shown of the attempt before."""
+        from what this reader was shown of the attempts before."""
         newest = dict(self._latest)
         for event in batch:
             if event.source is not None:
@@ -53,29 +56,62 @@ class AttemptFilter:
                 continue
             if event.attempt != newest[source]:
                 continue
+            seen = self._seen_of(source)
             if self._latest.get(source, 0) < event.attempt:  # the first event of a retry this reader meets
-                lost = self._shown.pop(source, [])
-                self._echo[source] = (lost, 0)
                 self._latest[source] = event.attempt
-            mark = _fingerprint(event)
-            echo = self._echo.get(source)
+                seen.echoing = seen.count > 0
+                seen.repeated = 0
             is_retry = False
-            if echo is not None:
-                lost, repeated = echo
-                if repeated < len(lost) and lost[repeated] == mark:
-                    self._echo[source] = (lost, repeated + 1)
-                    self._remember(source, mark)
-                    continue  # already shown, from the lost attempt
-                del self._echo[source]
-                is_retry = repeated < len(lost)  # something shown of the lost attempt is not repeated
-            self._remember(source, mark)
+            if seen.echoing:
+                if seen.repeats(event):
+                    continue  # already shown, from an attempt before
+                is_retry = True  # something shown before is not repeated
+                seen.diverge()
+            seen.record(event, self.ECHO_LIMIT)
             shown.append((event, is_retry))
         return shown
 
-    def _remember(self, source: str, mark: int) -> None:
-        marks = self._shown.setdefault(source, [])
-        if len(marks) < self.ECHO_LIMIT:
-            marks.append(mark)
+    def _seen_of(self, source: str) -> _Seen:
+        seen = self._seen.get(source)
+        if seen is None:
+            seen = self._seen[source] = _Seen()
+            if len(self._seen) > self.SOURCES_KEPT:
+                self._seen.popitem(last=False)
+        else:
+            self._seen.move_to_end(source)
+        return seen
+
+
+@dataclass
+class _Seen:
+    """What a reader was shown of one source: how many events, the fingerprints of the first ones; and, while a
+    retry repeats them, how many it has repeated."""
+
+    marks: list[int] = field(default_factory=list)
+    count: int = 0
+    echoing: bool = False
+    repeated: int = 0
+
+    def repeats(self, event: RunEvent) -> bool:
+        """Whether a retry's event repeats the next one the reader was shown (as far as remembered)."""
+        if self.repeated < len(self.marks) and self.marks[self.repeated] == _fingerprint(event):
+            self.repeated += 1
+            if self.repeated == self.count:  # all it was shown, repeated: what follows is new
+                self.echoing = False
+            return True
+        return False
+
+    def diverge(self) -> None:
+        """The retry differs from here on: what the reader was shown of the step is now the part it repeated,
+        then what follows."""
+        del self.marks[self.repeated :]
+        self.count = self.repeated
+        self.echoing = False
+
+    def record(self, event: RunEvent, limit: int) -> None:
+        if len(self.marks) < limit and len(self.marks) == self.count:
+            self.marks.append(_fingerprint(event))
+        self.count += 1
 
 
 def _fingerprint(event: RunEvent) -> int:

@@ -63,3 +63,38 @@ async def test_a_reader_that_was_shown_nothing_of_a_lost_attempt_is_not_told_of_
     await storage.append_events("r", text("Hel"), source="model:1", attempt=1)
     await storage.append_events("r", text("Hello"), source="model:1", attempt=2)
     assert [(s.event.payload["text"], s.retry) for s in await read(storage, "r")] == [("Hello", False)]
+
+
+async def test_a_retry_repeating_more_than_is_remembered_is_shown_from_there_marked_as_a_retry(
+    storage: Storage,
+) -> None:
+    # The first ECHO_LIMIT events shown are remembered: past them, a repeat cannot be told from new text, so the
+    # rest is shown, marked, rather than passed over unmarked or shown twice unmarked.
+    filt = AttemptFilter()
+    words = [f"w{n} " for n in range(AttemptFilter.ECHO_LIMIT + 10)]
+    await storage.append_events("r", text(*words), source="model:1", attempt=1)
+    first = filt.filter(await storage.read_events("r"))
+    await storage.append_events("r", text(*words, "end"), source="model:1", attempt=2)
+    second = filt.filter(await storage.read_events("r", offset=len(words)))
+    assert len(first) == len(words)
+    assert [(e.payload["text"], retry) for e, retry in second][:2] == [
+        (f"w{AttemptFilter.ECHO_LIMIT} ", True),
+        (f"w{AttemptFilter.ECHO_LIMIT + 1} ", False),
+    ]
+    assert second[-1][0].payload["text"] == "end"
+
+
+async def test_a_retry_lost_while_it_repeated_leaves_the_next_one_to_repeat_all_that_was_shown(
+    storage: Storage,
+) -> None:
+    filt = AttemptFilter()
+    step = text("a", "b", "c", "d")
+    await storage.append_events("r", step, source="model:1", attempt=1)
+    first = filt.filter(await storage.read_events("r"))
+    await storage.append_events("r", step[:2], source="model:1", attempt=2)  # repeated two, then lost
+    second = filt.filter(await storage.read_events("r", offset=4))
+    await storage.append_events("r", [*step, *text("e")], source="model:1", attempt=3)
+    third = filt.filter(await storage.read_events("r", offset=6))
+    live = [e.payload["text"] for e, _ in first + second + third]
+    assert live == ["a", "b", "c", "d", "e"] == [s.event.payload["text"] for s in await read(storage, "r")]
+    assert not any(retry for _, retry in first + second + third)
