@@ -46,6 +46,7 @@ from keel.workflows.session_contracts import (
     PendingItem,
     QueuedMessage,
     SendMessage,
+    SentMessage,
     SessionCarry,
     SessionConfig,
     SessionConfigInput,
@@ -73,6 +74,11 @@ from keel.workflows.session_contracts import (
 MAX_QUEUED = 100
 MAX_PENDING = 100
 MAX_DECIDED = 200
+MAX_SENT = 200
+SEND_ONCE_PATCH = "keel-session-send-once"
+"""Marks a session that answered a send made again under its id with the first send's answer (before it, the
+message was queued again). Asked only when a known id comes again; the old branch may go once no session that
+started before it is open."""
 TURN_MAX_STEPS = 1000
 """Mastra's controller runs a turn with `maxSteps: 1000`."""
 STORAGE = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=30))
@@ -311,21 +317,30 @@ class AgentSession:
         await workflow.wait_condition(self._not_starting)
         message_id = message.id or str(workflow.uuid4())
         async with self._lock:
-            if self._turn_id is not None and message.mode == "send":
-                # Into the running turn, as Mastra delivers a message while a run is active; a call waiting for a
-                # decision is declined (the user moved on).
-                for item in [p for p in self._c.pending if p.kind == "approval" and p.run_id == self._turn_id]:
-                    await self._decide(item, approved=False, reason=INTERRUPTED)
-                payload = {"id": message_id, "content": message.content}
-                await self._signal(self._turn_id, names.USER_MESSAGE_SIGNAL, payload)
-                return Accepted(run_id=self._turn_id, delivered=True)
-            if self._turn_id is not None and message.mode == "steer":
-                await self._abort()
-            queued = self._enqueue(message_id, message.content)
-            if self._turn_id is not None and message.mode == "follow_up":
-                await self._emit([{"type": "follow_up_queued", "count": len(self._c.queued)}])
-                return Accepted(run_id=queued.run_id, queued=True)
-            return Accepted(run_id=queued.run_id)
+            known = next((sent.accepted for sent in self._c.sent if sent.id == message_id), None)
+            if known is not None and workflow.patched(SEND_ONCE_PATCH):
+                return known
+            accepted = await self._send(message, message_id)
+            self._c.sent = [*self._c.sent[-(MAX_SENT - 1) :], SentMessage(id=message_id, accepted=accepted)]
+            return accepted
+
+    async def _send(self, message: SendMessage, message_id: str) -> Accepted:
+        """The send itself (under the lock): into the running turn, or queued for one."""
+        if self._turn_id is not None and message.mode == "send":
+            # Into the running turn, as Mastra delivers a message while a run is active; a call waiting for a
+            # decision is declined (the user moved on).
+            for item in [p for p in self._c.pending if p.kind == "approval" and p.run_id == self._turn_id]:
+                await self._decide(item, approved=False, reason=INTERRUPTED)
+            payload = {"id": message_id, "content": message.content}
+            await self._signal(self._turn_id, names.USER_MESSAGE_SIGNAL, payload)
+            return Accepted(run_id=self._turn_id, delivered=True)
+        if self._turn_id is not None and message.mode == "steer":
+            await self._abort()
+        queued = self._enqueue(message_id, message.content)
+        if self._turn_id is not None and message.mode == "follow_up":
+            await self._emit([{"type": "follow_up_queued", "count": len(self._c.queued)}])
+            return Accepted(run_id=queued.run_id, queued=True)
+        return Accepted(run_id=queued.run_id)
 
     @send_message.validator
     def _check_send(self, message: SendMessage) -> None:

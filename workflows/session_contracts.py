@@ -78,6 +78,9 @@ class SessionCarry(Contract):
     pending: list[PendingItem] = Field(default_factory=list)
     decided: list[str] = Field(default_factory=list)
     """Recently decided tool call ids (bounded), so a second decision is refused with a clear reason."""
+    sent: list[SentMessage] = Field(default_factory=list)
+    """Recently sent message ids and their answers (bounded): a send made again under its id, after a
+    continue-as-new too (where Temporal no longer knows the update's id), gets the first send's answer."""
     goal: Goal | None = None
     turns: int = 0
     """Turns started (each a child `AgentRun` named `<session>-turn-<n>`)."""
@@ -96,6 +99,19 @@ class QueuedMessage(Contract):
     content: Content
     run_id: str
     """The turn that will read it."""
+
+
+class Accepted(Contract):
+    accepted: Literal[True] = True
+    run_id: str | None = None
+    """The turn that reads the message (a new one, or the running one it was delivered into)."""
+    queued: bool = False
+    delivered: bool = False
+
+
+class SentMessage(Contract):
+    id: str
+    accepted: Accepted
 
 
 SessionCarry.model_rebuild()
@@ -125,14 +141,6 @@ class SendMessage(Contract):
     content: Content
     id: str | None = None
     mode: Literal["send", "steer", "follow_up"] = "send"
-
-
-class Accepted(Contract):
-    accepted: Literal[True] = True
-    run_id: str | None = None
-    """The turn that reads the message (a new one, or the running one it was delivered into)."""
-    queued: bool = False
-    delivered: bool = False
 
 
 class Settle(Contract):

@@ -56,3 +56,27 @@ async def test_a_session_continues_as_new_and_keeps_everything(
             assert offsets == sorted(set(offsets))  # one log across executions, each event once
             shown = await session.display_state.get()
             assert shown["isRunning"] is False and shown["pendingApprovals"] == {}
+
+
+async def test_a_message_sent_again_under_its_id_after_a_continue_as_new_is_still_one_send(
+    storage: Storage, task_queue: str, tmp_path: Path
+) -> None:
+    # Temporal answers an update made again under its id only within one execution: the session remembers the
+    # ids it was sent, so a client that sends again after the session continued as new does not send twice.
+    async with server_suggesting_continue_as_new(tmp_path) as client:
+        async with build_worker(client, app, storage, task_queue=task_queue):
+            ctl = AgentController.__new__(AgentController)
+            ctl.__dict__.update(controller.__dict__)
+            ctl._client = None
+            await ctl.init(KeelClient(client, task_queue=task_queue, app=app), storage)
+            session = await ctl.create_session(f"once-{uuid.uuid4().hex[:6]}")
+            first = await session.send_message("text once", message_id="m-once")
+            for i in range(10):  # until Temporal suggests continuing as new and the session does
+                if len([e async for e in client.list_workflows(f"WorkflowId='{session.id}'")]) >= 2:
+                    break
+                await session.send_message(f"text turn {i}")
+            assert len([e async for e in client.list_workflows(f"WorkflowId='{session.id}'")]) >= 2
+            again = await session.send_message("text once", message_id="m-once")
+            assert again == first
+            said = [m["content"] for m in await session.thread.list_messages() if m["role"] == "user"]
+            assert said.count("text once") == 1
