@@ -253,11 +253,11 @@ class DefinitionRun(TimeTravelling, Resumable):
     async def _tool(self, step: ToolEntry, value: Any, key: str) -> Any:
         retries = step.options.retries if step.options and step.options.retries is not None else 0
         idempotent = self._idempotent.get(step.tool_id, False)
-        # A tool's own error: tried `retries` times more (the activity says when it is the last); a lost worker
-        # or a timeout: an idempotent tool at least five times in all.
-        attempts = max(5, retries + 1) if idempotent else retries + 1
         resume_data: Any = self.travel_resume(key)
-        while True:
+        while True:  # each call: the first, then one per resume
+            # A tool's own error: tried `retries` times more (the activity says when it is the last); a lost
+            # worker or a timeout: an idempotent tool at least five times in all.
+            attempts = max(5, retries + 1) if idempotent else retries + 1
             self.step_task(self._tool_calls)
             self._tool_calls += 1
             step_input = WorkflowToolInput(
