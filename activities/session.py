@@ -167,38 +167,39 @@ class SessionActivities:
     async def session_judge(self, input: JudgeInput) -> JudgeResult:
         """Ask the judge model whether the session's goal is met, given its thread; `goal_evaluation` events."""
         with translated():
-            controller = self._controller(input.controller_id)
-            model = (
-                controller.models.get(input.judge_model_id or "") or controller.judge_model or controller.agent.model
-            )
-            messages, _ = await self._storage.list_messages(input.thread_id) if input.thread_id else ([], 0)
-            transcript = [MessageRecord(id=m.id, role=m.role, content=m.content) for m in messages[-40:]]
-            question = MessageRecord(
-                id=f"{input.session_id}-judge-{input.run}",
-                role="user",
-                content=(
-                    f"Goal: {input.objective}\n\nHas the conversation above met the goal? Answer with JSON only: "
-                    '{"done": true|false, "reason": "..."}'
-                ),
-            )
-            request = ModelRequest(
-                instructions="You judge whether an assistant met a goal. Answer only with the JSON asked for.",
-                messages=[*transcript, question],
-                tools=[],
-            )
+            async with heartbeating():  # a lost worker is noticed in seconds, not at the 5-minute timeout
+                return await self._judge(input)
 
-            async def ignore(_: str) -> None:
-                return None
+    async def _judge(self, input: JudgeInput) -> JudgeResult:
+        controller = self._controller(input.controller_id)
+        model = controller.models.get(input.judge_model_id or "") or controller.judge_model or controller.agent.model
+        messages, _ = await self._storage.list_messages(input.thread_id) if input.thread_id else ([], 0)
+        transcript = [MessageRecord(id=m.id, role=m.role, content=m.content) for m in messages[-40:]]
+        question = MessageRecord(
+            id=f"{input.session_id}-judge-{input.run}",
+            role="user",
+            content=(
+                f"Goal: {input.objective}\n\nHas the conversation above met the goal? Answer with JSON only: "
+                '{"done": true|false, "reason": "..."}'
+            ),
+        )
+        request = ModelRequest(
+            instructions="You judge whether an assistant met a goal. Answer only with the JSON asked for.",
+            messages=[*transcript, question],
+            tools=[],
+        )
 
-            with tracing.model_call(
-                model.model_id, thread_id=input.thread_id or None, server_url=getattr(model, "base_url", None)
-            ) as call:
-                call.request(request.instructions, request.messages)
-                async with heartbeating():  # a lost worker is noticed in seconds, not at the 5-minute timeout
-                    answer = await model.generate(request, ignore)
-                call.response(answer.text, answer.tool_calls, answer.finish_reason, answer.usage)
-            done, reason = _verdict(answer.text)
-            return JudgeResult(done=done, reason=reason)
+        async def ignore(_: str) -> None:
+            return None
+
+        with tracing.model_call(
+            model.model_id, thread_id=input.thread_id or None, server_url=getattr(model, "base_url", None)
+        ) as call:
+            call.request(request.instructions, request.messages)
+            answer = await model.generate(request, ignore)
+            call.response(answer.text, answer.tool_calls, answer.finish_reason, answer.usage)
+        done, reason = _verdict(answer.text)
+        return JudgeResult(done=done, reason=reason)
 
     @activity.defn(name=names.FORK_THREAD)
     async def fork_thread(self, input: ForkThreadInput) -> None:

@@ -256,10 +256,11 @@ class Workflows:
         `running`, Mastra's for a run under way) instead of raising: an HTTP answer that a client does not take
         for a failure, and so does not send again (`@mastra/client-js` retries a 5xx, and the request that led
         here, a resume or a time travel, must not be made twice)."""
-        try:
-            return await self.settle(run_id, timeout=timeout)
-        except TimeoutError:
-            pass
+        if timeout != 0:  # 0: the caller has waited already
+            try:
+                return await self.settle(run_id, timeout=timeout)
+            except TimeoutError:
+                pass
         try:
             async with asyncio.timeout(STATE_SECONDS):
                 return RunStatus(run_id, await self.state(run_id))
