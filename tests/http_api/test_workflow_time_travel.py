@@ -428,7 +428,8 @@ async def test_a_time_travel_async_whose_run_takes_longer_than_the_wait_answers_
         ],
     }
     await api.storage.save_definition("slow", slow)
-    run_id = (await Workflows(api.storage, app, api.keel).start_and_settle("slow", {"first": 1})).run_id
+    run_id = await Workflows(api.storage, app, api.keel).start("slow", {"first": 1})
+    await api.keel.temporal.get_workflow_handle(run_id).result()  # ended: time travel takes ended runs
     out = await api.js("""
         const run = await client.getWorkflow("slow").createRun({runId: vars.runId});
         return await run.timeTravelAsync({step: "one", inputData: {step: 10}});

@@ -132,15 +132,19 @@ async def test_a_resume_async_whose_run_takes_longer_than_the_wait_answers_runni
     """The answer waits `SETTLE_SECONDS` for the run to end or suspend; a run still going answers `running`
     (not a 5xx, which the client would send again: a resume twice, the second one refused). `pause` runs as a
     local activity, so the run's `state` query waits for it: after `STATE_SECONDS`, Temporal's word is taken."""
-    monkeypatch.setattr(workflows, "SETTLE_SECONDS", 0.5)
-    monkeypatch.setattr(workflows, "STATE_SECONDS", 0.5)
-    out = await api.js("""
+    started = await api.js("""
         await client.upsertDynamicWorkflow(vars.slow);
         const run = await client.getWorkflow("slow").createRun();
-        await run.startAsync({inputData: {question: "Go?"}});
+        return {runId: run.runId, started: await run.startAsync({inputData: {question: "Go?"}})};
+    """, slow=SLOW_AFTER_ASK)  # fmt: skip
+    assert started["started"]["status"] == "suspended"
+    monkeypatch.setattr(workflows, "SETTLE_SECONDS", 0.5)  # from here: the resume's wait, not the start's
+    monkeypatch.setattr(workflows, "STATE_SECONDS", 0.5)
+    out = await api.js("""
+        const run = await client.getWorkflow("slow").createRun({runId: vars.runId});
         const resumed = await run.resumeAsync({step: "human", resumeData: {answer: "yes"}});
         return {runId: run.runId, resumed};
-    """, slow=SLOW_AFTER_ASK)  # fmt: skip
+    """, runId=started["runId"])  # fmt: skip
     assert out["resumed"]["status"] == "running" and out["resumed"]["runId"] == out["runId"]
     handle = api.keel.temporal.get_workflow_handle(out["runId"])
     assert await handle.result() == {"paused": 3}
