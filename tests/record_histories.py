@@ -231,6 +231,31 @@ async def _definition_by_keel(keel: KeelClient, name: str) -> str:
     return name
 
 
+async def _definition_local_tool_retried(keel: KeelClient, name: str) -> str:
+    """A tool step's local attempt fails (the tool's error, retryable before its last try): tried again as an
+    activity (patch `keel-local-tool-step-temporal-retry-rule`)."""
+    await _STORAGE[0].save_definition("stumbles", definition_apps.STUMBLES)
+    done = await Workflows(_STORAGE[0], app, keel).start_and_settle("stumbles", {"n": 1}, run_id=name)
+    assert (done.state.status, done.state.result) == ("success", {"n": 2}), done.state
+    return name
+
+
+async def _session_sent_again(keel: KeelClient, name: str) -> str:
+    """A session sent one message id twice (two updates, as across a continue-as-new): the second answered with
+    the first's answer (patch `keel-session-send-once`)."""
+    from keel.client.controller import ControllerClient
+    from keel.workflows.session_contracts import Accepted, SendMessage
+
+    session = await ControllerClient(keel, _STORAGE[0], "assistant-controller").create_session(name)
+    handle = keel.temporal.get_workflow_handle(session.id)
+    message = SendMessage(content="text once", mode="send", id=f"{name}-m1")
+    first = await handle.execute_update(names.SESSION_SEND_UPDATE, message, id="first", result_type=Accepted)
+    await session.settled()
+    again = await handle.execute_update(names.SESSION_SEND_UPDATE, message, id="again", result_type=Accepted)
+    assert again == first
+    return session.id
+
+
 async def _thread_turns(keel: KeelClient, thread: str) -> tuple[str, str]:
     """A thread's turns: 'hold' wakes a run, a message is delivered into it, one is queued, the run is
     approved, the queued message starts the next run. Returns the first run's id and the entity's."""
@@ -311,6 +336,7 @@ _SESSION_RUNS: dict[str, str] = {}
 
 WORKFLOW_IDS = {
     "session_entity": names.session_workflow_id("assistant-controller", "session_entity", None),
+    "session_sent_again": names.session_workflow_id("assistant-controller", "session_sent_again", None),
     "tool_call_approved": "keel-tool-call-listener-hold-tool_call_approved",  # `tool_call_workflow_id`
 }
 """Histories whose workflow id is not their file's name (a session's id is derived from its controller,
@@ -424,6 +450,8 @@ SCENARIOS: dict[str, Scenario] = {
     "refused_run_id": Scenario(_refused_run_id, DEFAULT_SHAPE, latest=True),
     # An AgentController session and its turns (recorded by the first; the others are its children).
     "session_entity": Scenario(_session_entity, DEFAULT_SHAPE, ends=False),
+    "definition_local_tool_retried": Scenario(_definition_local_tool_retried, DEFAULT_SHAPE),
+    "session_sent_again": Scenario(_session_sent_again, DEFAULT_SHAPE, ends=False),
     "session_turn_approved": Scenario(lambda keel, name: _recorded_turn("approved"), DEFAULT_SHAPE),
     "session_turn_suspended": Scenario(lambda keel, name: _recorded_turn("suspended"), DEFAULT_SHAPE),
     "session_turn_subagent": Scenario(lambda keel, name: _recorded_turn("subagent"), DEFAULT_SHAPE),

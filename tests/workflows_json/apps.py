@@ -67,6 +67,18 @@ async def record(args: Item, ctx: ToolContext) -> dict[str, int]:
     return {"n": args.n}
 
 
+_stumbled: set[str] = set()
+
+
+@tool("stumble", idempotent=True)
+async def stumble(args: Number, ctx: ToolContext) -> dict[str, int]:
+    """n + 1, after failing the first time it is called in a run (so a step with `retries` tries again)."""
+    if ctx.run_id not in _stumbled:
+        _stumbled.add(ctx.run_id)
+        raise RuntimeError("not this time")
+    return {"n": args.n + 1}
+
+
 def writer_script(request: ModelRequest) -> ModelResponse:
     return ModelResponse(text=f"draft: {last_user_text(request)}")
 
@@ -80,7 +92,7 @@ async def triage(state: Any, ctx: ToolContext) -> dict[str, Any]:
 writer = Agent(id="writer", model=ScriptedModel(writer_script, name="writer"))
 app = App.of(
     writer,
-    tools=(double, inc, numbers, echo, record),
+    tools=(double, inc, numbers, echo, record, stumble),
     classifiers=(Classifier("triage", triage, "Is it urgent?"),),
 )
 
@@ -173,3 +185,13 @@ FOREACH_AND_SLEEP = definition(
         mapping("out", {"items": {"step": "rec", "path": "5.n"}}),
     ],
 )
+
+
+STUMBLES = definition(
+    "stumbles",
+    [
+        {"type": "mapping", "id": "in", "mapConfig": {"n": {"initData": True, "path": "n"}}},
+        {"type": "tool", "id": "s", "toolId": "stumble", "options": {"retries": 1}},
+    ],
+)
+"""An idempotent tool step whose local attempt fails and whose retry (as an activity) answers."""
