@@ -203,7 +203,7 @@ def _files(request: ModelRequest) -> ModelResponse:
     return ModelResponse(text=json.dumps([r.result for r in done]))
 
 
-@tool("pledge")
+@tool("pledge", idempotent=False)
 async def pledge(args: ChargeInput, ctx: ToolContext) -> dict[str, Any]:
     """Pledge an amount (not idempotent: must never happen twice for one call)."""
     await asyncio.sleep(0.2)

@@ -12,7 +12,8 @@ a few seconds. The `chat` runs' model sits behind a real LiteLLM proxy that fail
 driven through `KeelClient` (approvals by update), the `temporal` CLI (approvals by signal) and the `mcp` SDK
 (`mcp`: a `charge` called as an MCP tool, the call made again with its call id after each API death), every call
 retried through the outages, as a client that must not give up would; half the `busy` runs are also read over
-HTTP (`observe`) while they run, reconnecting after each drop with the number of chunks read.
+HTTP (`observe`) while they run, reconnecting after each drop with the number of chunks read, and half the
+`batch` runs by `@mastra/client-js` (`run.observe({offset})`, bench/chaos/observe_workflow.mjs).
 
 What is checked, per run, against the ledger (`bench/chaos/app.py`):
 - it ended (none stuck) with the answer it must have: the decision it was given, what its tools returned;
@@ -55,7 +56,6 @@ from mcp import ClientSession, types
 from mcp.client.streamable_http import streamable_http_client
 
 from bench.chaos import app as chaos_app
-from bench.chaos import litellm_handler
 from keel import AgentController
 from keel.client import KeelClient
 from keel.client.api.mcp_servers import CALL_ID_META, WORKFLOW_ID_META
@@ -64,9 +64,10 @@ from keel.client.devserver import DevServer, DevServerConfig
 from keel.client.errors import RunIdInUse, ToolCallRejected
 from keel.client.s3_server import LocalS3Server
 from keel.client.workflows import ResumeRefused, Workflows
+from keel.protocol import names
 from keel.storage import open_storage
 from keel.workflows.tool_call import tool_call_workflow_id
-from tests.conftest import free_port
+from tests.conftest import free_port, npm_installed
 from tests.pg import PostgresServer, postgres_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -80,7 +81,11 @@ FAULTS = {
 WORKSPACE_DISK = "64m"
 """The `files` runs' workspace: a tmpfs of this size (where this process may mount one), which `disk-full` fills."""
 STREAMED = 0.5
-"""The share of `busy` runs whose HTTP stream is read while they run."""
+"""The share of `busy` runs whose HTTP stream is read while they run, and of `batch` runs whose events
+`@mastra/client-js` reads while they run."""
+OBSERVE_JS = Path(__file__).with_name("observe_workflow.mjs")
+CLIENT_JS = ROOT / "tests" / "http_api" / "js"
+"""Where `@mastra/client-js` is installed (`npm ci` on first use, as the HTTP API's tests do)."""
 MCP_CALL_DEADLINE = timedelta(seconds=45)
 """How long the harness's MCP client waits for one attempt of a call before making it again (same call id)."""
 GRACE_SECONDS = 180.0
@@ -107,6 +112,8 @@ class RunRecord:
     tag: str
     run_id: str
     decision: str | None = None
+    asked: Any = None
+    """What the run asked for, where its answer must say it (a session's pledge: the cents)."""
     started: float = 0.0
     ended: float | None = None
     answer: Any = None
@@ -164,6 +171,18 @@ class Worker:
         return self.proc is not None and self.proc.poll() is None
 
 
+LITELLM_CONFIG = """
+model_list:
+  - model_name: chaos-model
+    litellm_params: {model: keel-chaos/chaos-model}
+litellm_settings:
+  custom_provider_map:
+    - {"provider": "keel-chaos", "custom_handler": handler.chaos_model}
+"""
+"""The proxy's config: the one model, served by `chaos_model` of `litellm_handler.py`, copied beside it as
+`handler.py` (LiteLLM loads a custom handler from its config's folder)."""
+
+
 class ModelProxy:
     """A LiteLLM proxy serving the runs' failing model (`bench/chaos/litellm_handler.py`) at `url`."""
 
@@ -175,8 +194,8 @@ class ModelProxy:
 
     def start(self) -> None:
         self.root.mkdir(exist_ok=True)
-        shutil.copy(Path(litellm_handler.__file__), self.root / "handler.py")
-        (self.root / "config.yaml").write_text(litellm_handler.CONFIG)
+        shutil.copy(Path(__file__).with_name("litellm_handler.py"), self.root / "handler.py")
+        (self.root / "config.yaml").write_text(LITELLM_CONFIG)
         env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_TELEMETRY": "False",
                "PYTHONPATH": str(self.root)}  # fmt: skip
         with open(self.root / "proxy.log", "ab") as log:
@@ -190,6 +209,7 @@ class ModelProxy:
                 if httpx.get(f"http://127.0.0.1:{self.port}/health/liveliness", timeout=2).status_code == 200:
                     return
             if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
                 raise RuntimeError(f"LiteLLM proxy did not start: {(self.root / 'proxy.log').read_text()[-2000:]}")
             time.sleep(0.3)
 
@@ -216,10 +236,14 @@ class Stack:
         self.ledger.mkdir()
         self.workspace = work / "workspace"
         self.workspace.mkdir()
-        mounted = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", f"size={WORKSPACE_DISK}", "tmpfs", str(self.workspace)], capture_output=True
-        )
-        self.small_disk = mounted.returncode == 0
+        try:
+            mounted = subprocess.run(
+                ["mount", "-t", "tmpfs", "-o", f"size={WORKSPACE_DISK}", "tmpfs", str(self.workspace)],
+                capture_output=True,
+            )
+            self.small_disk = mounted.returncode == 0
+        except FileNotFoundError:  # no `mount` here
+            self.small_disk = False
         """Whether the workspace is a disk of its own to fill (`disk-full`): mounting needs root."""
         self.queue = f"chaos-{uuid.uuid4().hex[:8]}"
         self.env = {
@@ -258,13 +282,15 @@ class Stack:
         return [*self.workers, self.api]
 
     def down(self) -> None:
-        for process in self.processes:
-            process.kill()
-        self.temporal.stop()
-        self.s3.stop()
-        self.model.stop()
-        if self.small_disk:
-            subprocess.run(["umount", "-l", str(self.workspace)], check=False)
+        """Everything stopped, each step whatever the one before raised (no process or mount left behind)."""
+        with contextlib.ExitStack() as each:
+            if self.small_disk:
+                each.callback(subprocess.run, ["umount", "-l", str(self.workspace)], check=False)
+            each.callback(self.model.stop)
+            each.callback(self.s3.stop)
+            each.callback(self.temporal.stop)
+            for process in self.processes:
+                each.callback(process.kill)
 
     async def keep_alive(self) -> None:
         """A worker or the API that died (a fault, or `charge` crashing a worker) is started again after a while."""
@@ -315,7 +341,16 @@ class Mix:
 
     async def _drive(self, run: RunRecord, rng: random.Random, until: float) -> None:
         if run.kind == "batch":
+            if rng.random() >= STREAMED:
+                await self._batch(run, until)
+                return
+            watching = asyncio.create_task(self._watch_js(run, until))
             await self._batch(run, until)
+            run.streamed = await watching
+            handle = self.keel.temporal.get_workflow_handle(run.run_id)
+            run.stream = await retrying(
+                lambda: handle.query(names.EVENTS_QUERY, 0, result_type=list), until=until, what="events"
+            )
         elif run.kind == "mcp":
             await self._mcp(run, rng, until)
         elif run.kind == "session":
@@ -370,6 +405,24 @@ class Mix:
                 if once:
                     got = []
                 await asyncio.sleep(0.3)
+
+    async def _watch_js(self, run: RunRecord, until: float) -> list[dict[str, Any]]:
+        """The workflow run's events as `@mastra/client-js` reads them (`run.observe({offset})`), reconnecting
+        after each dropped or ended stream from the number it has (bench/chaos/observe_workflow.mjs)."""
+        observe = json.dumps({"baseUrl": self.stack.api_url, "workflowId": "batch", "runId": run.run_id})
+        proc = await asyncio.create_subprocess_exec(
+            "node", "--input-type=module", "-e", OBSERVE_JS.read_text(), cwd=CLIENT_JS,
+            env={**os.environ, "OBSERVE": observe},
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+        )  # fmt: skip
+        try:
+            async with asyncio.timeout(until - time.monotonic()):
+                out, _ = await proc.communicate()
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+        return [json.loads(line) for line in out.decode().splitlines() if line.strip()]
 
     async def _decide(self, run: RunRecord, call_id: str, until: float) -> None:
         if run.decision == "signal":
@@ -442,7 +495,7 @@ class Mix:
     async def _session(self, run: RunRecord, rng: random.Random, until: float) -> None:
         """A session of `desk` sent one message (under a message id: a send made again is the same send); its
         turn's `pledge` approved or declined through the session; the answer read from the session's thread."""
-        cents = rng.randint(1, 999)
+        cents = run.asked = rng.randint(1, 999)
         decision: Literal["approve", "decline"] = rng.choice(["approve", "decline"])
         run.decision = decision
         session = await retrying(lambda: self.desk.create_session(run.run_id), until=until, what="session")
@@ -600,8 +653,8 @@ def check(runs: list[RunRecord], ledger: list[dict[str, Any]], report: Report, w
     for line in ledger:
         by_key.setdefault((line["kind"], line["key"]), []).append(line)
     for (kind, key), lines in by_key.items():
-        if kind == "charge" and len(lines) > 1:
-            report.duplicated.append(f"charge {key} ran {len(lines)} times (attempts {[x['attempt'] for x in lines]})")
+        if kind in ("charge", "pledge") and len(lines) > 1:  # not idempotent: never twice
+            report.duplicated.append(f"{kind} {key} ran {len(lines)} times (attempts {[x['attempt'] for x in lines]})")
         elif kind != "charge" and sum(1 for x in lines if x["attempt"] == 1) > 1:
             report.duplicated.append(f"{kind} {key} ran again told attempt 1 ({len(lines)} runs)")
     for run in runs:
@@ -651,8 +704,9 @@ def _wrong(run: RunRecord, by_key: dict[tuple[str, str], list[dict[str, Any]]], 
         text = str(run.answer)
         if run.decision == "decline":
             return None if text == "pledge declined" and not pledged else f"declined, yet {text!r}, {pledged}"
-        if re.fullmatch(r"pledged \d+", text):
-            return None if pledged == 1 else f"says pledged, ledger has {pledged} pledges"
+        if text == f"pledged {run.asked}":
+            cents = [line.get("cents") for line in by_key.get(("pledge", run.tag), [])]
+            return None if cents == [run.asked] else f"says pledged {run.asked}, ledger has {cents}"
         if text.startswith("pledge lost"):
             report.lost_reported += 1
             return None if pledged <= 1 else f"lost, yet pledged {pledged} times"
@@ -684,11 +738,13 @@ def _wrong_files(run: RunRecord, workspace: Path, report: Report) -> str | None:
     try:
         results = json.loads(str(run.answer))
     except json.JSONDecodeError:
+        results = None
+    if not isinstance(results, list) or len(results) != len(chaos_app.files_plan(run.tag)):
         return f"answered {str(run.answer)[:200]!r}"
     folder = workspace / run.tag
     notes = (folder / "notes.txt").read_text() if (folder / "notes.txt").exists() else None
     edit = results[2]
-    if isinstance(edit, dict) and "error" in edit:  # the edit (never run twice) was lost: done or not, as read
+    if isinstance(edit, dict) and "did not complete" in str(edit.get("error")):  # lost: done or not, as read
         report.lost_reported += 1
         edited = notes in (f"draft {run.tag}\n", f"final {run.tag}\n")
     else:
@@ -697,7 +753,7 @@ def _wrong_files(run: RunRecord, workspace: Path, report: Report) -> str | None:
         return f"notes {notes!r} (edit said {str(edit)[:100]!r}), read back {str(results[-1])[:200]!r}"
     lines = (folder / "cmd.log").read_text().splitlines() if (folder / "cmd.log").exists() else []
     command = results[3]
-    if isinstance(command, dict) and "error" in command:  # lost: it may have run once before its worker died
+    if isinstance(command, dict) and "did not complete" in str(command.get("error")):  # lost: ran once at most
         report.lost_reported += 1
         return None if len(lines) <= 1 else f"command lost, yet ran {len(lines)} times"
     if "Exit code:" in str(command):
@@ -731,14 +787,16 @@ def summary(report: Report) -> str:
 
 
 async def chaos(cfg: Config) -> Report:
+    npm_installed(CLIENT_JS, "@mastra/client-js", "the chaos run reads workflow streams with @mastra/client-js")
     work = Path(tempfile.mkdtemp(prefix="keel-chaos-"))
     report = Report(seed=cfg.seed, minutes=cfg.minutes, plant=cfg.plant)
     try:
         with postgres_cluster(durable=True) as pg:
             stack = Stack(cfg, work, pg)
-            await stack.up()
-            keeper = asyncio.create_task(stack.keep_alive())
+            keeper: asyncio.Task[None] | None = None
             try:
+                await stack.up()
+                keeper = asyncio.create_task(stack.keep_alive())
                 keel = await KeelClient.connect(stack.temporal.cfg.address, task_queue=stack.queue)
                 storage = open_storage(pg.dsn)
                 await storage.init()
@@ -758,10 +816,17 @@ async def chaos(cfg: Config) -> Report:
                 check(mix.runs, ledger_lines(stack.ledger), report, stack.workspace)
                 query = f"TaskQueue='{stack.queue}' AND CloseTime IS NULL AND WorkflowId STARTS_WITH 'chaos-'"
                 report.open_in_visibility = (await keel.temporal.count_workflows(query)).count
+                turns = f"{query.split(' AND WorkflowId')[0]} AND WorkflowId STARTS_WITH 'keel-session:'"
+                turns += " AND WorkflowType='AgentRun'"  # the sessions' turns (the sessions stay open, idle)
+                report.open_in_visibility += (await keel.temporal.count_workflows(turns)).count
                 await storage.close()
             finally:
-                keeper.cancel()
+                if keeper is not None:
+                    keeper.cancel()
                 stack.down()
+    except BaseException as err:
+        report.stuck.append(f"the chaos run itself failed: {type(err).__name__}: {err}")  # logs kept, not ok
+        raise
     finally:
         if report.ok:
             shutil.rmtree(work, ignore_errors=True)

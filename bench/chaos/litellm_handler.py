@@ -60,13 +60,3 @@ class ChaosModel(CustomLLM):
 
 
 chaos_model = ChaosModel()
-
-CONFIG = """
-model_list:
-  - model_name: chaos-model
-    litellm_params: {model: keel-chaos/chaos-model}
-litellm_settings:
-  custom_provider_map:
-    - {"provider": "keel-chaos", "custom_handler": handler.chaos_model}
-"""
-"""The proxy's config: the one model, served by `chaos_model` from `handler.py` beside it."""
