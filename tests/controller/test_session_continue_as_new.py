@@ -8,6 +8,7 @@ import uuid
 from pathlib import Path
 
 from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
 
 from keel import AgentController
 from keel.client import KeelClient
@@ -18,15 +19,20 @@ from tests.controller.test_sessions import wait_pending
 from tests.test_continue_as_new import server_suggesting_continue_as_new
 
 
+async def attached(client: Client, storage: Storage, task_queue: str) -> AgentController:
+    """The test controller, bound to this server's client, the test's storage and task queue."""
+    ctl = AgentController.__new__(AgentController)
+    ctl.__dict__.update(controller.__dict__)
+    ctl._client = None
+    return await ctl.init(KeelClient(client, task_queue=task_queue, app=app), storage)
+
+
 async def test_a_session_continues_as_new_and_keeps_everything(
     storage: Storage, task_queue: str, tmp_path: Path
 ) -> None:
     async with server_suggesting_continue_as_new(tmp_path) as client:
         async with build_worker(client, app, storage, task_queue=task_queue):
-            ctl = AgentController.__new__(AgentController)
-            ctl.__dict__.update(controller.__dict__)
-            ctl._client = None
-            await ctl.init(KeelClient(client, task_queue=task_queue, app=app), storage)
+            ctl = await attached(client, storage, task_queue)
             session = await ctl.create_session(f"can-{uuid.uuid4().hex[:6]}")
             await session.mode.switch("build")
             await session.state.set({"project": "carried"})
@@ -65,10 +71,7 @@ async def test_a_message_sent_again_under_its_id_after_a_continue_as_new_is_stil
     # ids it was sent, so a client that sends again after the session continued as new does not send twice.
     async with server_suggesting_continue_as_new(tmp_path) as client:
         async with build_worker(client, app, storage, task_queue=task_queue):
-            ctl = AgentController.__new__(AgentController)
-            ctl.__dict__.update(controller.__dict__)
-            ctl._client = None
-            await ctl.init(KeelClient(client, task_queue=task_queue, app=app), storage)
+            ctl = await attached(client, storage, task_queue)
             session = await ctl.create_session(f"once-{uuid.uuid4().hex[:6]}")
             first = await session.send_message("text once", message_id="m-once")
             for i in range(10):  # until Temporal suggests continuing as new and the session does
