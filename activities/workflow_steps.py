@@ -33,6 +33,14 @@ from keel.workflows.contracts import (
 )
 
 
+def _lost(input: WorkflowToolInput, started: int) -> str:
+    times = "once" if started == 1 else f"{started} times"
+    return (
+        f"Step {input.step_id!r}: tool {input.tool_id!r} was started {times} on this call and never answered (its "
+        "worker was lost or it timed out); it is not started again"
+    )
+
+
 def _step_context(
     input: WorkflowToolInput | ClassifierStepInput, *, resume_data: Any = None, attempt: int = 1
 ) -> ToolContext:
@@ -112,6 +120,8 @@ class WorkflowSteps:
         if input.call_key is not None:  # its starts, counted: a local attempt may run again at activity attempt 1
             record = await self._storage.begin_step(input.run_id, tool_ids=[input.call_key])
             attempt = record.attempts.get(input.call_key, 1)
+            if input.starts is not None and attempt > input.starts:
+                raise invalid("StepFailed", _lost(input, attempt - 1))
         context = _step_context(input, resume_data=input.resume_data, attempt=attempt)
         with tracing.tool_call(
             input.tool_id, input.step_id, run_id=input.run_id, attempt=context.attempt, workflow_id=input.workflow_id

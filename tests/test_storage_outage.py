@@ -11,6 +11,7 @@ import pytest
 from temporalio.client import Client
 
 from keel.client import RunFailed
+from keel.client.workflows import Workflows
 from keel.protocol import ToolResultPart
 from keel.storage import PostgresStorage, Storage
 from tests.apps import app as test_app
@@ -18,8 +19,11 @@ from tests.conftest import running_worker
 from tests.pg import PostgresServer, postgres_cluster
 from tests.test_agent_run import wait_for_pending
 from tests.test_crash_recovery import wait_for_file_lines
+from tests.workflows_json.apps import ASK
+from tests.workflows_json.apps import app as definitions_app
 
 OUTAGE_SECONDS = 10
+DEFINITION_OUTAGE_SECONDS = 25  # past the 15 s of backoff of a step's five attempts
 
 
 async def outage_while_the_tool_runs(server: PostgresServer, fired: Path, lines: int) -> None:
@@ -74,3 +78,29 @@ async def test_a_step_refuses_a_thread_that_lost_what_an_earlier_step_wrote(
         await keel.approve(run_id, call_id)
         with pytest.raises(RunFailed, match=rf"lacks message {assistant.id}, which an earlier step .* wrote"):
             await keel.result(run_id)
+
+
+async def test_a_resumed_workflow_step_rides_out_a_postgres_outage_longer_than_its_retries_would_last(
+    client: Client, task_queue: str
+) -> None:
+    """Found by the chaos run: the resumed `ask-human` step (an activity of five attempts, about 15 s of
+    backoff) met PostgreSQL down and recovering for longer, and the run failed with the outage's
+    ConnectionRefusedError. A step's `retries` bound the tool's own failures and lost attempts; an outage before
+    the tool starts is waited out as the agent's steps wait it out."""
+    with postgres_cluster(durable=True) as server:
+        storage = PostgresStorage(server.dsn)
+        await storage.init()
+        try:
+            await storage.save_definition(ASK["id"], ASK)
+            async with running_worker(client, definitions_app, storage, task_queue) as keel:
+                workflows = Workflows(storage, definitions_app, keel)
+                suspended = await workflows.start_and_settle("ask", {"what": "db"})
+                assert suspended.state.status == "suspended"
+                await asyncio.to_thread(server.kill)
+                await workflows.resume(suspended.run_id, "human", {"answer": "yes"})
+                await asyncio.sleep(DEFINITION_OUTAGE_SECONDS)
+                await asyncio.to_thread(server.start)
+                done = await workflows.settle(suspended.run_id, timeout=120)
+        finally:
+            await storage.close()
+    assert (done.state.status, done.state.result) == ("success", {"answer": "yes", "version": 1})

@@ -67,6 +67,18 @@ async def record(args: Item, ctx: ToolContext) -> dict[str, int]:
     return {"n": args.n}
 
 
+@tool("send", idempotent=False)
+async def send(args: Item, ctx: ToolContext) -> dict[str, int]:
+    """Send item n (not idempotent: never started twice): `$KEEL_DATA_DIR/sent.log` gets a start line, then,
+    slowly, the sent line."""
+    data = Path(os.environ.get("KEEL_DATA_DIR", ".keel"))
+    data.mkdir(parents=True, exist_ok=True)
+    (data / "sent.log").open("a").write(f"start {args.n} attempt={ctx.attempt}\n")
+    await asyncio.sleep(float(os.environ.get("KEEL_TEST_TOOL_SECONDS", "0")))
+    (data / "sent.log").open("a").write(f"sent {args.n}\n")
+    return {"n": args.n}
+
+
 _stumbled: set[str] = set()
 
 
@@ -92,7 +104,7 @@ async def triage(state: Any, ctx: ToolContext) -> dict[str, Any]:
 writer = Agent(id="writer", model=ScriptedModel(writer_script, name="writer"))
 app = App.of(
     writer,
-    tools=(double, inc, numbers, echo, record, stumble),
+    tools=(double, inc, numbers, echo, record, send, stumble),
     classifiers=(Classifier("triage", triage, "Is it urgent?"),),
 )
 
@@ -186,6 +198,8 @@ FOREACH_AND_SLEEP = definition(
     ],
 )
 
+
+SEND = definition("send", [mapping("in", {"n": {"initData": True, "path": "n"}}), tool_step("s", "send")])
 
 STUMBLES = definition(
     "stumbles",

@@ -10,14 +10,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from temporalio.client import Client
+import pytest
+from temporalio.client import Client, WorkflowFailureError
 from temporalio.service import RPCError
 
 from keel.client.devserver import DevServer
 from keel.storage import SQLiteStorage
 from keel.workflows.contracts import WorkflowRunState
 from tests.conftest import worker_subprocess
-from tests.workflows_json.apps import FOREACH_AND_SLEEP
+from tests.workflows_json.apps import FOREACH_AND_SLEEP, SEND
 
 
 @contextmanager
@@ -73,3 +74,23 @@ async def test_kill_9_during_a_foreach_and_during_a_sleep_completes_each_item_on
     assert all(attempts == list(range(1, len(attempts) + 1)) for attempts in starts.values()), starts
     history = await handle.fetch_history()
     assert any(e.WhichOneof("attributes") == "timer_fired_event_attributes" for e in history.events)
+
+
+async def test_kill_9_under_a_step_of_a_tool_that_is_not_idempotent_fails_the_step_without_starting_it_again(
+    client: Client, dev_server: DevServer, task_queue: str, tmp_path: Path, data_dir: Path
+) -> None:
+    """The step's activity has attempts to spare for outages before the tool starts (storage down); a lost start
+    of a tool that must not run twice is not one of them."""
+    storage = SQLiteStorage(tmp_path / "keel.db")
+    await storage.init()
+    await storage.save_definition("send", SEND)
+    await storage.close()
+    with worker(dev_server, task_queue, tmp_path, data_dir):
+        handle = await client.start_workflow("send", {"n": 7}, id=f"send-{uuid.uuid4()}", task_queue=task_queue)
+        await lines(data_dir / "sent.log", 1)  # started, not yet sent: kill -9
+    with worker(dev_server, task_queue, tmp_path, data_dir):
+        with pytest.raises(WorkflowFailureError) as failed:
+            async with asyncio.timeout(90):
+                await handle.result()
+    assert "tool 'send' was started once on this call and never answered" in str(failed.value.cause)
+    assert (data_dir / "sent.log").read_text().splitlines() == ["start 7 attempt=1"]
