@@ -237,15 +237,32 @@ async def log_end(storage: Storage, run_id: str) -> int:
 # --- workflow runs ----------------------------------------------------------------------------------------
 
 
+UNREADABLE_ENDS = {
+    WorkflowExecutionStatus.FAILED: "failed",
+    WorkflowExecutionStatus.TERMINATED: "failed",
+    WorkflowExecutionStatus.TIMED_OUT: "failed",
+    WorkflowExecutionStatus.CANCELED: "canceled",
+}
+"""How a run that ended may have no state a query can read, and the `workflowStatus` its finish then says. A
+run that succeeded always has one: when no worker answers for it now, its stream is cut and read again."""
+
+
 async def workflow_events(handle: WorkflowHandle[Any, Any], offset: int = 0) -> AsyncIterator[dict[str, Any]]:
     """The run's `workflow-*` events from `offset` until a `workflow-finish` (it ended or suspended)."""
     while True:
         try:
             events: list[dict[str, Any]] = await handle.query(names.EVENTS_QUERY, offset, result_type=list)
-        except (RPCError, WorkflowQueryFailedError) as err:  # a run that ended before it could answer
-            if (await handle.describe()).status == WorkflowExecutionStatus.RUNNING:
+        except (RPCError, WorkflowQueryFailedError) as err:
+            status = (await handle.describe()).status
+            if status not in UNREADABLE_ENDS:  # no worker answers now, or one from a stale cache: read again later
                 raise
-            payload = {"workflowStatus": "failed", "metadata": {}, "error": {"message": str(err)}}
+            # A run that ended without a state to read (it failed before its first step): how it ended.
+            message = str(err)
+            try:
+                await handle.result()
+            except WorkflowFailureError as failed:
+                message = str(failed.cause or failed)
+            payload = {"workflowStatus": UNREADABLE_ENDS[status], "metadata": {}, "error": {"message": message}}
             yield {"type": "workflow-finish", "runId": handle.id, "from": "WORKFLOW", "payload": payload}
             return
         for event in events:

@@ -4,11 +4,20 @@ started here is a Temporal execution of the definition's type."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import uuid
 
+import httpx
 import pytest
+from temporalio.client import Client
 
-from keel.client import workflows
+from keel.client import KeelClient, workflows
+from keel.client.api import create_api
+from keel.client.api.server import serving
+from keel.storage import Storage
+from tests.conftest import free_port, running_worker
+from tests.http_api.apps import app
 from tests.http_api.conftest import Api
 
 ASK = {
@@ -190,3 +199,35 @@ async def test_a_start_async_whose_run_takes_longer_than_the_wait_answers_runnin
     assert await handle.result() == {"paused": 3}
     history = (await handle.fetch_history()).events
     assert len([e for e in history if e.HasField("workflow_execution_started_event_attributes")]) == 1
+
+
+PLAIN = {
+    "id": "plain",
+    "inputSchema": {"type": "object"},
+    "outputSchema": {"type": "object"},
+    "graph": [{"type": "mapping", "id": "out", "mapConfig": json.dumps({"done": {"value": True}})}],
+}
+
+
+async def test_observing_a_run_that_succeeded_never_says_it_failed_when_no_worker_answers_its_query(
+    client: Client, storage: Storage, task_queue: str
+) -> None:
+    """Found by the chaos run: a query of an ended run failed (no worker could answer it, or one answered from a
+    stale cache) and the stream said the run had failed. A stream of an ended run that cannot be read now ends
+    without a finish, and a reader observing again once a worker answers gets the run's own events."""
+    await storage.save_definition("plain", PLAIN)
+    keel = KeelClient(client, task_queue=task_queue, app=app)
+    async with running_worker(client, app, storage, task_queue):
+        handle = await client.start_workflow("plain", {}, id=f"plain-{uuid.uuid4()}", task_queue=task_queue)
+        assert await handle.result() == {"done": True}
+    path = f"/api/workflows/plain/observe?runId={handle.id}"
+    async with serving(create_api(app, keel, storage), "127.0.0.1", free_port()) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=90) as http:
+            with contextlib.suppress(httpx.HTTPError):  # after ~30 s, the stream is cut: it cannot be read now
+                response = await http.post(path)
+                assert '"workflowStatus":"failed"' not in response.text
+            async with running_worker(client, app, storage, task_queue):
+                response = await http.post(path)
+
+    events = [json.loads(r) for r in response.text.split("\x1e") if r]
+    assert events[-1]["type"] == "workflow-finish" and events[-1]["payload"]["workflowStatus"] == "success"
