@@ -3,7 +3,10 @@ checked against its input schema, running an app tool as a tool step, and tellin
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 from pydantic_core import to_jsonable_python
@@ -18,7 +21,7 @@ from keel.app.definitions import ToolSuspended
 from keel.protocol import names, tracing
 from keel.protocol.validation import describe_validation_error
 from keel.protocol.workflow_definition import WorkflowDefinition, schema_problems
-from keel.storage import Storage
+from keel.storage import StepRecord, Storage, StorageUnavailable
 from keel.workflows.contracts import (
     ClassifierStepInput,
     LoadDefinitionInput,
@@ -32,13 +35,25 @@ from keel.workflows.contracts import (
     time_travel_key,
 )
 
+OUTAGE_WAIT_SECONDS = 300.0
+"""How long a tool step waits for its storage to come back before its tool starts (a PostgreSQL restarting):
+its attempts (its `retries`, a lost worker's) are for the tool, not for an outage of Keel's storage."""
+T = TypeVar("T")
 
-def _lost(input: WorkflowToolInput, started: int) -> str:
-    times = "once" if started == 1 else f"{started} times"
-    return (
-        f"Step {input.step_id!r}: tool {input.tool_id!r} was started {times} on this call and never answered (its "
-        "worker was lost or it timed out); it is not started again"
-    )
+
+async def outage_waited(call: Callable[[], Awaitable[T]]) -> T:
+    """`call`, made again through a storage outage with backoff (0.5 s doubling to 15 s) for up to
+    `OUTAGE_WAIT_SECONDS`; the activity heartbeats meanwhile. Past it, the outage fails the attempt."""
+    deadline = time.monotonic() + OUTAGE_WAIT_SECONDS
+    delay = 0.5
+    while True:
+        try:
+            return await call()
+        except StorageUnavailable:
+            if time.monotonic() + delay > deadline:
+                raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 15.0)
 
 
 def _step_context(
@@ -118,10 +133,14 @@ class WorkflowSteps:
             raise invalid("InvalidStepInput", message) from None
         attempt = activity.info().attempt
         if input.call_key is not None:  # its starts, counted: a local attempt may run again at activity attempt 1
-            record = await self._storage.begin_step(input.run_id, tool_ids=[input.call_key])
+            call_key = input.call_key
+
+            async def begin() -> StepRecord:
+                return await self._storage.begin_step(input.run_id, tool_ids=[call_key])
+
+            # A local attempt fails at once (the run goes on as a regular activity, seen in the UI), which waits.
+            record = await (begin() if activity.info().is_local else outage_waited(begin))
             attempt = record.attempts.get(input.call_key, 1)
-            if input.starts is not None and attempt > input.starts:
-                raise invalid("StepFailed", _lost(input, attempt - 1))
         context = _step_context(input, resume_data=input.resume_data, attempt=attempt)
         with tracing.tool_call(
             input.tool_id, input.step_id, run_id=input.run_id, attempt=context.attempt, workflow_id=input.workflow_id

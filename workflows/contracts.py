@@ -650,11 +650,6 @@ class WorkflowToolInput(Contract):
     """How many times the tool may fail on this call and run again, plus one (Mastra's step `retries` + 1): an
     error the tool raises is retryable before its last try, then fails the step. Absent (runs recorded before
     it existed): a tool's error fails the step at once."""
-    starts: int | None = None
-    """How many times the tool may be started on this call, lost attempts (a worker gone, a timeout) included:
-    the activity counts starts under `call_key` and fails the step rather than start it again past this. The
-    activity's retry policy has more attempts than this, for outages before the tool starts (storage down),
-    which are waited out. Absent (runs recorded before it existed): the retry policy's attempts bound both."""
 
 
 class WorkflowToolResult(Contract):

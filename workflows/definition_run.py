@@ -30,6 +30,7 @@ from pydantic import ValidationError
 from temporalio import workflow
 from temporalio.common import RawValue, RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError, FailureError
+from temporalio.exceptions import TimeoutError as TemporalTimeout
 
 from keel.protocol import names
 from keel.protocol.workflow_definition import (
@@ -82,20 +83,6 @@ before it judged by the innermost error, so a tool's first error was always trie
 (in `_local_retry_rule`) may go once no run started before this patch is open (runs are kept open at most by
 their suspended steps: check `temporal workflow count --query "KeelKind='workflow' AND ExecutionStatus='Running'"`
 for runs started before the release that carries it)."""
-OUTAGE_ATTEMPTS = 14
-"""Attempts of a tool step's activity beyond the tool's own starts: an outage before the tool starts (storage
-down, as when PostgreSQL restarts) is retried for about 5 minutes of backoff, as an agent's steps are."""
-
-
-def tool_step_retry(starts: int) -> RetryPolicy:
-    """A tool step's retry policy: the activity itself refuses to start the tool more than `starts` times."""
-    return RetryPolicy(
-        initial_interval=timedelta(seconds=1),
-        maximum_interval=timedelta(seconds=30),
-        maximum_attempts=starts + OUTAGE_ATTEMPTS,
-    )
-
-
 LOAD_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
 
 
@@ -284,7 +271,6 @@ class DefinitionRun(TimeTravelling, Resumable):
                 request_context=self._request_context or None,
                 call_key=f"{workflow.info().first_execution_run_id}/{self._tool_calls}",
                 tries=retries + 1,
-                starts=attempts,
             )
             summary = f"{key}: {step.tool_id}"
             result: WorkflowToolResult | None = None
@@ -305,15 +291,23 @@ class DefinitionRun(TimeTravelling, Resumable):
                     self._local_in_task = 0
                 attempts -= result is None  # the local attempt counts
             if result is None:
-                result = await workflow.execute_activity(
-                    names.WORKFLOW_TOOL_STEP,
-                    step_input,
-                    result_type=WorkflowToolResult,
-                    start_to_close_timeout=TOOL_TIMEOUT,
-                    heartbeat_timeout=TOOL_HEARTBEAT,
-                    retry_policy=tool_step_retry(attempts),
-                    summary=summary,
-                )
+                try:
+                    result = await workflow.execute_activity(
+                        names.WORKFLOW_TOOL_STEP,
+                        step_input,
+                        result_type=WorkflowToolResult,
+                        start_to_close_timeout=TOOL_TIMEOUT,
+                        heartbeat_timeout=TOOL_HEARTBEAT,
+                        retry_policy=RetryPolicy(maximum_attempts=attempts),
+                        summary=summary,
+                    )
+                except ActivityError as err:
+                    if not isinstance(err.cause, TemporalTimeout):
+                        raise
+                    why = "its worker was lost or it ran too long"
+                    if not idempotent and retries == 0:
+                        why += "; a tool that is not idempotent and has no retries is not started again"
+                    raise StepFailed(f"Step {key!r}: tool {step.tool_id!r} did not answer ({why})") from None
                 self._local_in_task = 0
             if result.suspended is None:
                 return result.output

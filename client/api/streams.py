@@ -17,7 +17,6 @@ from typing import Any, TypeVar
 
 from fastapi.responses import StreamingResponse
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle, WorkflowQueryFailedError
-from temporalio.service import RPCError
 
 from keel.client.keel_client import KeelClient
 from keel.client.run_events import POLL_SECONDS, WATCHED_WAIT_SECONDS, Shown, follow, read
@@ -244,7 +243,8 @@ UNREADABLE_ENDS = {
     WorkflowExecutionStatus.CANCELED: "canceled",
 }
 """How a run that ended may have no state a query can read, and the `workflowStatus` its finish then says. A
-run that succeeded always has one: when no worker answers for it now, its stream is cut and read again."""
+run that succeeded always has one; when no worker answers for a run now (an `RPCError`), its stream is cut and
+read again."""
 
 
 async def workflow_events(handle: WorkflowHandle[Any, Any], offset: int = 0) -> AsyncIterator[dict[str, Any]]:
@@ -252,11 +252,11 @@ async def workflow_events(handle: WorkflowHandle[Any, Any], offset: int = 0) -> 
     while True:
         try:
             events: list[dict[str, Any]] = await handle.query(names.EVENTS_QUERY, offset, result_type=list)
-        except (RPCError, WorkflowQueryFailedError) as err:
+        except WorkflowQueryFailedError as err:  # a worker answered, with the query's failure
             status = (await handle.describe()).status
-            if status not in UNREADABLE_ENDS:  # no worker answers now, or one from a stale cache: read again later
+            if status not in UNREADABLE_ENDS:  # an ended run with a stale worker cache: read again later
                 raise
-            # A run that ended without a state to read (it failed before its first step): how it ended.
+            # A run that ended failed with no state to read (its code cannot replay its history): how it ended.
             message = str(err)
             try:
                 await handle.result()

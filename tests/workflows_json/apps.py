@@ -73,9 +73,11 @@ async def send(args: Item, ctx: ToolContext) -> dict[str, int]:
     slowly, the sent line."""
     data = Path(os.environ.get("KEEL_DATA_DIR", ".keel"))
     data.mkdir(parents=True, exist_ok=True)
-    (data / "sent.log").open("a").write(f"start {args.n} attempt={ctx.attempt}\n")
+    with (data / "sent.log").open("a") as log:
+        log.write(f"start {args.n} attempt={ctx.attempt}\n")
     await asyncio.sleep(float(os.environ.get("KEEL_TEST_TOOL_SECONDS", "0")))
-    (data / "sent.log").open("a").write(f"sent {args.n}\n")
+    with (data / "sent.log").open("a") as log:
+        log.write(f"sent {args.n}\n")
     return {"n": args.n}
 
 

@@ -79,8 +79,8 @@ async def test_kill_9_during_a_foreach_and_during_a_sleep_completes_each_item_on
 async def test_kill_9_under_a_step_of_a_tool_that_is_not_idempotent_fails_the_step_without_starting_it_again(
     client: Client, dev_server: DevServer, task_queue: str, tmp_path: Path, data_dir: Path
 ) -> None:
-    """The step's activity has attempts to spare for outages before the tool starts (storage down); a lost start
-    of a tool that must not run twice is not one of them."""
+    """A step waits out a storage outage before its tool starts without spending its attempts; a lost start of
+    a tool that must not run twice (and may not be retried: no `retries`) fails the step, saying why."""
     storage = SQLiteStorage(tmp_path / "keel.db")
     await storage.init()
     await storage.save_definition("send", SEND)
@@ -92,5 +92,8 @@ async def test_kill_9_under_a_step_of_a_tool_that_is_not_idempotent_fails_the_st
         with pytest.raises(WorkflowFailureError) as failed:
             async with asyncio.timeout(90):
                 await handle.result()
-    assert "tool 'send' was started once on this call and never answered" in str(failed.value.cause)
+    assert str(failed.value.cause) == "StepFailed: " + (
+        "Step 's': tool 'send' did not answer (its worker was lost or it ran too long; a tool that is not idempotent "
+        "and has no retries is not started again)"
+    )
     assert (data_dir / "sent.log").read_text().splitlines() == ["start 7 attempt=1"]

@@ -13,7 +13,7 @@ from temporalio.client import Client, WorkflowFailureError
 
 from keel.app import App, ToolContext, tool
 from keel.storage import Storage
-from keel.workflows.definition_run import MAX_LOCAL_STEPS_PER_TASK, OUTAGE_ATTEMPTS
+from keel.workflows.definition_run import MAX_LOCAL_STEPS_PER_TASK
 from tests.conftest import running_worker
 from tests.history_counts import local_activities_per_task
 from tests.workflows_json.apps import definition, double, mapping, numbers, tool_step
@@ -122,8 +122,7 @@ async def test_a_local_attempt_that_fails_is_retried_as_an_activity(
     result, history = await run(client, storage, task_queue, FLAKY, {"n": 5})
     assert result == {"n": 10}
     [scheduled] = events(history, EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED)
-    # 4 starts left of the 5 an idempotent tool has (the local attempt was one), and the outage attempts
-    assert scheduled.activity_task_scheduled_event_attributes.retry_policy.maximum_attempts == 4 + OUTAGE_ATTEMPTS
+    assert scheduled.activity_task_scheduled_event_attributes.retry_policy.maximum_attempts == 4
     [started] = events(history, EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED)
     assert started.activity_task_started_event_attributes.attempt == 1
 
