@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -83,6 +84,10 @@ before it judged by the innermost error, so a tool's first error was always trie
 (in `_local_retry_rule`) may go once no run started before this patch is open (runs are kept open at most by
 their suspended steps: check `temporal workflow count --query "KeelKind='workflow' AND ExecutionStatus='Running'"`
 for runs started before the release that carries it)."""
+FOREACH_LANES_PATCH = "keel-foreach-lanes"
+"""A foreach runs its items in lanes (each lane starts its next item in the coroutine that ended the last), so
+its events come in the same order in the live run and in every replay. Asked at the first foreach of a run. The old
+branch (`_foreach_waking`) may go on the same terms as the patch above."""
 LOAD_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
 
 
@@ -195,6 +200,36 @@ class DefinitionRun(TimeTravelling, Resumable):
             raise StepFailed(f"Step {entry.step.id!r}: foreach needs an array as its input, got {_kind(items)}")
         if len(items) > MAX_FOREACH_ITEMS:
             raise StepFailed(f"Step {entry.step.id!r}: {len(items)} items; foreach takes at most {MAX_FOREACH_ITEMS}")
+        width = min(entry.opts.concurrency if entry.opts else 1, len(items))
+        if not items or not workflow.patched(FOREACH_LANES_PATCH):
+            return await self._foreach_waking(entry, data, items)
+        # `concurrency` lanes, each taking the next item as soon as its last one ends, in the same coroutine: an
+        # item's start follows the end of the one before it in its lane in every reading of the run's events (a
+        # new item woken in a task of its own would start after whatever else its activation resolved, an order
+        # that differs between the live run and its replay, and a reader's offset would skip or repeat events).
+        results: list[Any] = [None] * len(items)
+        taken = 0
+
+        async def lane() -> None:
+            nonlocal taken
+            while taken < len(items):
+                index, taken = taken, taken + 1
+                key = f"{entry.step.id}[{index}]"
+                try:
+                    results[index] = await self._step(entry.step, items[index], data, key=key)
+                except Exception as err:  # every item still runs; the first failure (by index) fails the step
+                    results[index] = _Failed(err)
+
+        await asyncio.gather(*(lane() for _ in range(width)))
+        for result in results:
+            if isinstance(result, _Failed):
+                raise result.error
+        self._record(entry.step.id, results, data)
+        return results
+
+    async def _foreach_waking(self, entry: ForeachEntry, data: RunData, items: list[Any]) -> list[Any]:
+        """The foreach of runs started before `FOREACH_LANES_PATCH` (and of an empty list): a task per item, woken
+        by a semaphore. Delete once no such run is open or within the namespace's retention."""
         slots = asyncio.Semaphore(entry.opts.concurrency if entry.opts else 1)
 
         async def one(index: int, item: Any) -> Any:
@@ -354,6 +389,13 @@ class DefinitionRun(TimeTravelling, Resumable):
     def _child_id(self, step_id: str) -> str:
         self._children += 1
         return f"{workflow.info().workflow_id}-{step_id}-{self._children}{self.child_suffix()}"
+
+
+@dataclass
+class _Failed:
+    """A foreach item's failure, kept until every item has run."""
+
+    error: Exception
 
 
 async def _all(coros: Any) -> list[Any]:

@@ -4,6 +4,7 @@ UI shows under Pending Activities)."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
@@ -12,6 +13,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError
 
 from keel.app import App, ToolContext, tool
+from keel.protocol import names
 from keel.storage import Storage
 from keel.workflows.definition_run import MAX_LOCAL_STEPS_PER_TASK
 from tests.conftest import running_worker
@@ -148,3 +150,52 @@ async def test_a_tool_step_is_tried_again_as_many_times_as_its_retries_say(
     assert isinstance(failed, WorkflowFailureError)
     assert "RuntimeError: not yet: 8 (try 2, attempt 2)" in str(failed.cause)
     assert _tries[8] == 2
+
+
+_pair: dict[str, asyncio.Barrier] = {}
+
+
+@tool("pair", idempotent=False)
+async def pair(args: Number, ctx: ToolContext) -> dict[str, int]:
+    """n back; items 1 and 2 end together (each waits for the other), so their ends often reach the run in one
+    workflow task (an activity each: a tool that is not idempotent), where a live run of local steps gets them one
+    at a time."""
+    if args.n <= 2:
+        await _pair.setdefault(ctx.run_id, asyncio.Barrier(2)).wait()
+    return {"n": args.n}
+
+
+LANES = definition(
+    "lanes",
+    [
+        tool_step("list", "range"),
+        {"type": "foreach", "id": "each", "step": tool_step("z", "pair"), "opts": {"concurrency": 2}},
+    ],
+    outputSchema={"type": "array"},
+)
+
+
+async def test_a_foreach_s_events_do_not_depend_on_how_its_items_ends_reach_the_run(
+    client: Client, storage: Storage, task_queue: str
+) -> None:
+    """Found by the chaos run: the ends of items 0 and 1 of a foreach (concurrency 2) reached a live run one at a
+    time (local steps), and item 2 started between them; its replay got both ends in one activation, and item 2
+    started after both. A reader that read one order and resumed from its offset in the other skipped an event and
+    read another twice. Now an item starts right after the end that freed its lane, however the ends arrive."""
+    await storage.save_definition("lanes", LANES)
+    tools = App.of(tools=(numbers, pair))
+    async with running_worker(client, tools, storage, task_queue):
+        handles = [
+            await client.start_workflow("lanes", {"count": 3}, id=f"lanes-{uuid.uuid4()}", task_queue=task_queue)
+            for _ in range(4)
+        ]
+        for handle in handles:
+            assert await handle.result() == [{"n": 1}, {"n": 2}, {"n": 3}]
+        live = [await handle.query(names.EVENTS_QUERY, 0, result_type=list) for handle in handles]
+    async with running_worker(client, tools, storage, task_queue):  # a new worker: the runs replayed
+        replayed = [await handle.query(names.EVENTS_QUERY, 0, result_type=list) for handle in handles]
+    for events, again in zip(live, replayed, strict=True):
+        order = [(e["type"], e["payload"].get("id")) for e in events]
+        assert order == [(e["type"], e["payload"].get("id")) for e in again]
+        first_end = min(order.index(("workflow-step-result", f"z[{i}]")) for i in (0, 1))
+        assert order[first_end + 1] == ("workflow-step-start", "z[2]"), order
