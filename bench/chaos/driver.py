@@ -76,7 +76,7 @@ KINDS = {"shop": 4, "busy": 3, "batch": 3, "mcp": 2, "bulky": 2, "files": 2, "se
 """Run kinds and their weights in the mix."""
 FAULTS = {
     "worker-kill": 4, "worker-stop": 2, "api-kill": 2, "temporal-kill": 2, "postgres-kill": 2, "s3-kill": 2,
-    "disk-full": 2,
+    "disk-full": 2, "model-kill": 2,
 }  # fmt: skip
 WORKSPACE_DISK = "64m"
 """The `files` runs' workspace: a tmpfs of this size (where this process may mount one), which `disk-full` fills."""
@@ -613,6 +613,17 @@ class Faults:
             await asyncio.to_thread(server.stop)  # reaps it, removes its pid file and sockets
         await asyncio.sleep(self.rng.uniform(0.5, 3.0))
         await asyncio.to_thread(server.start)  # on its data: every payload stored before is there again
+
+    async def model_kill(self) -> None:
+        """The LiteLLM proxy killed with SIGKILL and started again on its port (it takes seconds to start: the
+        `chat` runs' model calls meanwhile fail to connect, and their retries wait it out)."""
+        model = self.stack.model
+        if model.proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(model.proc.pid, signal.SIGKILL)
+            await asyncio.to_thread(model.proc.wait)
+        await asyncio.sleep(self.rng.uniform(0.5, 3.0))
+        await asyncio.to_thread(model.start)
 
     async def disk_full(self) -> None:
         """The `files` workspace's disk filled to the last byte for a few seconds, then freed."""
