@@ -112,6 +112,8 @@ class WorkflowSteps:
                 idempotent_tools={tool_id: t.idempotent for tool_id, t in tools.items()},
                 memo_version=False,
                 local_tool_steps=True,
+                temporal_retry_rule=True,
+                foreach_lanes=True,
             )
 
     @activity.defn(name=names.WORKFLOW_TOOL_STEP)

@@ -437,8 +437,8 @@ SCENARIOS: dict[str, Scenario] = {
     # Idempotent tool steps tried as local activities first (`LoadDefinitionResult.local_tool_steps`).
     "definition_every_entry_type_local_steps": Scenario(_definition_everything, DEFAULT_SHAPE),
     "definition_started_by_keel_local_steps": Scenario(_definition_by_keel, DEFAULT_SHAPE),
-    # A foreach in lanes (`FOREACH_LANES_PATCH`): each lane starts its next item where its last one ended.
-    "definition_every_entry_type_lanes": Scenario(_definition_everything, DEFAULT_SHAPE),
+    # Rules recorded by the load (`LoadDefinitionResult.temporal_retry_rule`, `.foreach_lanes`), no patches asked.
+    "definition_every_entry_type_load_rules": Scenario(_definition_everything, DEFAULT_SHAPE),
     # Time travelled by the client that signalled the instruction after its reset (the run waited for it).
     "definition_time_travelled": Scenario(_definition_time_travelled, None, latest=True),
     # Time travelled by the client that stores it before its reset (the run reads it with `keel.reset_origin`).

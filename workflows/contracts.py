@@ -632,6 +632,16 @@ class LoadDefinitionResult(Contract):
     """Whether a step of an idempotent tool is first tried as a local activity (recorded in the workflow task
     that ran it: no activity task, no second workflow task), then retried as an activity if that attempt
     fails. Runs that loaded a definition before this field existed ran every tool step as an activity."""
+    temporal_retry_rule: bool = False
+    """Whether a tool step's failed local attempt is retried as an activity by Temporal's rule (the activity's
+    error retryable). Decided here, at load, not by a `workflow.patched` asked after the failure: a patch asked in
+    reaction to a local activity's result can be recorded a workflow task after that result's marker (when the
+    task was completed while the attempt ended), and the replay, which gets the result in the earlier task, then
+    fails with a nondeterminism error. Runs that loaded a definition before this field ask the patch."""
+    foreach_lanes: bool = False
+    """Whether a foreach runs its items in lanes (each lane starts its next item in the coroutine that ended the
+    last), so its events come in one order live and replayed. Runs that loaded a definition before this field
+    woke each item through a semaphore."""
 
 
 class WorkflowToolInput(Contract):

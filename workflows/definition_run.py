@@ -83,11 +83,8 @@ error is retryable: the tool's error before its last try, a timeout), as an agen
 before it judged by the innermost error, so a tool's first error was always tried once more. The old branch
 (in `_local_retry_rule`) may go once no run started before this patch is open (runs are kept open at most by
 their suspended steps: check `temporal workflow count --query "KeelKind='workflow' AND ExecutionStatus='Running'"`
-for runs started before the release that carries it)."""
-FOREACH_LANES_PATCH = "keel-foreach-lanes"
-"""A foreach runs its items in lanes (each lane starts its next item in the coroutine that ended the last), so
-its events come in the same order in the live run and in every replay. Asked at the first foreach of a run. The old
-branch (`_foreach_waking`) may go on the same terms as the patch above."""
+for runs started before the release that carries it). Runs that load their definition now take the rule from the
+load result (`LoadDefinitionResult.temporal_retry_rule`) and never ask it."""
 LOAD_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
 
 
@@ -103,6 +100,8 @@ class DefinitionRun(TimeTravelling, Resumable):
         self._idempotent: dict[str, bool] = {}
         self._request_context: dict[str, Any] = {}
         self._local_tool_steps = False
+        self._temporal_retry_rule = False
+        self._foreach_lanes = False
         self._local_in_task = 0  # local tool steps since the run last waited on the server
         self._tool_calls = 0  # tool step calls so far (each call's storage key)
 
@@ -130,6 +129,8 @@ class DefinitionRun(TimeTravelling, Resumable):
                 raise StepFailed(f"The stored definition {info.workflow_type!r} is invalid: {err}") from None
             self._idempotent = loaded.idempotent_tools
             self._local_tool_steps = loaded.local_tool_steps
+            self._temporal_retry_rule = loaded.temporal_retry_rule
+            self._foreach_lanes = loaded.foreach_lanes
             self._state.version, self._state.hash = loaded.version, loaded.hash
             if loaded.memo_version or workflow.memo_value("definitionHash", default=None) != loaded.hash:
                 workflow.upsert_memo({"definitionVersion": loaded.version, "definitionHash": loaded.hash})
@@ -201,7 +202,7 @@ class DefinitionRun(TimeTravelling, Resumable):
         if len(items) > MAX_FOREACH_ITEMS:
             raise StepFailed(f"Step {entry.step.id!r}: {len(items)} items; foreach takes at most {MAX_FOREACH_ITEMS}")
         width = min(entry.opts.concurrency if entry.opts else 1, len(items))
-        if not items or not workflow.patched(FOREACH_LANES_PATCH):
+        if not self._foreach_lanes:
             return await self._foreach_waking(entry, data, items)
         # `concurrency` lanes, each taking the next item as soon as its last one ends, in the same coroutine: an
         # item's start follows the end of the one before it in its lane in every reading of the run's events (a
@@ -228,8 +229,8 @@ class DefinitionRun(TimeTravelling, Resumable):
         return results
 
     async def _foreach_waking(self, entry: ForeachEntry, data: RunData, items: list[Any]) -> list[Any]:
-        """The foreach of runs started before `FOREACH_LANES_PATCH` (and of an empty list): a task per item, woken
-        by a semaphore. Delete once no such run is open or within the namespace's retention."""
+        """The foreach of runs that loaded their definition before `LoadDefinitionResult.foreach_lanes`: a task per
+        item, woken by a semaphore. Delete once no such run is open or within the namespace's retention."""
         slots = asyncio.Semaphore(entry.opts.concurrency if entry.opts else 1)
 
         async def one(index: int, item: Any) -> Any:
@@ -320,7 +321,7 @@ class DefinitionRun(TimeTravelling, Resumable):
                 result = await once_locally(
                     names.WORKFLOW_TOOL_STEP, step_input, WorkflowToolResult, TOOL_TIMEOUT, summary,
                     LOCAL_RETRY_DELAY, say_so=False,
-                    rule=_local_retry_rule,
+                    rule=retryable if self._temporal_retry_rule else _local_retry_rule,
                 )  # fmt: skip
                 if result is None:
                     self._local_in_task = 0
@@ -432,8 +433,9 @@ def _one_object(workflow_type: str, args: Sequence[RawValue]) -> dict[str, Any]:
 
 
 def _local_retry_rule(err: FailureError) -> bool:
-    """Whether a tool step's failed local attempt is retried as an activity. Asked only after a failure (the patch
-    marker, and the search attribute upsert that comes with it, only in runs that had one)."""
+    """Whether a tool step's failed local attempt is retried as an activity, in runs that loaded their definition
+    before `LoadDefinitionResult.temporal_retry_rule`. Asked only after a failure (the patch marker, and the search
+    attribute upsert that comes with it, only in runs that had one)."""
     if workflow.patched(TEMPORAL_RETRY_RULE_PATCH):
         return retryable(err)
     cause = _cause(err)  # the rule before: the innermost error's flag

@@ -9,15 +9,20 @@ config's folder) and starts the proxy there (`bench/chaos/driver.py`, `ModelProx
 from __future__ import annotations
 
 import asyncio
+import json
 import zlib
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 from litellm.exceptions import InternalServerError, RateLimitError
 from litellm.llms.custom_llm import CustomLLM
 from litellm.types.utils import GenericStreamingChunk
 
-CALLS: dict[str, int] = {}
+CALLS_FILE = Path("calls.json")
+"""How often the proxy has seen each message, kept in its folder (its working directory) across its own deaths:
+a proxy started again after `model-kill` goes on with the next roll instead of failing the same calls again."""
+CALLS: dict[str, int] = json.loads(CALLS_FILE.read_text()) if CALLS_FILE.exists() else {}
 CHUNK = 4
 
 
@@ -43,6 +48,7 @@ class ChaosModel(CustomLLM):
         model = str(kwargs.get("model", ""))
         said = _last_user_text(kwargs.get("messages") or [])
         CALLS[said] = CALLS.get(said, 0) + 1
+        CALLS_FILE.write_text(json.dumps(CALLS))
         roll = zlib.crc32(f"{said}/{CALLS[said]}".encode()) % 10
         if roll in (0, 1):
             raise RateLimitError(message="slow down", llm_provider="keel-chaos", model=model)

@@ -199,3 +199,24 @@ async def test_a_foreach_s_events_do_not_depend_on_how_its_items_ends_reach_the_
         assert order == [(e["type"], e["payload"].get("id")) for e in again]
         first_end = min(order.index(("workflow-step-result", f"z[{i}]")) for i in (0, 1))
         assert order[first_end + 1] == ("workflow-step-start", "z[2]"), order
+
+
+async def test_a_run_asks_no_patch_in_reaction_to_a_local_step_s_result(
+    client: Client, storage: Storage, task_queue: str
+) -> None:
+    """Found by the chaos run: a failed local attempt's marker was recorded in one workflow task and the run's
+    reaction to it (the retry rule's `workflow.patched`) in the next; the replay got the failure in the earlier
+    task, where no patch marker follows, and failed with a nondeterminism error ("Non-deprecated patch marker
+    encountered for change keel-local-tool-step-temporal-retry-rule"), so no worker could answer the finished
+    run's queries and its observers waited forever. The rules are now the load's, recorded in its result: a run
+    with a failed local attempt and a foreach records no patch marker at all."""
+    retried, history = await run(client, storage, task_queue, FLAKY, {"n": 9})
+    assert retried == {"n": 18}
+    await storage.save_definition("lanes", LANES)
+    async with running_worker(client, App.of(tools=(numbers, pair)), storage, task_queue):
+        handle = await client.start_workflow("lanes", {"count": 3}, id=f"lanes-{uuid.uuid4()}", task_queue=task_queue)
+        assert await handle.result() == [{"n": 1}, {"n": 2}, {"n": 3}]
+    for each in (history, await handle.fetch_history()):
+        markers = events(each, EventType.EVENT_TYPE_MARKER_RECORDED)
+        assert [m.marker_recorded_event_attributes.marker_name for m in markers if
+                m.marker_recorded_event_attributes.marker_name != "core_local_activity"] == []  # fmt: skip
