@@ -61,7 +61,7 @@ from keel.client import KeelClient
 from keel.client.api.mcp_servers import CALL_ID_META, WORKFLOW_ID_META
 from keel.client.controller import SessionError
 from keel.client.devserver import DevServer, DevServerConfig
-from keel.client.errors import RunIdInUse, ToolCallRejected
+from keel.client.errors import RunFailed, RunIdInUse, ToolCallRejected
 from keel.client.s3_server import LocalS3Server
 from keel.client.workflows import ResumeRefused, Workflows
 from keel.protocol import names
@@ -311,7 +311,7 @@ async def retrying(call: Callable[[], Awaitable[T]], *, until: float, what: str)
     while True:
         try:
             return await call()
-        except (RunIdInUse, ToolCallRejected, ResumeRefused, SessionError):
+        except (RunIdInUse, ToolCallRejected, ResumeRefused, SessionError, RunFailed):  # answers, not outages
             raise
         except Exception as err:
             if time.monotonic() > until:
@@ -383,7 +383,11 @@ class Mix:
             for call in settled.pending:
                 run.decision = run.decision or rng.choice(["update", "signal", "decline"])
                 await self._decide(run, call.tool_call_id, until)
-        result = await retrying(lambda: self.keel.result(run.run_id), until=until, what="result")
+        try:
+            result = await retrying(lambda: self.keel.result(run.run_id), until=until, what="result")
+        except RunFailed as failed:  # an end, not a stuck run: the check reports it as a wrong answer
+            run.answer = str(failed)
+            return
         run.answer = result.text
 
     async def _watch(self, run: RunRecord, until: float, *, once: bool = False) -> list[dict[str, Any]]:
