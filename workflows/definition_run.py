@@ -201,9 +201,9 @@ class DefinitionRun(TimeTravelling, Resumable):
             raise StepFailed(f"Step {entry.step.id!r}: foreach needs an array as its input, got {_kind(items)}")
         if len(items) > MAX_FOREACH_ITEMS:
             raise StepFailed(f"Step {entry.step.id!r}: {len(items)} items; foreach takes at most {MAX_FOREACH_ITEMS}")
-        width = min(entry.opts.concurrency if entry.opts else 1, len(items))
         if not self._foreach_lanes:
             return await self._foreach_waking(entry, data, items)
+        width = min(entry.opts.concurrency if entry.opts else 1, len(items))
         # `concurrency` lanes, each taking the next item as soon as its last one ends, in the same coroutine: an
         # item's start follows the end of the one before it in its lane in every reading of the run's events (a
         # new item woken in a task of its own would start after whatever else its activation resolved, an order
