@@ -90,13 +90,15 @@ _SCENARIOS: dict[str, Callable[[KeelClient, str], Awaitable[str]]] = {
 
 TASK_QUEUE = "record"
 
-GENERATIONS = ["", "_tools_then_model", "_pinned", "_fused_local", "_local_budget"]
+GENERATIONS = ["", "_tools_then_model", "_pinned", "_fused_local", "_local_budget", "_gen2"]
 """One set of files per guarded workflow change, named with its suffix: the files of every generation must keep
 replaying. "": each tool call and model step its own activity; "_tools_then_model": a step's tools and the next
 model call fused (`workflow.patched`); "_pinned": the run shape recorded as a marker at the start;
 "_fused_local": a fused step run as a local activity, and the search attributes set at start not upserted
 (`keelSearchAttributesAtStart` in the memo); "_local_budget": 16 local steps per workflow task (and at most 1
-MiB of their results) pinned with the run's shape, tool results over 256 bytes by reference."""
+MiB of their results) pinned with the run's shape, tool results over 256 bytes by reference; "_gen2": the run's
+rules in its shape (`RunShape.generation` 2), no patch asked mid-run. Files of other scenarios recorded before
+"_gen2" hold generation-1 shapes and keep replaying as such."""
 
 SHAPE_SCENARIOS = ["approved", "multi_step"]
 """Recorded once per run shape other than the default, for the replay tests with other worker settings."""
@@ -420,7 +422,7 @@ SCENARIOS: dict[str, Scenario] = {
         for name, scenario in _SCENARIOS.items()
     },
     **{
-        name + shape_suffix(shape): Scenario(_SCENARIOS[name], shape)
+        name + shape_suffix(shape): Scenario(_SCENARIOS[name], None)  # recorded at generation 1
         for shape in ALL_SHAPES
         if shape != DEFAULT_SHAPE
         for name in SHAPE_SCENARIOS
@@ -443,13 +445,16 @@ SCENARIOS: dict[str, Scenario] = {
     "definition_time_travelled": Scenario(_definition_time_travelled, None, latest=True),
     # Time travelled by the client that stores it before its reset (the run reads it with `keel.reset_origin`).
     "definition_time_travelled_stored": Scenario(_definition_time_travelled, DEFAULT_SHAPE, latest=True),
-    "delivered_message": Scenario(_delivered_message, DEFAULT_SHAPE),
-    "suspended_fused_step": Scenario(_suspended_fused_step, DEFAULT_SHAPE),
+    "delivered_message": Scenario(_delivered_message, None),
+    "delivered_message_gen2": Scenario(_delivered_message, DEFAULT_SHAPE),
+    "suspended_fused_step": Scenario(_suspended_fused_step, None),
+    "suspended_fused_step_gen2": Scenario(_suspended_fused_step, DEFAULT_SHAPE),
     "thread_entity": Scenario(_thread_entity, DEFAULT_SHAPE, ends=False),
     "index_workspace": Scenario(_index_workspace, DEFAULT_SHAPE),
     "tool_call_approved": Scenario(_tool_call, DEFAULT_SHAPE),
     "blob_sweep": Scenario(_blob_sweep, DEFAULT_SHAPE),
-    "refused_run_id": Scenario(_refused_run_id, DEFAULT_SHAPE, latest=True),
+    "refused_run_id": Scenario(_refused_run_id, None, latest=True),
+    "refused_run_id_gen2": Scenario(_refused_run_id, DEFAULT_SHAPE, latest=True),
     # An AgentController session and its turns (recorded by the first; the others are its children).
     "session_entity": Scenario(_session_entity, DEFAULT_SHAPE, ends=False),
     "definition_local_tool_retried": Scenario(_definition_local_tool_retried, DEFAULT_SHAPE),
@@ -458,6 +463,9 @@ SCENARIOS: dict[str, Scenario] = {
     "session_turn_suspended": Scenario(lambda keel, name: _recorded_turn("suspended"), DEFAULT_SHAPE),
     "session_turn_subagent": Scenario(lambda keel, name: _recorded_turn("subagent"), DEFAULT_SHAPE),
     "continued_as_new": Scenario(
+        lambda keel, name: keel.start_run("bulky", "steps=4 size=1000", run_id=name), None, CONTINUE_AS_NEW_SERVER
+    ),
+    "continued_as_new_gen2": Scenario(
         lambda keel, name: keel.start_run("bulky", "steps=4 size=1000", run_id=name),
         DEFAULT_SHAPE,
         CONTINUE_AS_NEW_SERVER,

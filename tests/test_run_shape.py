@@ -5,12 +5,13 @@ search attribute it was started with."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
 
 import pytest
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHistory
 
 from keel.app import Agent, App
 from keel.model_providers import (
@@ -29,6 +30,7 @@ from tests.apps import app as test_app
 from tests.apps import echo, pay
 from tests.conftest import running_worker
 from tests.history_counts import local_activities_per_task
+from tests.record_histories import _delivered_message, _refused_run_id, _suspended_fused_step
 from tests.test_agent_run import wait_for_pending
 
 LOCAL_FUSED = AgentActivityOptions()
@@ -179,3 +181,44 @@ async def test_a_run_started_by_keel_keeps_its_start_attributes_without_upsertin
         attributes = described.typed_search_attributes
         assert attributes.get(KEEL_AGENT_ID) == "multi" and attributes.get(KEEL_STATUS) == "completed"
         assert attributes.get(KEEL_THREAD_ID) == wid and attributes.get(KEEL_KIND) == "agent"
+
+
+def patches_after_first_local_step(history: WorkflowHistory) -> list[str]:
+    """The ids of the `workflow.patched` markers a run recorded after its first local activity's marker."""
+    ids: list[str] = []
+    seen_local = False
+    for e in history.events:
+        if e.event_type != EventType.EVENT_TYPE_MARKER_RECORDED:
+            continue
+        marker = e.marker_recorded_event_attributes
+        if marker.marker_name == "core_local_activity":
+            seen_local = True
+        elif marker.marker_name == "core_patch" and seen_local:
+            ids.append(json.loads(marker.details["patch-data"].payloads[0].data)["id"])
+    return ids
+
+
+async def test_a_run_asks_no_patch_in_reaction_to_a_step_s_result(
+    client: Client, storage: Storage, task_queue: str, data_dir: Path
+) -> None:
+    """Found by the chaos run in JSON workflows: a `workflow.patched` asked in reaction to a local step's result
+    can be met, replayed, in an earlier workflow task than the one that recorded its marker, where `patched` is
+    false; the run then fails replay with a nondeterminism error and no worker can answer its queries. A run
+    takes every such rule from its shape, recorded in its first workflow task: a message delivered mid-run, a
+    tool that suspends inside a fused step, a run id refused to a second execution record no patch after it."""
+    async with running_worker(client, test_app, storage, task_queue) as keel:
+        delivered = await _delivered_message(keel, f"delivered-{task_queue}")
+        await keel.result(delivered)
+        suspended = await _suspended_fused_step(keel, f"suspended-{task_queue}")
+        await keel.result(suspended)
+        refused = await _refused_run_id(keel, f"refused-{task_queue}")
+    histories = {
+        "delivered": await client.get_workflow_handle(delivered).fetch_history(),
+        "suspended": await client.get_workflow_handle(suspended).fetch_history(),
+        "refused": await client.get_workflow_handle(refused).fetch_history(),  # the latest execution: refused
+    }
+    assert {name: patches_after_first_local_step(h) for name, h in histories.items()} == {
+        "delivered": [],
+        "suspended": [],
+        "refused": [],
+    }

@@ -115,6 +115,18 @@ attributes, so `KeelKind='agent'` lists and counts never show it beside the run 
 refused before this patch were left listed as failed runs; the patch may go once no such execution is open (a
 refused execution fails in its first workflow task, so it never is: it can go with the next history cut)."""
 
+RULES_IN_SHAPE = (
+    PERSIST_BEFORE_CONTINUE_PATCH,
+    DELIVERED_IDS_PATCH,
+    SUSPENDED_STEP_KEEPS_WRITES_PATCH,
+    REFUSED_RUN_UNLISTED_PATCH,
+)
+"""Rules that runs of shape generation 1 take by asking their patch when they first need it, often in reaction
+to a local step's result (a replay can meet that a workflow task before the one that recorded the marker, and
+fail), and that runs of generation 2 take from their shape, asking no patch. The generation-1 branches may go
+once no run pinned before generation 2 is open (runs waiting on a person may be open for days: keep them a
+release or two)."""
+
 LEGACY_SHAPE = RunShape(model_as_local_activity=True, fuse_tools_with_next_model_step=True)
 """What every worker ran before shapes were pinned (fusing still gated by `FUSED_STEPS_PATCH`)."""
 
@@ -331,7 +343,7 @@ class AgentRun:
             cause = activity_cause(err)
             run_telemetry.ended("failed", cause)
             refused = isinstance(cause, ApplicationError) and cause.type == RUN_ID_REUSED
-            if refused and workflow.patched(REFUSED_RUN_UNLISTED_PATCH):
+            if refused and loop.takes(REFUSED_RUN_UNLISTED_PATCH):
                 # Not a run of its own: the run is the execution that holds the id (see the patch's note).
                 workflow.upsert_search_attributes([key.value_unset() for key in KEEL_RUN_ATTRIBUTES])
             else:
@@ -494,18 +506,23 @@ class _Loop:
                 return self._result(answered.text, "tool-calls", *lists)
             if workflow.info().is_continue_as_new_suggested():
                 self._drain_inbox()
-                if (c.pending.messages or c.pending.events) and workflow.patched(PERSIST_BEFORE_CONTINUE_PATCH):
+                if (c.pending.messages or c.pending.events) and self.takes(PERSIST_BEFORE_CONTINUE_PATCH):
                     await self._persist_pending()
                 self.wf._continuing = True
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(self.input.model_copy(update={"carry": c, "turn": self.wf._turn}))
+
+    def takes(self, rule: str) -> bool:
+        """Whether the run follows `rule` (one of `RULES_IN_SHAPE`): from its shape, or for a run of generation 1,
+        from the rule's patch."""
+        return self.shape.generation >= 2 or workflow.patched(rule)
 
     def _drain_inbox(self) -> int:
         """Delivered user messages join the pending writes (the next storage write stores them, in order); how
         many did."""
         if not self.wf._inbox:
             return 0
-        own_ids = workflow.patched(DELIVERED_IDS_PATCH)
+        own_ids = self.takes(DELIVERED_IDS_PATCH)
         for message in self.wf._inbox:
             message_id = names.delivered_message_id(self.run_id, message.id) if own_ids else self._next_message_id()
             self.carry.pending.messages.append(MessageRecord(id=message_id, role="user", content=message.content))
@@ -646,7 +663,7 @@ class _Loop:
                 self._track(r)
             if fused.model is None:  # a tool suspended: the model step waits for it (and did not run)
                 self.carry.step -= 1
-                if workflow.patched(SUSPENDED_STEP_KEEPS_WRITES_PATCH):  # unstored: the next step stores them
+                if self.takes(SUSPENDED_STEP_KEEPS_WRITES_PATCH):  # unstored: the next step stores them
                     self._restore_pending(*before)
             next_step = fused.model
         else:
@@ -989,9 +1006,14 @@ def _pin_shape(preferred: RunShape) -> RunShape | None:
 
     A run's first workflow task records the starting worker's `preferred` shape as a `workflow.patched` marker.
     Replaying, `patched` is true only for the marker the history holds and adds no command for the others, so a
-    worker that prefers another shape finds the recorded one and issues the same commands.
+    worker that prefers another shape finds the recorded one and issues the same commands. Shapes of generation 1
+    (`RunShape.generation`) are looked for last: only runs started before generation 2 hold them.
     """
-    candidates = (preferred, *(s for s in ALL_SHAPES if s != preferred))
+    candidates = (
+        preferred,
+        *(s for s in ALL_SHAPES if s != preferred),
+        *(s.model_copy(update={"generation": 1}) for s in ALL_SHAPES),
+    )
     return next((s for s in candidates if workflow.patched(s.marker())), None)
 
 

@@ -72,6 +72,11 @@ class RunShape(Contract):
     local_steps_per_task: int = LEGACY_LOCAL_STEPS_PER_TASK
     """Local steps a run chains in one workflow task before a regular one; beyond the legacy 4, also at most
     `LOCAL_STEP_BYTES_PER_TASK` of their results. Runs pinned before this field existed chained 4."""
+    generation: int = 1
+    """Which of the run's rules its shape decides. Generation 1 (runs pinned before this field existed) asked a
+    `workflow.patched` for each later rule when it first needed it, which can be in reaction to a local step's
+    result, where a replay may meet it a workflow task early and fail; from generation 2 the shape holds them
+    all (see `workflows/agent_run.py`, `RULES_IN_SHAPE`)."""
 
     def marker(self) -> str:
         """The id of the `workflow.patched` marker that records this shape (visible in the UI's history)."""
@@ -82,12 +87,16 @@ class RunShape(Contract):
         budget = (
             "" if self.local_steps_per_task == LEGACY_LOCAL_STEPS_PER_TASK else f",{self.local_steps_per_task}-local"
         )
-        return f"keel-run-shape:model-{model},steps-{steps}{budget}"
+        generation = "" if self.generation == 1 else f",gen-{self.generation}"
+        return f"keel-run-shape:model-{model},steps-{steps}{budget}{generation}"
 
     @property
     def any_local(self) -> bool:
         return self.model_as_local_activity or self.fused_step_as_local_activity
 
+
+RUN_GENERATION = 2
+"""The `RunShape.generation` of runs started now."""
 
 ALL_SHAPES = tuple(
     RunShape(
@@ -95,13 +104,14 @@ ALL_SHAPES = tuple(
         fuse_tools_with_next_model_step=fused,
         fused_step_as_local_activity=la,
         local_steps_per_task=budget,
+        generation=RUN_GENERATION,
     )
     for local in (True, False)
     for fused, la in ((True, True), (True, False), (False, False))
     for budget in (LOCAL_STEPS_PER_TASK, LEGACY_LOCAL_STEPS_PER_TASK)
     if budget == LEGACY_LOCAL_STEPS_PER_TASK or local or la
 )
-"""A fused step runs locally only where steps are fused."""
+"""The shapes a worker may start a run in (a fused step runs locally only where steps are fused)."""
 
 
 class FileReadRecord(Contract):

@@ -19,7 +19,7 @@ from datetime import timedelta
 
 from temporalio.common import RetryPolicy
 
-from keel.workflows.contracts import LOCAL_STEPS_PER_TASK, RunShape
+from keel.workflows.contracts import LOCAL_STEPS_PER_TASK, RUN_GENERATION, RunShape
 
 
 @dataclass(frozen=True)
@@ -109,6 +109,7 @@ class AgentActivityOptions:
             model_as_local_activity=self.model_as_local_activity,
             fuse_tools_with_next_model_step=self.fuse_tools_with_next_model_step,
             fused_step_as_local_activity=self.fuse_tools_with_next_model_step and self.fused_step_as_local_activity,
+            generation=RUN_GENERATION,
         )
         if shape.any_local:
             shape = shape.model_copy(update={"local_steps_per_task": self.local_steps_per_task})
