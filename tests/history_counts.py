@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
 
@@ -17,3 +19,18 @@ def local_activities_per_task(history: WorkflowHistory) -> list[int]:
         elif e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED:
             current += e.marker_recorded_event_attributes.marker_name == "core_local_activity"
     return [*per_task, current]
+
+
+def patches_after_first_local_step(history: WorkflowHistory) -> list[str]:
+    """The ids of the `workflow.patched` markers a run recorded after its first local activity's marker."""
+    ids: list[str] = []
+    seen_local = False
+    for e in history.events:
+        if e.event_type != EventType.EVENT_TYPE_MARKER_RECORDED:
+            continue
+        marker = e.marker_recorded_event_attributes
+        if marker.marker_name == "core_local_activity":
+            seen_local = True
+        elif marker.marker_name == "core_patch" and seen_local:
+            ids.append(json.loads(marker.details["patch-data"].payloads[0].data)["id"])
+    return ids

@@ -244,7 +244,7 @@ async def _definition_local_tool_retried(keel: KeelClient, name: str) -> str:
 
 async def _session_sent_again(keel: KeelClient, name: str) -> str:
     """A session sent one message id twice (two updates, as across a continue-as-new): the second answered with
-    the first's answer (patch `keel-session-send-once`)."""
+    the first's answer (patch `keel-session-send-once` at generation 1; the session's own rule from generation 2)."""
     from keel.client.controller import ControllerClient
     from keel.workflows.session_contracts import Accepted, SendMessage
 
@@ -339,6 +339,7 @@ _SESSION_RUNS: dict[str, str] = {}
 WORKFLOW_IDS = {
     "session_entity": names.session_workflow_id("assistant-controller", "session_entity", None),
     "session_sent_again": names.session_workflow_id("assistant-controller", "session_sent_again", None),
+    "session_sent_again_gen2": names.session_workflow_id("assistant-controller", "session_sent_again_gen2", None),
     "tool_call_approved": "keel-tool-call-listener-hold-tool_call_approved",  # `tool_call_workflow_id`
 }
 """Histories whose workflow id is not their file's name (a session's id is derived from its controller,
@@ -458,7 +459,8 @@ SCENARIOS: dict[str, Scenario] = {
     # An AgentController session and its turns (recorded by the first; the others are its children).
     "session_entity": Scenario(_session_entity, DEFAULT_SHAPE, ends=False),
     "definition_local_tool_retried": Scenario(_definition_local_tool_retried, DEFAULT_SHAPE),
-    "session_sent_again": Scenario(_session_sent_again, DEFAULT_SHAPE, ends=False),
+    "session_sent_again": Scenario(_session_sent_again, None, ends=False),
+    "session_sent_again_gen2": Scenario(_session_sent_again, DEFAULT_SHAPE, ends=False),
     "session_turn_approved": Scenario(lambda keel, name: _recorded_turn("approved"), DEFAULT_SHAPE),
     "session_turn_suspended": Scenario(lambda keel, name: _recorded_turn("suspended"), DEFAULT_SHAPE),
     "session_turn_subagent": Scenario(lambda keel, name: _recorded_turn("subagent"), DEFAULT_SHAPE),

@@ -5,13 +5,12 @@ search attribute it was started with."""
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from pathlib import Path
 
 import pytest
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowHistory
+from temporalio.client import Client
 
 from keel.app import Agent, App
 from keel.model_providers import (
@@ -29,7 +28,7 @@ from keel.workflows.search_attributes import KEEL_AGENT_ID, KEEL_KIND, KEEL_STAT
 from tests.apps import app as test_app
 from tests.apps import echo, pay
 from tests.conftest import running_worker
-from tests.history_counts import local_activities_per_task
+from tests.history_counts import local_activities_per_task, patches_after_first_local_step
 from tests.record_histories import _delivered_message, _refused_run_id, _suspended_fused_step
 from tests.test_agent_run import wait_for_pending
 
@@ -181,21 +180,6 @@ async def test_a_run_started_by_keel_keeps_its_start_attributes_without_upsertin
         attributes = described.typed_search_attributes
         assert attributes.get(KEEL_AGENT_ID) == "multi" and attributes.get(KEEL_STATUS) == "completed"
         assert attributes.get(KEEL_THREAD_ID) == wid and attributes.get(KEEL_KIND) == "agent"
-
-
-def patches_after_first_local_step(history: WorkflowHistory) -> list[str]:
-    """The ids of the `workflow.patched` markers a run recorded after its first local activity's marker."""
-    ids: list[str] = []
-    seen_local = False
-    for e in history.events:
-        if e.event_type != EventType.EVENT_TYPE_MARKER_RECORDED:
-            continue
-        marker = e.marker_recorded_event_attributes
-        if marker.marker_name == "core_local_activity":
-            seen_local = True
-        elif marker.marker_name == "core_patch" and seen_local:
-            ids.append(json.loads(marker.details["patch-data"].payloads[0].data)["id"])
-    return ids
 
 
 async def test_a_run_asks_no_patch_in_reaction_to_a_step_s_result(

@@ -77,8 +77,13 @@ MAX_DECIDED = 200
 MAX_SENT = 200
 SEND_ONCE_PATCH = "keel-session-send-once"
 """Marks a session that answered a send made again under its id with the first send's answer (before it, the
-message was queued again). Asked only when a known id comes again; the old branch may go once no session that
-started before it is open."""
+message was queued again). Asked only when a known id comes again, by sessions of generation 1; the old branch
+may go once no session that started before it is open."""
+GENERATION_2 = "keel-session-generation-2"
+"""Asked once, in a new session's first workflow task, before anything else: the session's rules (the send-once
+rule so far) are then its own (`SessionCarry.generation`), carried across continue-as-new, and no patch is asked
+mid-session, where a patch asked in reaction to a local activity's result can be met a workflow task early on
+replay and fail it. Sessions begun before it ask as they did (generation 1)."""
 TURN_MAX_STEPS = 1000
 """Mastra's controller runs a turn with `maxSteps: 1000`."""
 STORAGE = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=30))
@@ -111,6 +116,8 @@ class AgentSession:
 
     @workflow.run
     async def run(self, input: SessionInput) -> None:
+        if input.carry is None and workflow.patched(GENERATION_2):
+            self._c.generation = 2
         if input.carry is None:
             workflow.upsert_search_attributes(
                 [
@@ -318,7 +325,7 @@ class AgentSession:
         message_id = message.id or str(workflow.uuid4())
         async with self._lock:
             known = next((sent.accepted for sent in self._c.sent if sent.id == message_id), None)
-            if known is not None and workflow.patched(SEND_ONCE_PATCH):
+            if known is not None and (self._c.generation >= 2 or workflow.patched(SEND_ONCE_PATCH)):
                 return known
             accepted = await self._send(message, message_id)
             self._c.sent = [*self._c.sent[-(MAX_SENT - 1) :], SentMessage(id=message_id, accepted=accepted)]

@@ -92,6 +92,9 @@ class SessionCarry(Contract):
     """The current thread's settings (its metadata): the mode, the model chosen per mode, subagent models."""
     snapshot_offset: int | None = None
     """Offset of the last display-state snapshot in the session's log: readers fold from there."""
+    generation: int = 1
+    """Which rules the session took in its first workflow task (`workflows/agent_session.py`, `GENERATION_2`):
+    sessions begun before 2 ask each later rule's patch when they first need it, mid-session."""
 
 
 class QueuedMessage(Contract):

@@ -13,8 +13,10 @@ from temporalio.client import WorkflowExecutionStatus
 
 from keel import AgentController
 from keel.client.controller import Session, SessionError
-from keel.workflows.session_contracts import PendingItem
+from keel.protocol import names
+from keel.workflows.session_contracts import Accepted, PendingItem, SendMessage
 from tests.controller.conftest import collect
+from tests.history_counts import patches_after_first_local_step
 
 
 def user() -> str:
@@ -379,3 +381,18 @@ async def test_a_message_sent_again_under_its_id_is_the_same_send(ctl: AgentCont
     assert again == first
     said = [m["content"] for m in await session.thread.list_messages() if m["role"] == "user"]
     assert said == ["text once"]
+
+
+async def test_a_session_asks_no_patch_once_it_has_begun(ctl: AgentController) -> None:
+    """A send made again in another update (as across a continue-as-new, where Temporal no longer dedupes it)
+    is answered by a rule the session took in its first task, not by a patch asked mid-session: the second send
+    may wait on the session's lock behind a local activity, and a patch asked in reaction to one can be met a
+    workflow task early on replay, which then fails."""
+    session = await ctl.create_session(user())
+    handle = session.controller.keel.temporal.get_workflow_handle(session.id)
+    message = SendMessage(content="text once", mode="send", id="m-once")
+    first = await handle.execute_update(names.SESSION_SEND_UPDATE, message, id="first", result_type=Accepted)
+    await session.settled()
+    again = await handle.execute_update(names.SESSION_SEND_UPDATE, message, id="again", result_type=Accepted)
+    assert again == first
+    assert patches_after_first_local_step(await handle.fetch_history()) == []
