@@ -114,6 +114,7 @@ class WorkflowSteps:
                 local_tool_steps=True,
                 temporal_retry_rule=True,
                 foreach_lanes=True,
+                reset_origin_goes_on=True,
             )
 
     @activity.defn(name=names.WORKFLOW_TOOL_STEP)

@@ -652,6 +652,10 @@ class LoadDefinitionResult(Contract):
     """Whether a foreach runs its items in lanes (each lane starts its next item in the coroutine that ended the
     last), so its events come in one order live and replayed. Runs that loaded a definition before this field
     woke each item through a semaphore."""
+    reset_origin_goes_on: bool = False
+    """Whether a run whose `keel.reset_origin` failed every attempt goes on as a plain reset (or with a time
+    travel signalled to it) rather than failing. Runs that loaded a definition before this field ask the patch
+    `keel-reset-origin-failed-goes-on` after the failure (see `temporal_retry_rule` for why a load field)."""
 
 
 class WorkflowToolInput(Contract):

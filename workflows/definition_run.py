@@ -131,6 +131,7 @@ class DefinitionRun(TimeTravelling, Resumable):
             self._local_tool_steps = loaded.local_tool_steps
             self._temporal_retry_rule = loaded.temporal_retry_rule
             self._foreach_lanes = loaded.foreach_lanes
+            self._reset_origin_goes_on = loaded.reset_origin_goes_on
             self._state.version, self._state.hash = loaded.version, loaded.hash
             if loaded.memo_version or workflow.memo_value("definitionHash", default=None) != loaded.hash:
                 workflow.upsert_memo({"definitionVersion": loaded.version, "definitionHash": loaded.hash})

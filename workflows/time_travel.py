@@ -66,7 +66,8 @@ RESET_ORIGIN_RETRY = RetryPolicy(
 )
 """About two and a half minutes of attempts: then the run goes on without knowing (`_wait_for_instruction`)."""
 RESET_ORIGIN_FAILED_PATCH = "keel-reset-origin-failed-goes-on"
-"""Marks a run that went on after `keel.reset_origin` failed (before it, the run failed)."""
+"""Marks a run that went on after `keel.reset_origin` failed (before it, the run failed). Asked only by runs that
+loaded their definition before `LoadDefinitionResult.reset_origin_goes_on`."""
 
 
 def entry_step_ids(entry: GraphEntry) -> list[str]:
@@ -97,10 +98,13 @@ class _Done:
 class TimeTravelling:
     _tool_calls: int
     """The tool calls the run has made (`DefinitionRun`)."""
+    _reset_origin_goes_on: bool
+    """The run's load said so (`LoadDefinitionResult.reset_origin_goes_on`; `DefinitionRun`)."""
 
     def __init__(self) -> None:
         super().__init__()
         self._resets_seen = 0
+        self._reset_origin_goes_on = False
         self._resets_gated = 0
         self._first_start_seen = False
         self._gating = False
@@ -168,7 +172,7 @@ class TimeTravelling:
             # goes on as a plain reset (as `restart` lets it), rather than fail or wait for what may never come.
             # Before the patch such a failure failed the run, as it still does when such a history replays;
             # delete the patch once no run that failed so before it was deployed is kept (past retention).
-            if not workflow.patched(RESET_ORIGIN_FAILED_PATCH):
+            if not (self._reset_origin_goes_on or workflow.patched(RESET_ORIGIN_FAILED_PATCH)):
                 raise
             unheard = [s for s in self._travel_signals if s.base_execution_id not in self._taken]
             workflow.logger.warning(

@@ -374,7 +374,9 @@ async def test_a_run_that_cannot_tell_what_reset_it_goes_on_as_a_plain_reset(
     api: Api, data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`keel.reset_origin` fails (storage refuses it; its attempts are bounded, `RESET_ORIGIN_RETRY`) and no
-    signal came: the run neither fails nor waits, it goes on as a plain reset (`three` runs again)."""
+    signal came: the run neither fails nor waits, it goes on as a plain reset (`three` runs again). The rule is
+    the run's load's (`LoadDefinitionResult.reset_origin_goes_on`), not a patch asked after the failure: a patch
+    asked in reaction to a local activity's result can be met a workflow task early on replay, which then fails."""
     assert RESET_ORIGIN_RETRY.maximum_attempts > 0  # not retried for ever
     await api.storage.save_definition("ledger", LEDGER)
     run_id = (await Workflows(api.storage, app, api.keel).start_and_settle("ledger", {"first": 1})).run_id
@@ -405,7 +407,7 @@ async def test_a_run_that_cannot_tell_what_reset_it_goes_on_as_a_plain_reset(
         for details in e.marker_recorded_event_attributes.details.values()
         for payload in details.payloads
     ]
-    assert any(RESET_ORIGIN_FAILED_PATCH.encode() in p for p in patches)
+    assert not any(RESET_ORIGIN_FAILED_PATCH.encode() in p for p in patches)
     await replays(history, (await api.keel.temporal.get_workflow_handle(run_id).describe()).run_id)
 
 
