@@ -4,6 +4,7 @@ server per session."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -90,11 +91,20 @@ async def running_worker(
 
 
 def npm_installed(folder: Path, installed: str, why: str) -> Path:
-    """`folder` with its node_modules (`npm ci` the first time, when `folder/node_modules/<installed>` is missing)."""
+    """`folder` with its node_modules (`npm ci` the first time). Processes that ask at once (a test beside the
+    chaos driver it started, or parallel test processes) take turns on a lock, and a folder counts as installed
+    only once an `npm ci` finished (its stamp): `npm ci` first deletes node_modules, so `<installed>` alone can be
+    there in a tree that is half gone."""
     if shutil.which("node") is None or shutil.which("npm") is None:
         pytest.fail(f"node and npm are needed: {why}")
-    if not (folder / "node_modules" / installed).exists():
-        subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=folder, check=True, timeout=600)
+    stamp = folder / "node_modules" / ".keel-npm-ci-done"
+    if stamp.exists() and (folder / "node_modules" / installed).exists():
+        return folder
+    with open(folder / ".npm-ci.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (stamp.exists() and (folder / "node_modules" / installed).exists()):
+            subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=folder, check=True, timeout=600)
+            stamp.touch()
     return folder
 
 
