@@ -115,15 +115,16 @@ attributes, so `KeelKind='agent'` lists and counts never show it beside the run 
 refused before this patch were left listed as failed runs; the patch may go once no such execution is open (a
 refused execution fails in its first workflow task, so it never is: it can go with the next history cut)."""
 
-RULES_IN_SHAPE = (
-    PERSIST_BEFORE_CONTINUE_PATCH,
-    DELIVERED_IDS_PATCH,
-    SUSPENDED_STEP_KEEPS_WRITES_PATCH,
-    REFUSED_RUN_UNLISTED_PATCH,
-)
-"""Rules that runs of shape generation 1 take by asking their patch when they first need it, often in reaction
-to a local step's result (a replay can meet that a workflow task before the one that recorded the marker, and
-fail), and that runs of generation 2 take from their shape, asking no patch. The generation-1 branches may go
+RULES_IN_SHAPE = {
+    PERSIST_BEFORE_CONTINUE_PATCH: 2,
+    DELIVERED_IDS_PATCH: 2,
+    SUSPENDED_STEP_KEEPS_WRITES_PATCH: 2,
+    REFUSED_RUN_UNLISTED_PATCH: 2,
+}
+"""Each rule and the shape generation (`RunShape.generation`) from which a run takes it from its shape, asking no
+patch. Runs of an earlier generation ask the rule's patch when they first need it, often in reaction to a local
+step's result (a replay can meet that a workflow task before the one that recorded the marker, and fail). A new
+rule comes with a new generation (`RUN_GENERATION`). The generation-1 branches may go
 once no run pinned before generation 2 is open (runs waiting on a person may be open for days: keep them a
 release or two)."""
 
@@ -513,9 +514,9 @@ class _Loop:
                 workflow.continue_as_new(self.input.model_copy(update={"carry": c, "turn": self.wf._turn}))
 
     def takes(self, rule: str) -> bool:
-        """Whether the run follows `rule` (one of `RULES_IN_SHAPE`): from its shape, or for a run of generation 1,
-        from the rule's patch."""
-        return self.shape.generation >= 2 or workflow.patched(rule)
+        """Whether the run follows `rule` (a key of `RULES_IN_SHAPE`): from its shape, or for a run of an earlier
+        generation, from the rule's patch."""
+        return self.shape.generation >= RULES_IN_SHAPE[rule] or workflow.patched(rule)
 
     def _drain_inbox(self) -> int:
         """Delivered user messages join the pending writes (the next storage write stores them, in order); how
@@ -1009,11 +1010,8 @@ def _pin_shape(preferred: RunShape) -> RunShape | None:
     worker that prefers another shape finds the recorded one and issues the same commands. Shapes of generation 1
     (`RunShape.generation`) are looked for last: only runs started before generation 2 hold them.
     """
-    candidates = (
-        preferred,
-        *(s for s in ALL_SHAPES if s != preferred),
-        *(s.model_copy(update={"generation": 1}) for s in ALL_SHAPES),
-    )
+    generation_1 = (s.model_copy(update={"generation": 1}) for s in (preferred, *ALL_SHAPES))
+    candidates = dict.fromkeys((preferred, *ALL_SHAPES, *generation_1))  # the preferred (any budget) first
     return next((s for s in candidates if workflow.patched(s.marker())), None)
 
 

@@ -80,10 +80,11 @@ SEND_ONCE_PATCH = "keel-session-send-once"
 message was queued again). Asked only when a known id comes again, by sessions of generation 1; the old branch
 may go once no session that started before it is open."""
 GENERATION_2 = "keel-session-generation-2"
-"""Asked once, in a new session's first workflow task, before anything else: the session's rules (the send-once
-rule so far) are then its own (`SessionCarry.generation`), carried across continue-as-new, and no patch is asked
-mid-session, where a patch asked in reaction to a local activity's result can be met a workflow task early on
-replay and fail it. Sessions begun before it ask as they did (generation 1)."""
+"""Asked when an execution of a session of generation 1 begins (`__init__`, before any handler runs): from then
+the session's rules (the send-once rule so far) are its own (`SessionCarry.generation`, carried across
+continue-as-new), and no patch is asked mid-session, where a patch asked in reaction to a local activity's
+result can be met a workflow task early on replay and fail it. An execution that began before it asks as it did
+(generation 1); a session of those becomes generation 2 at its next continue-as-new."""
 TURN_MAX_STEPS = 1000
 """Mastra's controller runs a turn with `maxSteps: 1000`."""
 STORAGE = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=30))
@@ -105,6 +106,8 @@ class AgentSession:
         # task, and its validator reads the mode, state and pending calls.
         self._input: SessionInput | None = input
         self._c = input.carry or SessionCarry()
+        if self._c.generation < 2 and workflow.patched(GENERATION_2):
+            self._c.generation = 2
         self._ready = input.carry is not None and input.carry.config is not None
         self._lock = asyncio.Lock()
         self._turn: ChildWorkflowHandle[Any, AgentRunResult] | None = None
@@ -116,8 +119,6 @@ class AgentSession:
 
     @workflow.run
     async def run(self, input: SessionInput) -> None:
-        if input.carry is None and workflow.patched(GENERATION_2):
-            self._c.generation = 2
         if input.carry is None:
             workflow.upsert_search_attributes(
                 [

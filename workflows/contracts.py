@@ -75,8 +75,9 @@ class RunShape(Contract):
     generation: int = 1
     """Which of the run's rules its shape decides. Generation 1 (runs pinned before this field existed) asked a
     `workflow.patched` for each later rule when it first needed it, which can be in reaction to a local step's
-    result, where a replay may meet it a workflow task early and fail; from generation 2 the shape holds them
-    all (see `workflows/agent_run.py`, `RULES_IN_SHAPE`)."""
+    result, where a replay may meet it a workflow task early and fail; from generation 2 the shape holds the
+    rules of `workflows/agent_run.py`'s `RULES_IN_SHAPE` (a later rule takes generation 3, and so on). Not the
+    same counter as `SessionCarry.generation`, a session's."""
 
     def marker(self) -> str:
         """The id of the `workflow.patched` marker that records this shape (visible in the UI's history)."""

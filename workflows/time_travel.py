@@ -21,7 +21,8 @@ answer of the run, `time_travel_key`) and the run reads it where it matters:
   .json). `restart` releases such a run whose signal was lost. Delete the signal, and this wait, once no
   client of that version resets runs and no run it reset is open, together with that history.
 - The local activity's attempts are bounded (`RESET_ORIGIN_RETRY`): when all fail, the run goes on with a
-  signalled instruction if one came, else as a plain reset (`RESET_ORIGIN_FAILED_PATCH`).
+  signalled instruction if one came, else as a plain reset (`LoadDefinitionResult.reset_origin_goes_on`; runs
+  loaded before it ask `RESET_ORIGIN_FAILED_PATCH`).
 
 The instruction carries Mastra's options for the step (`inputData`, `resumeData`, `requestContext`) and the
 outputs of the steps before it that the reset's workflow task would otherwise run again: the idempotent steps
@@ -170,8 +171,9 @@ class TimeTravelling:
             # Every attempt failed (they are bounded): the run cannot tell what reset it. It takes a `time_travel`
             # signal sent to it and not taken yet (the client before this one signalled its instruction), else
             # goes on as a plain reset (as `restart` lets it), rather than fail or wait for what may never come.
-            # Before the patch such a failure failed the run, as it still does when such a history replays;
-            # delete the patch once no run that failed so before it was deployed is kept (past retention).
+            # Runs that loaded their definition before `reset_origin_goes_on` ask the patch (before it, such a
+            # failure failed the run, as it still does when such a history replays); delete the patch once no run
+            # loaded before that field is open or kept (past retention).
             if not (self._reset_origin_goes_on or workflow.patched(RESET_ORIGIN_FAILED_PATCH)):
                 raise
             unheard = [s for s in self._travel_signals if s.base_execution_id not in self._taken]
