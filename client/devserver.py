@@ -28,7 +28,12 @@ from keel.protocol.settings import load_settings
 if TYPE_CHECKING:  # imported when a server is started or waited for: `keel server status|stop` need none
     from temporalio.client import Client
 
-TUNED_DYNAMIC_CONFIG = {"history.transferProcessorMaxPollRPS": "10000"}
+TUNED_DYNAMIC_CONFIG = {
+    "history.transferProcessorMaxPollRPS": "10000",
+    # A run whose workflow task failed twice in a row is marked (`TemporalReportedProblems`) and so found by the
+    # workers' healing (`keel.client.stuck_tasks`) within seconds; the server's default is 5 failures.
+    "system.numConsecutiveWorkflowTaskProblemsToTriggerSearchAttribute": "2",
+}
 
 
 class DevServerError(KeelClientError):

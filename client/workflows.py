@@ -233,11 +233,17 @@ class Workflows:
         handle = self._handle(run_id)
         try:
             async with asyncio.timeout(SETTLE_SECONDS if timeout is None else timeout) as waited:
-                try:
-                    state = await handle.execute_update(names.SETTLED_UPDATE, result_type=WorkflowRunState)
-                    return RunStatus(run_id, state)
-                except (WorkflowUpdateFailedError, RPCError):  # the run has ended (or ends without answering)
-                    pass
+                asked = None
+                while True:
+                    try:
+                        state = await handle.execute_update(names.SETTLED_UPDATE, result_type=WorkflowRunState)
+                        return RunStatus(run_id, state)
+                    except (WorkflowUpdateFailedError, RPCError):  # the run has ended (or ends without answering)
+                        pass
+                    described = await handle.describe()
+                    if described.status != WorkflowExecutionStatus.RUNNING or described.run_id == asked:
+                        break
+                    asked = described.run_id  # reset while the update waited: ask the execution now current
                 while (status := (await handle.describe()).status) == WorkflowExecutionStatus.RUNNING:
                     await asyncio.sleep(0.1)  # a code workflow that ended without `finish_handlers`: closing
         except WorkflowUpdateRPCTimeoutOrCancelledError:  # the update, cancelled by the timeout, says so

@@ -34,7 +34,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 from keel.activities import AgentActivities
 from keel.activities.blob_sweep import BlobActivities
 from keel.app import App
-from keel.client import log_handler, tracing
+from keel.client import log_handler, stuck_tasks, tracing
 from keel.client.converter import KeelPayloadConverter, data_converter, external_storage
 from keel.protocol import tracing as spans
 from keel.storage import BlobStore, Storage, open_payload_store, open_storage
@@ -159,7 +159,8 @@ class KeelPlugin(SimplePlugin):
     async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
         async def keeping_logs(worker: Worker) -> None:  # inside the resources: the storage is migrated by then
             async with log_handler.keeping_logs(self.storage, worker.task_queue) if self.storage else _nothing():
-                await next(worker)
+                async with _healing(worker):
+                    await next(worker)
 
         try:
             async with self._host_worker(worker):
@@ -233,6 +234,21 @@ class KeelPlugin(SimplePlugin):
 @contextlib.asynccontextmanager
 async def _nothing() -> AsyncIterator[None]:
     yield
+
+
+@contextlib.asynccontextmanager
+async def _healing(worker: Worker) -> AsyncIterator[None]:
+    """While the worker runs: its queue's runs stuck on a task no worker can complete, reset (`stuck_tasks`)."""
+    if not stuck_tasks.enabled():
+        yield
+        return
+    healing = asyncio.create_task(stuck_tasks.keep_healing(worker.client, worker.task_queue))
+    try:
+        yield
+    finally:
+        healing.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await healing
 
 
 __all__ = ["SANDBOX_ENV", "SANDBOX_PASSTHROUGH", "KeelPlugin", "keel_workflows_runner", "sandboxed_runner"]

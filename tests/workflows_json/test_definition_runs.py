@@ -10,6 +10,8 @@ import uuid
 from typing import Any
 
 import pytest
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
 from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
 
 from keel.app.workflow_checks import Known, check_definition
@@ -23,7 +25,7 @@ from keel.workflows.contracts import ResumeStep, WorkflowRunState
 from keel.workflows.search_attributes import KEEL_WORKFLOW_ID
 from tests.conftest import running_worker
 from tests.test_temporal_cli import temporal
-from tests.workflows_json.apps import ASK, CHILD, EVERYTHING, app
+from tests.workflows_json.apps import ASK, CHILD, EVERYTHING, app, definition, mapping, tool_step
 
 
 async def save(storage: Storage, raw: dict[str, Any]) -> None:
@@ -403,3 +405,38 @@ async def test_a_start_refused_leaves_python_no_unretrieved_error_to_log(
     finally:
         loop.set_exception_handler(before)
     assert not [m for m in logged if "never retrieved" in m], logged
+
+
+async def test_settle_follows_a_run_reset_while_it_waited(client: Client, storage: Storage, task_queue: str) -> None:
+    """A reset (an operator's, or a worker healing a stuck run: `keel.client.stuck_tasks`) ends the execution
+    whose `settled` update waited: `settle` asks the execution now current, and answers when it suspends."""
+    napper = definition(
+        "napper",
+        [
+            {"type": "sleep", "id": "nap", "duration": 1500},
+            mapping("q", {"question": {"value": "Go on?"}}),
+            tool_step("human", "ask-human"),
+        ],
+    )
+    await save(storage, napper)
+    async with running_worker(client, app, storage, task_queue):
+        workflows = Workflows(storage, app, KeelClient(client, task_queue=task_queue, app=app))
+        handle = await start(client, "napper", task_queue, {})
+        first = (await handle.describe()).run_id
+        waiting = asyncio.create_task(workflows.settle(handle.id, timeout=30))
+        await asyncio.sleep(0.5)  # the update accepted, the nap's timer started
+        history = await handle.fetch_history()
+        last_task = max(e.event_id for e in history.events if e.HasField("workflow_task_completed_event_attributes"))
+        await client.workflow_service.reset_workflow_execution(
+            ResetWorkflowExecutionRequest(
+                namespace=client.namespace,
+                workflow_execution=WorkflowExecution(workflow_id=handle.id, run_id=first),
+                reason="test",
+                workflow_task_finish_event_id=last_task,
+                request_id=str(uuid.uuid4()),
+            )
+        )
+        settled = await waiting
+        assert settled.state.status == "suspended"
+        assert settled.state.steps["human"].suspend_payload == {"question": "Go on?"}
+        assert (await handle.describe()).run_id != first
