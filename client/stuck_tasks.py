@@ -33,20 +33,20 @@ from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.api.workflowservice.v1 import (
+    DescribeWorkflowExecutionRequest,
     GetWorkflowExecutionHistoryReverseRequest,
     ResetWorkflowExecutionRequest,
 )
-from temporalio.client import Client, WorkflowExecutionStatus
-from temporalio.service import RPCError
+from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
 
 HEAL_EVERY_SECONDS = 10.0
 MAX_HEALS = 3
 """Resets of one workflow id by this healing at most: a run that keeps getting stuck is left for a person."""
-ABSENT_MESSAGE = "referenced absent message ID"
-"""The server's words for a completion whose command names a message it was not sent."""
 REASON = "keel: stuck on a workflow task no worker can complete"
 LOCAL_MARKER = "core_local_activity"
 _RESET = WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_RESET_WORKFLOW
+_BAD_UPDATE = WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_BAD_UPDATE_WORKFLOW_EXECUTION_MESSAGE
 
 log = logging.getLogger(__name__)
 
@@ -73,9 +73,10 @@ async def _newest_first(client: Client, workflow_id: str, run_id: str) -> AsyncI
 
 async def reset_point(client: Client, workflow_id: str, run_id: str) -> int | None:
     """The event id to reset the run to, if its history has the module's shape: the last completed workflow
-    task recorded local activity markers and nothing after them, an update accepted before it is still open, and
-    fewer than `MAX_HEALS` resets of this kind were made already. (The refusal itself is in no history: the
-    failed attempts after a timed-out one are not recorded.)"""
+    task recorded local activity markers and nothing else before the next task was scheduled; since then no task
+    failed for another cause (the refusal itself may be in no history: the failed attempts after a timed-out one
+    are not recorded) and no reset of ours was made (it did not help); an update accepted before it is still open;
+    fewer than `MAX_HEALS` resets of ours in the history (a reset copies the events before its point)."""
     after: list[HistoryEvent] = []  # newer than the last completed task, newest first
     point: int | None = None
     completed: set[str] = set()
@@ -83,6 +84,12 @@ async def reset_point(client: Client, workflow_id: str, run_id: str) -> int | No
     heals = 0
     async for event in _newest_first(client, workflow_id, run_id):
         kind = event.event_type
+        if kind == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
+            failed = event.workflow_task_failed_event_attributes
+            ours = failed.cause == _RESET and failed.failure.message.startswith(REASON)
+            heals += ours
+            if point is None and (ours or failed.cause != _BAD_UPDATE):
+                return None
         if point is None:
             if kind == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
                 point = event.event_id
@@ -93,10 +100,8 @@ async def reset_point(client: Client, workflow_id: str, run_id: str) -> int | No
         elif kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
             accepted = event.workflow_execution_update_accepted_event_attributes.protocol_instance_id
             still_open = still_open or accepted not in completed
-        elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
-            failed = event.workflow_task_failed_event_attributes
-            heals += failed.cause == _RESET and failed.failure.message.startswith(REASON)
-    lone_markers = list(takewhile(_is_local_marker, reversed(after)))
+    recorded = list(takewhile(lambda e: e.event_type != EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED, reversed(after)))
+    lone_markers = bool(recorded) and all(_is_local_marker(e) for e in recorded)
     if point is None or not lone_markers or not still_open or heals >= MAX_HEALS:
         return None
     return point
@@ -109,29 +114,51 @@ def _is_local_marker(event: HistoryEvent) -> bool:
     )
 
 
+async def _failing_task_attempt(client: Client, workflow_id: str, run_id: str) -> tuple[int, int]:
+    """The run's pending workflow task's attempt (0: none) and its history length."""
+    described = await client.workflow_service.describe_workflow_execution(
+        DescribeWorkflowExecutionRequest(
+            namespace=client.namespace, execution=WorkflowExecution(workflow_id=workflow_id, run_id=run_id)
+        )
+    )
+    return described.pending_workflow_task.attempt, described.workflow_execution_info.history_length
+
+
+_judged: dict[tuple[str, int], None] = {}
+"""(run id, history length) of runs found not of the shape: not read again until their history grows."""
+
+
 async def heal_once(client: Client, task_queue: str) -> list[str]:
-    """Reset every running run of `task_queue` stuck as the module says; the ids of those reset."""
+    """Reset every running run of `task_queue` stuck as the module says; the ids of those reset. A run that
+    cannot be looked at or reset is logged and left for the next pass."""
+    if "'" in task_queue or "\\" in task_queue:
+        return []  # not in a query's string as it is (no task queue Keel names has them)
     query = f"ExecutionStatus = 'Running' AND TaskQueue = '{task_queue}' AND TemporalReportedProblems IS NOT NULL"
     healed = []
     async for run in client.list_workflows(query, limit=100):
-        if run.status != WorkflowExecutionStatus.RUNNING:
-            continue
-        if (
-            await client.get_workflow_handle(run.id, run_id=run.run_id).describe()
-        ).raw_description.pending_workflow_task.attempt < 2:
-            continue  # its task is not failing (now)
-        point = await reset_point(client, run.id, run.run_id)
-        if point is None:
-            continue
-        await client.workflow_service.reset_workflow_execution(
-            ResetWorkflowExecutionRequest(
-                namespace=client.namespace,
-                workflow_execution=WorkflowExecution(workflow_id=run.id, run_id=run.run_id),
-                reason=f"{REASON} (an update's completion sent without its message); reset to its last completed task",
-                workflow_task_finish_event_id=point,
-                request_id=f"keel-heal-{run.run_id}-{point}",
+        try:
+            attempt, length = await _failing_task_attempt(client, run.id, run.run_id)
+            if attempt < 2 or (run.run_id, length) in _judged:
+                continue  # its task is not failing now, or it was found not of the shape
+            point = await reset_point(client, run.id, run.run_id)
+            if point is None:
+                if len(_judged) >= 10_000:
+                    _judged.clear()
+                _judged[(run.run_id, length)] = None
+                continue
+            await client.workflow_service.reset_workflow_execution(
+                ResetWorkflowExecutionRequest(
+                    namespace=client.namespace,
+                    workflow_execution=WorkflowExecution(workflow_id=run.id, run_id=run.run_id),
+                    reason=f"{REASON} (an update's completion sent without its message); reset to its last "
+                    "completed task",
+                    workflow_task_finish_event_id=point,
+                    request_id=f"keel-heal-{run.run_id}-{point}",
+                )
             )
-        )
+        except RPCError as err:
+            log.warning("Run %s could not be looked at or reset (tried again later): %s", run.id, err.message)
+            continue
         log.warning("Run %s was stuck on a workflow task no worker can complete; reset to event %d", run.id, point)
         healed.append(run.id)
     return healed
@@ -144,10 +171,12 @@ async def keep_healing(client: Client, task_queue: str, every: float = HEAL_EVER
         try:
             await heal_once(client, task_queue)
         except RPCError as err:
-            if "TemporalReportedProblems" in err.message:  # a server without the attribute: nothing to list
-                log.warning("Stuck runs are not healed on this server: %s", err.message)
+            if err.status == RPCStatusCode.INVALID_ARGUMENT and "TemporalReportedProblems" in err.message:
+                log.warning("Stuck runs are not healed on this server: %s", err.message)  # before 1.28
                 return
             log.warning("Looking for stuck runs failed (tried again in %.0f s): %s", every, err.message)
+        except Exception:
+            log.exception("Looking for stuck runs failed (tried again in %.0f s)", every)
 
 
-__all__ = ["HEAL_EVERY_SECONDS", "enabled", "heal_once", "keep_healing", "reset_point"]
+__all__ = ["HEAL_EVERY_SECONDS", "MAX_HEALS", "REASON", "enabled", "heal_once", "keep_healing", "reset_point"]

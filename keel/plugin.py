@@ -247,7 +247,7 @@ async def _healing(worker: Worker) -> AsyncIterator[None]:
         yield
     finally:
         healing.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
+        with contextlib.suppress(asyncio.CancelledError, Exception):  # `keep_healing` logged what it met
             await healing
 
 

@@ -20,12 +20,17 @@ from google.protobuf.any_pb2 import Any as AnyProto
 from temporalio import activity, workflow
 from temporalio.api.command.v1 import Command, ProtocolMessageCommandAttributes, RecordMarkerCommandAttributes
 from temporalio.api.common.v1 import Payload, Payloads
-from temporalio.api.enums.v1 import CommandType
+from temporalio.api.enums.v1 import CommandType, WorkflowTaskFailedCause
+from temporalio.api.failure.v1 import Failure
 from temporalio.api.protocol.v1 import Message
 from temporalio.api.sdk.v1 import WorkflowTaskCompletedMetadata
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.update.v1 import Acceptance, Request
-from temporalio.api.workflowservice.v1 import PollWorkflowTaskQueueRequest, RespondWorkflowTaskCompletedRequest
+from temporalio.api.workflowservice.v1 import (
+    PollWorkflowTaskQueueRequest,
+    RespondWorkflowTaskCompletedRequest,
+    RespondWorkflowTaskFailedRequest,
+)
 from temporalio.client import (
     Client,
     WithStartWorkflowOperation,
@@ -116,7 +121,7 @@ async def _accept_the_update(client: Client, task_queue: str) -> None:
     )
 
 
-async def _record_a_lone_marker_then_die(client: Client, task_queue: str) -> None:
+async def _record_a_lone_marker_then_die(client: Client, task_queue: str, *, failing: bool = False) -> None:
     """The task after `go`: the local activity's marker and nothing the workflow did next, a new task forced;
     that task is started and never answered."""
     service = client.workflow_service
@@ -143,10 +148,22 @@ async def _record_a_lone_marker_then_die(client: Client, task_queue: str) -> Non
             sdk_metadata=_METADATA,
         )
     )
-    await service.poll_workflow_task_queue(poll)
+    next_task = await service.poll_workflow_task_queue(poll)
+    if failing:  # it fails for a reason of its own (a workflow bug, say): recorded, as a first attempt's failure is
+        await service.respond_workflow_task_failed(
+            RespondWorkflowTaskFailedRequest(
+                namespace="default",
+                task_token=next_task.task_token,
+                identity="dying",
+                cause=WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_NON_DETERMINISTIC_ERROR,
+                failure=Failure(message="a workflow bug"),
+            )
+        )
 
 
-async def _stuck_run(client: Client, task_queue: str) -> tuple[str, WorkflowUpdateHandle[str]]:
+async def _stuck_run(
+    client: Client, task_queue: str, *, failing: bool = False
+) -> tuple[str, WorkflowUpdateHandle[str]]:
     run_id = f"marker-{uuid.uuid4()}"
     start: WithStartWorkflowOperation[Any, Any] = WithStartWorkflowOperation(
         "marker-then-settle",
@@ -163,7 +180,7 @@ async def _stuck_run(client: Client, task_queue: str) -> tuple[str, WorkflowUpda
     await _accept_the_update(client, task_queue)
     handle = await update
     await client.get_workflow_handle(run_id).signal("go")
-    await _record_a_lone_marker_then_die(client, task_queue)
+    await _record_a_lone_marker_then_die(client, task_queue, failing=failing)
     return run_id, handle
 
 
@@ -220,3 +237,14 @@ async def test_a_keel_worker_heals_its_queue_by_itself(client: Client, storage: 
             await asyncio.wait_for(waiting.result(), timeout=stuck_tasks.HEAL_EVERY_SECONDS * 4)
         answer = await client.get_workflow_handle(run_id).execute_update("settled", result_type=str)
     assert answer == "marked"
+
+
+async def test_a_run_whose_task_fails_for_another_reason_is_left_alone(client: Client) -> None:
+    """Same shape, but its task's recorded failure names another cause (a workflow bug): not this module's to
+    reset, however often it fails."""
+    task_queue = f"test-{uuid.uuid4()}"
+    run_id, waiting = await _stuck_run(client, task_queue, failing=True)
+    assert waiting.workflow_run_id is not None
+    assert await stuck_tasks.reset_point(client, run_id, waiting.workflow_run_id) is None
+    assert await stuck_tasks.heal_once(client, task_queue) == []
+    await client.get_workflow_handle(run_id).terminate()
