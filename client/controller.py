@@ -207,9 +207,15 @@ class Session:
         """Once the turn `run_id` (default: the latest) has ended, or waits on a person."""
         from keel.workflows.session_contracts import SessionSnapshot, Settle
 
-        result: SessionSnapshot = await self._update(
-            names.SESSION_SETTLED_UPDATE, Settle(run_id=run_id), SessionSnapshot, wait=timedelta(hours=1)
-        )
+        for tries_left in reversed(range(3)):
+            try:
+                result: SessionSnapshot = await self._update(
+                    names.SESSION_SETTLED_UPDATE, Settle(run_id=run_id), SessionSnapshot, wait=timedelta(hours=1)
+                )
+                break
+            except SessionError as err:  # its execution ended while the update waited (a reset): ask the new one
+                if not tries_left or err.kind != ENDED_BEFORE_ANSWERING:
+                    raise
         await self._heard()
         return result
 
@@ -579,6 +585,10 @@ def _unanswered(session_id: str, err: RPCError) -> KeelClientError:
     if err.status == RPCStatusCode.NOT_FOUND:
         return SessionNotFound(f"Session {session_id}: {err.message}")
     return KeelClientError(f"Session {session_id}: {err.message}")
+
+
+ENDED_BEFORE_ANSWERING = "AcceptedUpdateCompletedWorkflow"
+"""Temporal's failure type for an accepted update whose execution ended first (closed, or reset)."""
 
 
 def _refused(err: WorkflowUpdateFailedError) -> SessionError:

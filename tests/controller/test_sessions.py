@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.enums.v1 import EventType
+from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
 from temporalio.client import WorkflowExecutionStatus
 
 from keel import AgentController
@@ -396,3 +398,33 @@ async def test_a_session_asks_no_patch_once_it_has_begun(ctl: AgentController) -
     again = await handle.execute_update(names.SESSION_SEND_UPDATE, message, id="again", result_type=Accepted)
     assert again == first
     assert patches_after_first_local_step(await handle.fetch_history()) == []
+
+
+async def test_settled_follows_a_session_reset_while_it_waited(ctl: AgentController) -> None:
+    """A reset (an operator's, or a worker healing a stuck session: `keel.client.stuck_tasks`) ends the execution
+    whose `settled` update waited: `settled` asks the execution now current; the turn it waits for, running as a
+    child, reports to that one."""
+    session = await ctl.create_session(user())
+    await session.send_message('tool save_note {"text": "held"}')  # the turn waits for an approval
+    [held] = await wait_pending(session)
+    queued = await session.follow_up("text afterwards")
+    waiting = asyncio.create_task(session.settled(queued.run_id))
+    await asyncio.sleep(0.5)  # the update accepted
+    temporal = session.controller.keel.temporal
+    handle = temporal.get_workflow_handle(session.id)
+    first = (await handle.describe()).run_id
+    history = await handle.fetch_history()
+    last_task = max(e.event_id for e in history.events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED)
+    await temporal.workflow_service.reset_workflow_execution(
+        ResetWorkflowExecutionRequest(
+            namespace=temporal.namespace,
+            workflow_execution=WorkflowExecution(workflow_id=session.id, run_id=first),
+            reason="test",
+            workflow_task_finish_event_id=last_task,
+            request_id=str(uuid.uuid4()),
+        )
+    )
+    await session.respond_to_tool_approval(held.tool_call_id, "approve")
+    await asyncio.wait_for(waiting, timeout=30)
+    assert (await handle.describe()).run_id != first
+    assert (await session.thread.list_messages())[-1]["content"][0]["text"] == "echo: text afterwards"
