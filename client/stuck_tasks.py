@@ -8,7 +8,8 @@ command without its message: the server refuses every attempt (`BadUpdateWorkflo
 referenced absent message ID <update>/request/complete`) and the run never moves again. A reset to the last
 completed task drops the lone marker; the local activity runs again (as after any crash in it) and the run goes
 on. The update that waited fails ("the workflow completed before the update"); Keel's clients then ask the run
-now current (`Workflows.settle`, `KeelClient.settle`). Signals received after that task are reapplied by the reset.
+now current (`Workflows.settle`, `KeelClient.settle`, `Session.settled`); children keep running and report to
+the new execution. Signals received after that task are reapplied by the reset.
 Test: `tests/test_update_after_local_marker.py`.
 
 How runs are found: Temporal marks a run whose workflow task keeps failing (`TemporalReportedProblems`, after
