@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from itertools import takewhile
 
 from temporalio.api.common.v1 import WorkflowExecution
@@ -73,6 +73,11 @@ async def _newest_first(client: Client, workflow_id: str, run_id: str) -> AsyncI
 
 
 async def reset_point(client: Client, workflow_id: str, run_id: str) -> int | None:
+    """`reset_point_of` the run's history, read from the server newest first."""
+    return reset_point_of([event async for event in _newest_first(client, workflow_id, run_id)])
+
+
+def reset_point_of(newest_first: Iterable[HistoryEvent]) -> int | None:
     """The event id to reset the run to, if its history has the module's shape: the last completed workflow
     task recorded local activity markers and nothing else before the next task was scheduled; since then no task
     failed for another cause (the refusal itself may be in no history: the failed attempts after a timed-out one
@@ -83,7 +88,7 @@ async def reset_point(client: Client, workflow_id: str, run_id: str) -> int | No
     completed: set[str] = set()
     still_open = False
     heals = 0
-    async for event in _newest_first(client, workflow_id, run_id):
+    for event in newest_first:
         kind = event.event_type
         if kind == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
             failed = event.workflow_task_failed_event_attributes
@@ -180,4 +185,13 @@ async def keep_healing(client: Client, task_queue: str, every: float = HEAL_EVER
             log.exception("Looking for stuck runs failed (tried again in %.0f s)", every)
 
 
-__all__ = ["HEAL_EVERY_SECONDS", "MAX_HEALS", "REASON", "enabled", "heal_once", "keep_healing", "reset_point"]
+__all__ = [
+    "HEAL_EVERY_SECONDS",
+    "MAX_HEALS",
+    "REASON",
+    "enabled",
+    "heal_once",
+    "keep_healing",
+    "reset_point",
+    "reset_point_of",
+]

@@ -13,6 +13,7 @@ import json
 import time
 import uuid
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,8 +21,9 @@ from google.protobuf.any_pb2 import Any as AnyProto
 from temporalio import activity, workflow
 from temporalio.api.command.v1 import Command, ProtocolMessageCommandAttributes, RecordMarkerCommandAttributes
 from temporalio.api.common.v1 import Payload, Payloads
-from temporalio.api.enums.v1 import CommandType, WorkflowTaskFailedCause
+from temporalio.api.enums.v1 import CommandType, EventType, WorkflowTaskFailedCause
 from temporalio.api.failure.v1 import Failure
+from temporalio.api.history.v1 import HistoryEvent
 from temporalio.api.protocol.v1 import Message
 from temporalio.api.sdk.v1 import WorkflowTaskCompletedMetadata
 from temporalio.api.taskqueue.v1 import TaskQueue
@@ -35,6 +37,7 @@ from temporalio.client import (
     Client,
     WithStartWorkflowOperation,
     WorkflowExecutionStatus,
+    WorkflowHistory,
     WorkflowUpdateFailedError,
     WorkflowUpdateHandle,
     WorkflowUpdateStage,
@@ -248,3 +251,25 @@ async def test_a_run_whose_task_fails_for_another_reason_is_left_alone(client: C
     assert await stuck_tasks.reset_point(client, run_id, waiting.workflow_run_id) is None
     assert await stuck_tasks.heal_once(client, task_queue) == []
     await client.get_workflow_handle(run_id).terminate()
+
+
+FINDINGS = Path(__file__).parent.parent / "bench" / "chaos" / "findings"
+
+
+@pytest.mark.parametrize(
+    ("history", "point"),
+    [("2026-12-03-bad-update-message-history.json", 29), ("2026-12-03-bad-update-message-history-2.json", 24)],
+)
+def test_the_stuck_runs_the_chaos_runs_found_are_reset_to_their_last_completed_task(history: str, point: int) -> None:
+    events = list(WorkflowHistory.from_json("stuck", json.loads((FINDINGS / history).read_text())).events)
+    assert stuck_tasks.reset_point_of(reversed(events)) == point
+    # Before the refused attempts (only the lone marker and the abandoned task): the same shape, the same point.
+    failed = next(i for i, e in enumerate(events) if e.HasField("workflow_task_failed_event_attributes"))
+    assert stuck_tasks.reset_point_of(reversed(events[:failed])) == point
+    # The task that recorded the marker also recorded what came next (as a healthy run's does): nothing to reset.
+    marker = next(i for i in range(point, len(events)) if events[i].HasField("marker_recorded_event_attributes"))
+    upsert = HistoryEvent(
+        event_id=events[marker].event_id,
+        event_type=EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES,
+    )
+    assert stuck_tasks.reset_point_of(reversed([*events[: marker + 1], upsert, *events[marker + 1 : failed]])) is None
