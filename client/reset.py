@@ -133,7 +133,11 @@ async def reset_run(
     forgotten = await storage.forget_steps(run_id, forget)
     try:
         execution = await reset_to_task(
-            keel, run_id, found.execution, found.reset_event_id, reason or f"keel reset {run_id} --to-step {step}"
+            keel.temporal,
+            run_id,
+            found.execution,
+            found.reset_event_id,
+            reason or f"keel reset {run_id} --to-step {step}",
         )
     except RPCError as err:
         raise KeelClientError(

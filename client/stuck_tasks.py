@@ -36,10 +36,11 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.api.workflowservice.v1 import (
     DescribeWorkflowExecutionRequest,
     GetWorkflowExecutionHistoryReverseRequest,
-    ResetWorkflowExecutionRequest,
 )
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
+
+from keel.client.temporal_reset import reset_to_task
 
 HEAL_EVERY_SECONDS = 10.0
 MAX_HEALS = 3
@@ -152,16 +153,8 @@ async def heal_once(client: Client, task_queue: str) -> list[str]:
                     _judged.clear()
                 _judged[(run.run_id, length)] = None
                 continue
-            await client.workflow_service.reset_workflow_execution(
-                ResetWorkflowExecutionRequest(
-                    namespace=client.namespace,
-                    workflow_execution=WorkflowExecution(workflow_id=run.id, run_id=run.run_id),
-                    reason=f"{REASON} (an update's completion sent without its message); reset to its last "
-                    "completed task",
-                    workflow_task_finish_event_id=point,
-                    request_id=f"keel-heal-{run.run_id}-{point}",
-                )
-            )
+            reason = f"{REASON} (an update's completion sent without its message); reset to its last completed task"
+            await reset_to_task(client, run.id, run.run_id, point, reason, request_id=f"keel-heal-{run.run_id}-{point}")
         except RPCError as err:
             log.warning("Run %s could not be looked at or reset (tried again later): %s", run.id, err.message)
             continue

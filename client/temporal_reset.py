@@ -16,7 +16,7 @@ from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.enums.v1 import EventType, ResetReapplyExcludeType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
-from temporalio.client import WorkflowExecutionDescription
+from temporalio.client import Client, WorkflowExecutionDescription
 from temporalio.service import RPCError, RPCStatusCode
 
 from keel.client.errors import KeelClientError, RunNotFound
@@ -60,27 +60,29 @@ def task_completed_after(events: Sequence[HistoryEvent], started_id: int) -> int
 
 
 async def reset_to_task(
-    keel: KeelClient,
+    temporal: Client,
     run_id: str,
     execution: str,
     completed_event_id: int,
     reason: str,
     *,
     exclude: Sequence[ResetReapplyExcludeType.ValueType] = (),
+    request_id: str | None = None,
 ) -> str:
     """Reset execution `execution` of the run to the workflow task completed by `completed_event_id` (that task
     runs again); the new execution's id. `exclude`: what the old execution received after that task and the new
-    one is not to get again (by default Temporal applies its signals and updates again)."""
+    one is not to get again (by default Temporal applies its signals and updates again). Resets sent with the same
+    `request_id` are one reset (default: a new id each call)."""
     request = ResetWorkflowExecutionRequest(
-        namespace=keel.temporal.namespace,
+        namespace=temporal.namespace,
         workflow_execution=WorkflowExecution(workflow_id=run_id, run_id=execution),
         reason=reason,
         workflow_task_finish_event_id=completed_event_id,
-        request_id=str(uuid.uuid4()),
+        request_id=request_id or str(uuid.uuid4()),
         reset_reapply_exclude_types=list(exclude),
-        identity=keel.temporal.identity,
+        identity=temporal.identity,
     )
-    response = await keel.temporal.workflow_service.reset_workflow_execution(request)
+    response = await temporal.workflow_service.reset_workflow_execution(request)
     return str(response.run_id)
 
 

@@ -199,7 +199,7 @@ async def time_travel(
     told = f"{names.TIME_TRAVEL_REASON}: run {run_id} again from step {step!r}"
     try:
         new = await reset_to_task(
-            keel, run_id, desc.run_id, reset_event, f"{told} ({reason})" if reason else told, exclude=NOT_AGAIN
+            keel.temporal, run_id, desc.run_id, reset_event, f"{told} ({reason})" if reason else told, exclude=NOT_AGAIN
         )
     except RPCError as err:
         raise KeelClientError(f"Temporal refused to reset run {run_id!r} ({err.message})") from None

@@ -30,6 +30,7 @@ from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.update.v1 import Acceptance, Request
 from temporalio.api.workflowservice.v1 import (
     PollWorkflowTaskQueueRequest,
+    PollWorkflowTaskQueueResponse,
     RespondWorkflowTaskCompletedRequest,
     RespondWorkflowTaskFailedRequest,
 )
@@ -91,11 +92,36 @@ _METADATA = WorkflowTaskCompletedMetadata(
 )
 
 
+async def _poll(client: Client, task_queue: str) -> PollWorkflowTaskQueueResponse:
+    poll = PollWorkflowTaskQueueRequest(namespace="default", task_queue=TaskQueue(name=task_queue), identity="dying")
+    return await client.workflow_service.poll_workflow_task_queue(poll)
+
+
+async def _complete(
+    client: Client,
+    task: PollWorkflowTaskQueueResponse,
+    commands: list[Command],
+    *,
+    messages: list[Message] | None = None,
+    force_new_task: bool = False,
+) -> None:
+    """Complete `task` with `commands` (and `messages`) as the Python SDK's core would."""
+    await client.workflow_service.respond_workflow_task_completed(
+        RespondWorkflowTaskCompletedRequest(
+            namespace="default",
+            task_token=task.task_token,
+            identity="dying",
+            commands=commands,
+            messages=messages,
+            force_create_new_workflow_task=force_new_task,
+            sdk_metadata=_METADATA,
+        )
+    )
+
+
 async def _accept_the_update(client: Client, task_queue: str) -> None:
     """The first workflow task, as a worker completes it: the update accepted, the run waits for `go`."""
-    service = client.workflow_service
-    poll = PollWorkflowTaskQueueRequest(namespace="default", task_queue=TaskQueue(name=task_queue), identity="dying")
-    task = await service.poll_workflow_task_queue(poll)
+    task = await _poll(client, task_queue)
     (request_message,) = task.messages
     request = Request()
     request_message.body.Unpack(request)
@@ -112,24 +138,14 @@ async def _accept_the_update(client: Client, task_queue: str) -> None:
         command_type=CommandType.COMMAND_TYPE_PROTOCOL_MESSAGE,
         protocol_message_command_attributes=ProtocolMessageCommandAttributes(message_id=f"{update_id}/accept"),
     )
-    await service.respond_workflow_task_completed(
-        RespondWorkflowTaskCompletedRequest(
-            namespace="default",
-            task_token=task.task_token,
-            identity="dying",
-            commands=[accept],
-            messages=[Message(id=f"{update_id}/accept", protocol_instance_id=update_id, body=acceptance)],
-            sdk_metadata=_METADATA,
-        )
-    )
+    message = Message(id=f"{update_id}/accept", protocol_instance_id=update_id, body=acceptance)
+    await _complete(client, task, [accept], messages=[message])
 
 
 async def _record_a_lone_marker_then_die(client: Client, task_queue: str, *, failing: bool = False) -> None:
     """The task after `go`: the local activity's marker and nothing the workflow did next, a new task forced;
     that task is started and never answered."""
-    service = client.workflow_service
-    poll = PollWorkflowTaskQueueRequest(namespace="default", task_queue=TaskQueue(name=task_queue), identity="dying")
-    task = await service.poll_workflow_task_queue(poll)
+    task = await _poll(client, task_queue)
     stamp = {"seconds": int(time.time()), "nanos": 0}
     marker_data = {
         "seq": 1, "attempt": 1, "activity_id": "1", "activity_type": "mark",
@@ -141,19 +157,10 @@ async def _record_a_lone_marker_then_die(client: Client, task_queue: str, *, fai
             marker_name="core_local_activity", details={"data": _json(marker_data), "result": _json("marked")}
         ),
     )
-    await service.respond_workflow_task_completed(
-        RespondWorkflowTaskCompletedRequest(
-            namespace="default",
-            task_token=task.task_token,
-            identity="dying",
-            commands=[marker],
-            force_create_new_workflow_task=True,
-            sdk_metadata=_METADATA,
-        )
-    )
-    next_task = await service.poll_workflow_task_queue(poll)
+    await _complete(client, task, [marker], force_new_task=True)
+    next_task = await _poll(client, task_queue)
     if failing:  # it fails for a reason of its own (a workflow bug, say): recorded, as a first attempt's failure is
-        await service.respond_workflow_task_failed(
+        await client.workflow_service.respond_workflow_task_failed(
             RespondWorkflowTaskFailedRequest(
                 namespace="default",
                 task_token=next_task.task_token,

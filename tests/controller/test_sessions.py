@@ -8,13 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.enums.v1 import EventType
-from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
 from temporalio.client import WorkflowExecutionStatus
 
 from keel import AgentController
 from keel.client.controller import Session, SessionError
+from keel.client.temporal_reset import reset_to_task
 from keel.protocol import names
 from keel.workflows.session_contracts import Accepted, PendingItem, SendMessage
 from tests.controller.conftest import collect
@@ -415,15 +414,7 @@ async def test_settled_follows_a_session_reset_while_it_waited(ctl: AgentControl
     first = (await handle.describe()).run_id
     history = await handle.fetch_history()
     last_task = max(e.event_id for e in history.events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED)
-    await temporal.workflow_service.reset_workflow_execution(
-        ResetWorkflowExecutionRequest(
-            namespace=temporal.namespace,
-            workflow_execution=WorkflowExecution(workflow_id=session.id, run_id=first),
-            reason="test",
-            workflow_task_finish_event_id=last_task,
-            request_id=str(uuid.uuid4()),
-        )
-    )
+    await reset_to_task(temporal, session.id, first, last_task, "test")
     await session.respond_to_tool_approval(held.tool_call_id, "approve")
     await asyncio.wait_for(waiting, timeout=30)
     assert (await handle.describe()).run_id != first

@@ -300,7 +300,7 @@ async def test_a_time_travel_whose_instruction_was_lost_waits_until_restarted(
     reset_event = task_completed_after((await old.fetch_history()).events, point.history_length)
     assert reset_event is not None and old.run_id is not None
     reason = f"{names.TIME_TRAVEL_REASON}: run {run_id} again from step 'four'"
-    await reset_to_task(api.keel, run_id, old.run_id, reset_event, reason, exclude=NOT_AGAIN)
+    await reset_to_task(api.keel.temporal, run_id, old.run_id, reset_event, reason, exclude=NOT_AGAIN)
     handle = api.keel.temporal.get_workflow_handle(run_id)
     for _ in range(100):
         if await handle.query(names.TIME_TRAVEL_WAITING_QUERY) == old.run_id:

@@ -10,8 +10,6 @@ import uuid
 from typing import Any
 
 import pytest
-from temporalio.api.common.v1 import WorkflowExecution
-from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
 from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
 
 from keel.app.workflow_checks import Known, check_definition
@@ -19,6 +17,7 @@ from keel.client import keel_client
 from keel.client.devserver import DevServer
 from keel.client.errors import NoWorker
 from keel.client.keel_client import KeelClient
+from keel.client.temporal_reset import reset_to_task
 from keel.client.workflows import Workflows
 from keel.storage import Storage
 from keel.workflows.contracts import ResumeStep, WorkflowRunState
@@ -427,15 +426,7 @@ async def test_settle_follows_a_run_reset_while_it_waited(client: Client, storag
         await asyncio.sleep(0.5)  # the update accepted, the nap's timer started
         history = await handle.fetch_history()
         last_task = max(e.event_id for e in history.events if e.HasField("workflow_task_completed_event_attributes"))
-        await client.workflow_service.reset_workflow_execution(
-            ResetWorkflowExecutionRequest(
-                namespace=client.namespace,
-                workflow_execution=WorkflowExecution(workflow_id=handle.id, run_id=first),
-                reason="test",
-                workflow_task_finish_event_id=last_task,
-                request_id=str(uuid.uuid4()),
-            )
-        )
+        await reset_to_task(client, handle.id, first, last_task, "test")
         settled = await waiting
         assert settled.state.status == "suspended"
         assert settled.state.steps["human"].suspend_payload == {"question": "Go on?"}
