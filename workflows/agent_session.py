@@ -696,7 +696,7 @@ class AgentSession:
     @workflow.signal(name=names.TURN_DECIDED_SIGNAL)
     def turn_decided(self, decided: TurnDecided) -> None:
         """Calls decided or resumed on the run itself (the `temporal` CLI, say): no longer pending here."""
-        gone = set(decided.tool_call_ids)
+        gone = dict.fromkeys(decided.tool_call_ids)  # in the order given: a set's order is the process's hash seed's
         self._c.pending = [p for p in self._c.pending if not (p.run_id == decided.run_id and p.tool_call_id in gone)]
         for call_id in gone:
             self._decided(call_id)

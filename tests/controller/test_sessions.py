@@ -15,7 +15,8 @@ from keel import AgentController
 from keel.client.controller import Session, SessionError
 from keel.client.temporal_reset import reset_to_task
 from keel.protocol import names
-from keel.workflows.session_contracts import Accepted, PendingItem, SendMessage
+from keel.workflows.agent_session import MAX_DECIDED
+from keel.workflows.session_contracts import Accepted, PendingItem, SendMessage, TurnDecided
 from tests.controller.conftest import collect
 from tests.history_counts import patches_after_first_local_step
 
@@ -419,3 +420,18 @@ async def test_settled_follows_a_session_reset_while_it_waited(ctl: AgentControl
     await asyncio.wait_for(waiting, timeout=30)
     assert (await handle.describe()).run_id != first
     assert (await session.thread.list_messages())[-1]["content"][0]["text"] == "echo: text afterwards"
+
+
+async def test_a_session_remembers_its_last_200_decided_calls_and_no_more(ctl: AgentController) -> None:
+    """A decision for a call already decided is refused as such for the last 200 decided calls (`MAX_DECIDED`);
+    an older one is refused as unknown: the list a session carries does not grow with the calls it decided."""
+    session = await ctl.create_session(user())
+    handle = session.controller.keel.temporal.get_workflow_handle(session.id)
+    calls = [f"call-{n}" for n in range(MAX_DECIDED + 50)]
+    await handle.signal(names.TURN_DECIDED_SIGNAL, TurnDecided(run_id="elsewhere", tool_call_ids=calls))
+    with pytest.raises(SessionError, match="call-249' was already decided"):
+        await session.respond_to_tool_approval("call-249", "approve")
+    with pytest.raises(SessionError, match="call-50' was already decided"):
+        await session.respond_to_tool_approval("call-50", "approve")
+    with pytest.raises(SessionError, match="No tool call 'call-49' is waiting"):
+        await session.respond_to_tool_approval("call-49", "approve")
