@@ -36,6 +36,8 @@ from keel.workflows.session_contracts import (
     SessionSnapshotInput,
     SessionThreadInput,
     SessionThreadResult,
+    UnheardInput,
+    UnheardResult,
 )
 
 
@@ -201,6 +203,15 @@ class SessionActivities:
         done, reason = _verdict(answer.text)
         return JudgeResult(done=done, reason=reason)
 
+    @activity.defn(name=names.SESSION_UNHEARD)
+    async def session_unheard(self, input: UnheardInput) -> UnheardResult:
+        """Which messages delivered into an ended turn its thread does not hold: the turn ended before a model
+        step read them (delivered as it completed, or refused by a full inbox)."""
+        with translated():
+            ids = {names.delivered_message_id(input.run_id, m): m for m in input.message_ids}
+            held = {message.id for message in await self._storage.get_messages(list(ids))}
+            return UnheardResult(message_ids=[m for stored, m in ids.items() if stored not in held])
+
     @activity.defn(name=names.FORK_THREAD)
     async def fork_thread(self, input: ForkThreadInput) -> None:
         """A copy of the parent's thread for a forked subagent (made once; ids derive from the copy's)."""
@@ -217,6 +228,7 @@ class SessionActivities:
             self.session_thread,
             self.session_snapshot,
             self.session_judge,
+            self.session_unheard,
             self.fork_thread,
         ]
 

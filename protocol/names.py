@@ -102,6 +102,7 @@ SESSION_EVENTS: Final = "keel.session_events"
 SESSION_THREAD: Final = "keel.session_thread"
 SESSION_SNAPSHOT: Final = "keel.session_snapshot"
 SESSION_JUDGE: Final = "keel.session_judge"
+SESSION_UNHEARD: Final = "keel.session_unheard"
 FORK_THREAD: Final = "keel.fork_thread"
 
 

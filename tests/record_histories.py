@@ -258,6 +258,29 @@ async def _session_sent_again(keel: KeelClient, name: str) -> str:
     return session.id
 
 
+async def _session_delivered(keel: KeelClient, name: str) -> str:
+    """A session delivered a message into a turn waiting on `ask_user`; the turn failed (terminated) without
+    reading it; the session asked its thread (`keel.session_unheard`, generation 3) and gave the message a turn of
+    its own, ahead of a follow-up queued before."""
+    from keel.client.controller import ControllerClient
+
+    session = await ControllerClient(keel, _STORAGE[0], "assistant-controller").create_session(name)
+    await session.state.set({"yolo": True})
+    first = await session.send_message("ask")
+    while not (await session.snapshot()).pending:
+        await asyncio.sleep(0.05)
+    assert (await session.send_message("text unread", wait=False)).delivered
+    assert (await session.follow_up("text later")).queued
+    assert first.run_id is not None
+    await keel.temporal.get_workflow_handle(first.run_id).terminate("the turn fails")
+    while (await session.snapshot()).run_id == first.run_id:
+        await asyncio.sleep(0.05)
+    await session.settled()
+    said = [m["content"] for m in await session.thread.list_messages() if m["role"] == "user"]
+    assert said[-2:] == ["text unread", "text later"], said
+    return session.id
+
+
 async def _thread_turns(keel: KeelClient, thread: str) -> tuple[str, str]:
     """A thread's turns: 'hold' wakes a run, a message is delivered into it, one is queued, the run is
     approved, the queued message starts the next run. Returns the first run's id and the entity's."""
@@ -340,6 +363,7 @@ WORKFLOW_IDS = {
     "session_entity": names.session_workflow_id("assistant-controller", "session_entity", None),
     "session_sent_again": names.session_workflow_id("assistant-controller", "session_sent_again", None),
     "session_sent_again_gen2": names.session_workflow_id("assistant-controller", "session_sent_again_gen2", None),
+    "session_delivered_gen3": names.session_workflow_id("assistant-controller", "session_delivered_gen3", None),
     "tool_call_approved": "keel-tool-call-listener-hold-tool_call_approved",  # `tool_call_workflow_id`
 }
 """Histories whose workflow id is not their file's name (a session's id is derived from its controller,
@@ -461,6 +485,7 @@ SCENARIOS: dict[str, Scenario] = {
     "definition_local_tool_retried": Scenario(_definition_local_tool_retried, DEFAULT_SHAPE),
     "session_sent_again": Scenario(_session_sent_again, None, ends=False),
     "session_sent_again_gen2": Scenario(_session_sent_again, DEFAULT_SHAPE, ends=False),
+    "session_delivered_gen3": Scenario(_session_delivered, DEFAULT_SHAPE, ends=False),
     "session_turn_approved": Scenario(lambda keel, name: _recorded_turn("approved"), DEFAULT_SHAPE),
     "session_turn_suspended": Scenario(lambda keel, name: _recorded_turn("suspended"), DEFAULT_SHAPE),
     "session_turn_subagent": Scenario(lambda keel, name: _recorded_turn("subagent"), DEFAULT_SHAPE),

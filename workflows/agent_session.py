@@ -69,6 +69,8 @@ from keel.workflows.session_contracts import (
     ToolSuspensionResponse,
     TurnDecided,
     TurnWaiting,
+    UnheardInput,
+    UnheardResult,
 )
 
 MAX_QUEUED = 100
@@ -85,6 +87,14 @@ the session's rules (the send-once rule so far) are its own (`SessionCarry.gener
 continue-as-new), and no patch is asked mid-session, where a patch asked in reaction to a local activity's
 result can be met a workflow task early on replay and fail it. An execution that began before it asks as it did
 (generation 1); a session of those becomes generation 2 at its next continue-as-new."""
+GENERATION_3 = "keel-session-generation-3"
+"""Asked as `GENERATION_2` is, by sessions below generation 3. From 3 a session remembers the messages it
+delivered into the running turn (`SessionCarry.delivered`) and, when the turn ends, gives each its thread does
+not hold a turn of its own; before it, a message delivered as the turn completed (or to a turn that had just
+ended) was lost. The old branch may go once no session begun before it is open."""
+MAX_DELIVERED = 100
+"""Messages delivered into one turn; past it, a message waits for the next turn (so the list the session carries
+until the turn ends stays bounded)."""
 TURN_MAX_STEPS = 1000
 """Mastra's controller runs a turn with `maxSteps: 1000`."""
 STORAGE = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=30))
@@ -108,12 +118,18 @@ class AgentSession:
         self._c = input.carry or SessionCarry()
         if self._c.generation < 2 and workflow.patched(GENERATION_2):
             self._c.generation = 2
+        if self._c.generation < 3 and workflow.patched(GENERATION_3):
+            self._c.generation = 3
         self._ready = input.carry is not None and input.carry.config is not None
         self._lock = asyncio.Lock()
         self._turn: ChildWorkflowHandle[Any, AgentRunResult] | None = None
         self._turn_id: str | None = None
         self._aborting = False
-        self._ended: set[str] = set()  # turns that ended in this execution
+        # Turns that ended in this execution, and (generation 3) an ended turn -> the turn its unread messages went
+        # to: an entry per turn, bounded as the execution's history is (it continues as new when Temporal says so).
+        self._ended: set[str] = set()
+        self._forwarded: dict[str, str] = {}
+        self._ending: str | None = None  # a turn whose run has ended, its unread messages not yet given turns
 
     # --- the session's life ------------------------------------------------------------------------------------
 
@@ -229,8 +245,12 @@ class AgentSession:
             if not cancelled:
                 error = str(getattr(err.cause, "message", None) or err.cause or err)
         async with self._lock:
+            aborted = reason == "aborted" or self._aborting  # also a turn that completed as it was stopped
             self._turn, self._turn_id, self._aborting = None, None, False
-            self._ended.add(run_id)
+            if self._c.generation < 3:
+                self._ended.add(run_id)
+            else:
+                self._ending = run_id
             left = [p for p in self._c.pending if p.run_id == run_id or p.run_id.startswith(f"{run_id}-")]
             self._c.pending = [p for p in self._c.pending if p not in left]
             events: list[dict[str, Any]] = []
@@ -244,9 +264,33 @@ class AgentSession:
                 events.append({"type": "error", "error": {"name": "Error", "message": error}, "runId": run_id})
             events.append({"type": "agent_end", "reason": reason, "runId": run_id})
             await self._emit(events)
+            if self._c.generation >= 3:  # ended once its unread messages have turns (`settled` follows them)
+                await self._requeue_unheard(run_id, aborted=aborted)
+                self._ended.add(run_id)
+                self._ending = None
             if reason == "complete":
                 await self._judge(run_id)
             self._status()
+
+    async def _requeue_unheard(self, run_id: str, *, aborted: bool) -> None:
+        """Messages delivered into the ended turn that its thread does not hold get turns of their own, in the
+        order sent and before what waits in the queue (they were sent for the turn that ended, before any
+        follow-up queued behind it); not after an abort: the user stopped that turn, and what they sent into it."""
+        delivered, self._c.delivered = [d for d in self._c.delivered if d.run_id == run_id], []
+        if not delivered or aborted:
+            return
+        unheard: UnheardResult = await workflow.execute_local_activity(
+            names.SESSION_UNHEARD,
+            UnheardInput(run_id=run_id, message_ids=[d.id for d in delivered]),
+            result_type=UnheardResult,
+            start_to_close_timeout=timedelta(seconds=30),
+            retry_policy=STORAGE,
+        )
+        waiting = len(self._c.queued)
+        for message in delivered:
+            if message.id in unheard.message_ids:
+                self._forwarded[run_id] = self._enqueue(message.id, message.content).run_id
+        self._c.queued = [*self._c.queued[waiting:], *self._c.queued[:waiting]]
 
     def _turn_config(self) -> TurnConfig:
         settings = self._c.thread_settings
@@ -334,14 +378,25 @@ class AgentSession:
 
     async def _send(self, message: SendMessage, message_id: str) -> Accepted:
         """The send itself (under the lock): into the running turn, or queued for one."""
-        if self._turn_id is not None and message.mode == "send":
+        tracked = self._c.generation >= 3
+        if (
+            self._turn_id is not None
+            and message.mode == "send"
+            and not (tracked and len(self._c.delivered) >= MAX_DELIVERED)
+        ):
             # Into the running turn, as Mastra delivers a message while a run is active; a call waiting for a
             # decision is declined (the user moved on).
             for item in [p for p in self._c.pending if p.kind == "approval" and p.run_id == self._turn_id]:
                 await self._decide(item, approved=False, reason=INTERRUPTED)
             payload = {"id": message_id, "content": message.content}
-            await self._signal(self._turn_id, names.USER_MESSAGE_SIGNAL, payload)
-            return Accepted(run_id=self._turn_id, delivered=True)
+            signalled = await self._signal(self._turn_id, names.USER_MESSAGE_SIGNAL, payload)
+            if not tracked:
+                return Accepted(run_id=self._turn_id, delivered=True)
+            if signalled:
+                delivered = QueuedMessage(id=message_id, content=message.content, run_id=self._turn_id)
+                self._c.delivered.append(delivered)
+                return Accepted(run_id=self._turn_id, delivered=True)
+            # The turn had ended (its end not yet handled here): the message gets a turn of its own.
         if self._turn_id is not None and message.mode == "steer":
             await self._abort()
         queued = self._enqueue(message_id, message.content)
@@ -360,14 +415,19 @@ class AgentSession:
     @workflow.update(name=names.SESSION_SETTLED_UPDATE)
     async def settled(self, request: Settle) -> SessionSnapshot:
         """Once the turn (default: the latest queued or running) has ended, or waits on a person."""
-        target = request.run_id or (self._c.queued[-1].run_id if self._c.queued else self._turn_id)
+        target = request.run_id or (self._c.queued[-1].run_id if self._c.queued else self._turn_id or self._ending)
 
         def settled() -> bool:
-            if target is None or target in self._ended:
+            turn = target
+            while turn in self._forwarded:  # its unread messages went to a later turn: that one's end
+                turn = self._forwarded[turn]
+            if turn is None or turn in self._ended:
                 return True
-            if self._turn_id == target:  # running: settled once it waits on a person
-                return any(p.run_id == target or p.run_id.startswith(f"{target}-") for p in self._c.pending)
-            return target not in {q.run_id for q in self._c.queued}  # not this execution's: long done
+            if turn == self._ending:
+                return False
+            if self._turn_id == turn:  # running: settled once it waits on a person
+                return any(p.run_id == turn or p.run_id.startswith(f"{turn}-") for p in self._c.pending)
+            return turn not in {q.run_id for q in self._c.queued}  # not this execution's: long done
 
         await workflow.wait_condition(settled)
         return self.snapshot()
@@ -776,11 +836,14 @@ class AgentSession:
         await self._signal(item.run_id, names.TOOL_APPROVAL_SIGNAL, approval)
         self._status()
 
-    async def _signal(self, run_id: str, name: str, payload: Any) -> None:
+    async def _signal(self, run_id: str, name: str, payload: Any) -> bool:
+        """Whether the signal reached the run (it fails when the run has ended meanwhile)."""
         try:
             await workflow.get_external_workflow_handle(run_id).signal(name, payload)
         except Exception as err:  # the run ended meanwhile: nothing to deliver to
             workflow.logger.warning("Could not signal %s to %s: %s", name, run_id, err)
+            return False
+        return True
 
     def _cancelled(self, item: PendingItem, reason: str) -> dict[str, Any]:
         return {

@@ -93,8 +93,11 @@ class SessionCarry(Contract):
     snapshot_offset: int | None = None
     """Offset of the last display-state snapshot in the session's log: readers fold from there."""
     generation: int = 1
-    """Which rules the session took in its first workflow task (`workflows/agent_session.py`, `GENERATION_2`):
-    sessions begun before 2 ask each later rule's patch when they first need it, mid-session."""
+    """Which rules the session took in its first workflow task (`workflows/agent_session.py`, `GENERATION_2`,
+    `GENERATION_3`): sessions begun before 2 ask each later rule's patch when they first need it, mid-session."""
+    delivered: list[QueuedMessage] = Field(default_factory=list)
+    """Messages delivered into the running turn (generation 3, bounded by `MAX_DELIVERED`): when it ends, each
+    its thread does not hold (the turn ended before reading it) goes to a turn of its own."""
 
 
 class QueuedMessage(Contract):
@@ -259,6 +262,18 @@ class SessionEventsInput(Contract):
     session_id: str
     events: list[dict[str, Any]]
     source: str
+
+
+class UnheardInput(Contract):
+    """Input of the `keel.session_unheard` activity: messages delivered into a turn that has ended."""
+
+    run_id: str
+    message_ids: list[str]
+
+
+class UnheardResult(Contract):
+    message_ids: list[str]
+    """Those of the input's the thread does not hold, in the input's order."""
 
 
 class SessionThreadInput(Contract):

@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import WorkflowExecutionStatus
+from temporalio.client import WorkflowExecutionStatus, WorkflowUpdateFailedError
 
 from keel import AgentController
 from keel.client.controller import Session, SessionError
 from keel.client.temporal_reset import reset_to_task
 from keel.protocol import names
-from keel.workflows.agent_session import MAX_DECIDED
+from keel.workflows.agent_session import MAX_DECIDED, MAX_SENT
 from keel.workflows.session_contracts import Accepted, PendingItem, SendMessage, TurnDecided
 from tests.controller.conftest import collect
 from tests.history_counts import patches_after_first_local_step
@@ -65,6 +65,12 @@ async def wait_pending(session: Session, kind: str = "approval", timeout: float 
             if found:
                 return found
             await asyncio.sleep(0.05)
+
+
+async def answers(session: Session) -> list[str]:
+    """The text of each assistant message in the session's thread."""
+    messages = await session.thread.list_messages()
+    return ["".join(p.get("text", "") for p in m["content"]) for m in messages if m["role"] == "assistant"]
 
 
 async def test_every_tool_asks_by_default_and_an_approval_runs_it(ctl: AgentController) -> None:
@@ -420,6 +426,75 @@ async def test_settled_follows_a_session_reset_while_it_waited(ctl: AgentControl
     await asyncio.wait_for(waiting, timeout=30)
     assert (await handle.describe()).run_id != first
     assert (await session.thread.list_messages())[-1]["content"][0]["text"] == "echo: text afterwards"
+
+
+async def test_messages_sent_into_busy_turns_each_reach_the_thread_once(ctl: AgentController) -> None:
+    """Messages sent while turns run go into the running turn; one that arrives as that turn ends (delivered as
+    it completes, or to a turn that has just ended) gets a turn of its own: each is in the thread exactly once.
+    Before, such a message (and one past the turn's inbox of 100 unread) was answered `delivered` and never
+    read: 92 and 100 of these 201 were lost in two runs."""
+    session = await ctl.create_session(user())
+    handle = session.controller.keel.temporal.get_workflow_handle(session.id)
+    at_once = asyncio.Semaphore(8)  # the dev server takes 10 updates of one workflow in flight
+
+    async def send(n: int, update_id: str) -> Accepted:
+        message = SendMessage(content=f"text {n}", mode="send", id=f"m-{n}")
+        while True:
+            try:
+                async with at_once:
+                    accepted: Accepted = await handle.execute_update(
+                        names.SESSION_SEND_UPDATE, message, id=update_id, result_type=Accepted
+                    )
+                    return accepted
+            except WorkflowUpdateFailedError as err:  # refused, not recorded: as a client backs off, send later
+                if "messages already wait for a turn" not in str(err.cause):
+                    raise
+                await asyncio.sleep(0.2)
+
+    await send(0, "first-0")  # the oldest; the next ones in any order; then the newest
+    await asyncio.gather(*(send(n, f"first-{n}") for n in range(1, MAX_SENT)))
+    newest = await send(MAX_SENT, f"first-{MAX_SENT}")
+    while (now := await session.settled()).running or now.queued:
+        pass
+    said = [m["content"] for m in await session.thread.list_messages() if m["role"] == "user"]
+    assert sorted(said) == sorted(f"text {n}" for n in range(MAX_SENT + 1))
+
+    # The ids a session answers a send made again by are bounded (`MAX_SENT`, carried across continue-as-new):
+    # the oldest is forgotten (a send made again under it is a new message), the newest still answered by its
+    # first send. Each send goes in an update of its own id, as across a continue-as-new (Temporal no longer
+    # dedupes it there).
+    assert await send(MAX_SENT, "again-newest") == newest
+    await send(0, "again-oldest")
+    await session.settled()
+    said = [m["content"] for m in await session.thread.list_messages() if m["role"] == "user"]
+    assert (said.count("text 0"), said.count("text 1"), said.count(f"text {MAX_SENT}")) == (2, 1, 1)
+
+
+async def test_a_message_a_failed_turn_never_read_gets_a_turn_of_its_own_before_the_follow_ups(
+    ctl: AgentController,
+) -> None:
+    """A message delivered into a turn that waits on a person sits unread in it; the turn then fails (here its
+    run is terminated). The message gets a turn of its own, ahead of a follow-up queued before it failed, and
+    `settled` for the failed turn waits for that turn. Before, it was answered `delivered` and never read."""
+    session = await ctl.create_session(user())
+    await session.state.set({"yolo": True})
+    first = await session.send_message("ask")
+    await wait_pending(session, "suspension")
+    delivered = await session.send_message("text unread", wait=False)
+    later = await session.follow_up("text later")
+    assert delivered.delivered and delivered.run_id == first.run_id and later.queued
+    assert first.run_id is not None
+    await session.controller.keel.temporal.get_workflow_handle(first.run_id).terminate("the turn fails")
+    ended = await collect(session.events(offset=0, display_state=False), "agent_end")
+    assert (ended[-1]["runId"], ended[-1]["reason"]) == (first.run_id, "error")
+    await session.settled(first.run_id)  # ended: this waits for the turn its unread message went to
+    assert "echo: text unread" in await answers(session)
+    await session.settled()
+    assert (await answers(session))[-2:] == ["echo: text unread", "echo: text later"]
+    assert [m["content"] for m in await session.thread.list_messages() if m["role"] == "user"][-2:] == [
+        "text unread",
+        "text later",
+    ]
 
 
 async def test_a_session_remembers_its_last_200_decided_calls_and_no_more(ctl: AgentController) -> None:
