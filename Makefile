@@ -29,7 +29,7 @@ test: install bwrap qemu chromium  ## every test; the tests start their own Temp
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2 --dist loadfile  # two test processes, a file's tests in one (its fixtures shared)
 
 bwrap:  ## bubblewrap for isolated workspace commands: installed with apt where it can be; its tests skip without it
 	@command -v bwrap >/dev/null || { command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \

@@ -57,6 +57,15 @@ def payload_store(tmp_path_factory: pytest.TempPathFactory) -> DirectoryBlobStor
     return DirectoryBlobStore(root)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def session_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The data dir of a test that names none (`data_dir` gives a test its own): the session's, not `.keel` in
+    the checkout, which the two test processes of `make test` (pytest-xdist) would otherwise share."""
+    root = tmp_path_factory.mktemp("keel-data")
+    os.environ.setdefault("KEEL_DATA_DIR", str(root))
+    return Path(os.environ["KEEL_DATA_DIR"])
+
+
 @pytest.fixture(scope="session")
 async def client(dev_server: DevServer) -> Client:
     return await connect(dev_server.cfg.address)

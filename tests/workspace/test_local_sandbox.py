@@ -174,10 +174,8 @@ async def test_the_kept_output_starts_on_a_character_boundary(tmp_path: Path) ->
 
 
 async def test_a_background_process_returns_at_once_and_stays_queryable_after_it_exits(sandbox: LocalSandbox) -> None:
-    started = time.monotonic()
     handle = await sandbox.processes.spawn("echo start; sleep 0.3; echo end >&2; exit 4")
-    assert time.monotonic() - started < 0.25
-    assert (
+    assert (  # still running: spawn did not wait for the exit
         handle.running and handle.exit_code is None and handle.command == "echo start; sleep 0.3; echo end >&2; exit 4"
     )
     assert await handle.wait(0.01) is None
