@@ -18,6 +18,7 @@ from temporalio.converter import (
 from temporalio.exceptions import ApplicationError
 
 from keel.storage import BlobStore, blob_key
+from keel.storage.blobs import workflow_owner
 
 PAYLOAD_SIZE_THRESHOLD = 256 * 1024
 """Payloads of this size or more are stored by reference (temporalio's default, well under the 2 MB limit)."""
@@ -44,15 +45,17 @@ def describe_target(context: StorageDriverStoreContext) -> str:
 
 
 def owner_of(context: StorageDriverStoreContext) -> str | None:
-    """The one workflow id whose histories alone hold the reference: the workflow an activity's result (local or
-    not) goes back to, or a workflow's own payload (its result, a continue-as-new input: the target has its run).
-    None when other histories may hold it too or it is unknown (a client's start or signal input, a child's
-    input, an activity's input, a standalone activity): such a blob is never swept."""
+    """The one workflow (`workflow_owner`: namespace and id) whose histories alone hold the reference: the
+    workflow an activity's result (local or not) goes back to, or a workflow's own payload (its result, a
+    continue-as-new input: the target has its run). None when other histories may hold it too or it is unknown
+    (a client's start or signal input, a child's input, an activity's input, a standalone activity): such a blob
+    is never swept."""
     if activity.in_activity():
-        return activity.info().workflow_id or None
+        info = activity.info()
+        return workflow_owner(info.namespace, info.workflow_id) if info.workflow_id else None
     target = context.target
-    if isinstance(target, StorageDriverWorkflowInfo) and target.run_id:
-        return target.id
+    if isinstance(target, StorageDriverWorkflowInfo) and target.run_id and target.id:
+        return workflow_owner(target.namespace, target.id)
     return None
 
 

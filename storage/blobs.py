@@ -1,7 +1,7 @@
 """The blobs domain: values too large to travel inline in Temporal's history (activity results, run inputs and
 results over 256 KiB), stored by content address and fetched back by key.
 
-Each blob records its *owners*, the workflow ids whose histories may hold a reference to it, so a sweep
+Each blob records its *owners*, the workflows (namespace and id) whose histories may hold a reference to it, so a sweep
 (`keel.client.blob_sweep`) can delete the blobs no execution can reference any more. A blob without an owner
 (written outside a workflow, or before owners were recorded) is never swept. A put of a blob that exists already
 adds its owner and renews its `last_put`: a sweep deletes only blobs last put before its cutoff, checked again
@@ -40,13 +40,29 @@ UNKNOWN_OWNER = "*unknown*"
 (a put of the same bytes by a known workflow does not make it sweepable again)."""
 
 
+def workflow_owner(namespace: str, workflow_id: str) -> str:
+    """The owner a blob records for a workflow: `@<namespace>/<workflow id>`, so a sweep judges it in the namespace
+    that wrote it (several namespaces may share one payload store)."""
+    return f"@{namespace}/{workflow_id}"
+
+
+def owner_workflow(owner: str) -> tuple[str | None, str]:
+    """An owner's namespace and workflow id. An owner recorded before owners named their namespace is the bare
+    workflow id (namespace None: judged in the namespace that sweeps)."""
+    if owner.startswith("@") and "/" in owner:
+        namespace, workflow_id = owner[1:].split("/", 1)
+        return namespace, workflow_id
+    return None, owner
+
+
 @dataclass(frozen=True)
 class StoredBlob:
     key: str
     size: int
     last_put: datetime
     owners: tuple[str, ...]
-    """The workflow ids whose histories may reference the blob; none, or `UNKNOWN_OWNER` among them: never swept."""
+    """The workflows whose histories may reference the blob (`workflow_owner`); none, or `UNKNOWN_OWNER` among
+    them: never swept."""
 
 
 class BlobStore(abc.ABC):
@@ -54,8 +70,8 @@ class BlobStore(abc.ABC):
 
     @abc.abstractmethod
     async def put_blobs(self, blobs: Mapping[str, bytes], *, owner: str | None = None) -> None:
-        """Store each blob under its key, `owner` (a workflow id; None: `UNKNOWN_OWNER`) among its owners; durable
-        when this returns."""
+        """Store each blob under its key, `owner` (`workflow_owner`; None: `UNKNOWN_OWNER`) among its owners;
+        durable when this returns."""
 
     @abc.abstractmethod
     async def list_blobs(self, *, after: str = "", limit: int = 500) -> list[StoredBlob]:
@@ -73,6 +89,11 @@ class BlobStore(abc.ABC):
     @abc.abstractmethod
     def location(self) -> str:
         """Where the blobs are, for messages."""
+
+    async def recover(self) -> None:
+        """Finish what a sweep stopped mid-delete left (a sweep calls it first); nothing to do for a store whose
+        deletes are atomic."""
+        return None
 
 
 class DirectoryBlobStore(BlobStore):
@@ -235,15 +256,16 @@ async def sweep_blobs(
     page: int = 500,
     progress: Callable[[BlobSweep], None] | None = None,
 ) -> BlobSweep:
-    """Delete every blob last put before `put_before` whose owners' executions are all gone (`exists(workflow_id)`
-    is False for each: past the namespace's retention, or deleted). Pages through the store by key."""
+    """Delete every blob last put before `put_before` whose owners' executions are all gone (`exists(owner)` is
+    False for each: past its namespace's retention, or deleted). Pages through the store by key."""
     found = BlobSweep(dry_run=dry_run)
     known: dict[str, bool] = {}
+    await store.recover()
 
-    async def alive(workflow_id: str) -> bool:
-        if workflow_id not in known:
-            known[workflow_id] = await exists(workflow_id)
-        return known[workflow_id]
+    async def alive(owner: str) -> bool:
+        if owner not in known:
+            known[owner] = await exists(owner)
+        return known[owner]
 
     after = ""
     while listed := await store.list_blobs(after=after, limit=page):

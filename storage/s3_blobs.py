@@ -4,9 +4,14 @@ other's large values.
 Objects: `<prefix>blobs/<key>` holds the bytes, `<prefix>owners/<key>/<workflow id, URL-quoted>` (empty) records
 an owner; its LastModified is that owner's last put. An object store has no lock, so the two sides are ordered:
 
-- a put writes its owner marker, then the blob (always: the same bytes, and its LastModified renewed);
-- a sweep lists the markers, reads the blob, deletes it, lists the markers again, and puts the bytes back if a
-  marker appeared or was renewed meanwhile (that put may have written the blob before the delete).
+- a put writes its owner marker (new content each time, so its ETag changes), then the blob (always: the same
+  bytes, and its LastModified renewed);
+- a sweep lists the markers, reads the blob, copies it to `<prefix>trash/<key>`, deletes it, lists the markers
+  again, and puts the bytes back if a marker appeared or was renewed meanwhile (that put may have written the
+  blob before the delete); then it deletes the copy and the markers.
+
+A sweep killed between its delete and that check leaves the copy: readers read it where the blob is missing,
+and the next sweep first puts every such copy back (`recover`) and judges the blob anew.
 
 Credentials and endpoint: the URL's query (`?endpoint=http://host:8333&region=...`), else the standard AWS
 variables (`keel.protocol.s3`). Denied or a missing bucket: `StorageConfigError` (fails at once); the endpoint
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import os
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -66,6 +72,9 @@ class S3BlobStore(BlobStore):
             raise BlobNotFound(f"Not a blob key: {key!r}")
         return f"{self._at.prefix}blobs/{key}"
 
+    def _trash(self, key: str) -> str:
+        return f"{self._at.prefix}trash/{key}"
+
     def _owners(self, key: str) -> str:
         return f"{self._at.prefix}owners/{key}/"
 
@@ -98,7 +107,8 @@ class S3BlobStore(BlobStore):
         s3, bucket = self._s3(), self._at.bucket
         for key, data in blobs.items():
             name = self._blob(key)
-            s3.put_object(bucket, self._owners(key) + quote(owner, safe=""), io.BytesIO(b""), 0)
+            mark = os.urandom(16)  # a renewed marker differs from the one a sweep listed, even within its second
+            s3.put_object(bucket, self._owners(key) + quote(owner, safe=""), io.BytesIO(mark), len(mark))
             s3.put_object(bucket, name, io.BytesIO(data), len(data))
 
     async def get_blobs(self, keys: Sequence[str]) -> list[bytes]:
@@ -109,13 +119,32 @@ class S3BlobStore(BlobStore):
         return [self._read(key) for key in keys]
 
     def _read(self, key: str) -> bytes:
+        """The blob, or the copy a sweep that stopped mid-delete left of it."""
+        for name in (self._blob(key), self._trash(key)):
+            data = self._object(name)
+            if data is not None:
+                return data
+        raise BlobNotFound(f"Payload {key} is not in the payload store {self.location}")
+
+    def _exists(self, name: str) -> bool:
         from minio.error import S3Error
 
         try:
-            response = self._s3().get_object(self._at.bucket, self._blob(key))
+            self._s3().stat_object(self._at.bucket, name)
+        except S3Error as err:
+            if err.code in ("NoSuchKey", "NoSuchObject"):
+                return False
+            raise
+        return True
+
+    def _object(self, name: str) -> bytes | None:
+        from minio.error import S3Error
+
+        try:
+            response = self._s3().get_object(self._at.bucket, name)
         except S3Error as err:
             if err.code == "NoSuchKey":
-                raise BlobNotFound(f"Payload {key} is not in the payload store {self.location}") from None
+                return None
             raise
         try:
             return bytes(response.read())
@@ -161,11 +190,27 @@ class S3BlobStore(BlobStore):
                 data = self._read(key)
             except BlobNotFound:
                 continue
+            s3.put_object(bucket, self._trash(key), io.BytesIO(data), len(data))  # until the delete is settled
             s3.remove_object(bucket, self._blob(key))
             if self._markers(key) != before:  # a put raced the delete: its blob may have gone with it
                 s3.put_object(bucket, self._blob(key), io.BytesIO(data), len(data))
+                s3.remove_object(bucket, self._trash(key))
                 continue
+            s3.remove_object(bucket, self._trash(key))
             for name in before:
                 s3.remove_object(bucket, name)
             deleted.append(key)
         return deleted
+
+    async def recover(self) -> None:
+        await self._call(self._recover)
+
+    def _recover(self) -> None:
+        """Each copy a sweep left (it stopped between its delete and settling it) goes back as the blob, unless
+        the blob is there again: the sweep that follows judges it anew."""
+        s3, bucket, base = self._s3(), self._at.bucket, f"{self._at.prefix}trash/"
+        for obj in list(s3.list_objects(bucket, prefix=base, recursive=True)):
+            key = (obj.object_name or "").removeprefix(base)
+            if not self._exists(self._blob(key)) and (data := self._object(self._trash(key))) is not None:
+                s3.put_object(bucket, self._blob(key), io.BytesIO(data), len(data))
+            s3.remove_object(bucket, self._trash(key))

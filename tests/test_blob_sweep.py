@@ -5,15 +5,21 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import sys
+import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from google.protobuf.duration_pb2 import Duration
+from temporalio.api.workflowservice.v1 import RegisterNamespaceRequest
+from temporalio.service import RPCError
 
 from keel.client.blobs import run_sweep
 from keel.client.connection import connect
-from keel.client.devserver import DevServer
+from keel.client.devserver import DevServer, ensure_search_attributes
 from keel.protocol.blob_sweep import SweepRequest
 from keel.storage import (
     BlobNotFound,
@@ -26,7 +32,7 @@ from keel.storage import (
     open_storage,
     sweep_blobs,
 )
-from keel.storage.blobs import UNKNOWN_OWNER
+from keel.storage.blobs import UNKNOWN_OWNER, workflow_owner
 from keel.storage.s3_blobs import S3BlobStore
 from tests.conftest import env_for_subprocess, running_worker
 from tests.s3 import S3Server
@@ -76,8 +82,8 @@ async def test_a_store_keeps_owners_and_deletes_only_what_was_put_before_the_cut
         await storage.close()
 
 
-async def _owned(store: BlobStore, workflow_id: str) -> list[str]:
-    return [b.key for b in await store.list_blobs() if workflow_id in b.owners]
+async def _owned(store: BlobStore, workflow_id: str, namespace: str = "default") -> list[str]:
+    return [b.key for b in await store.list_blobs() if workflow_owner(namespace, workflow_id) in b.owners]
 
 
 async def test_a_sweep_deletes_a_gone_runs_blobs_and_keeps_a_suspended_runs(
@@ -197,10 +203,110 @@ async def test_an_s3_payload_store_carries_a_runs_large_values_and_bad_credentia
     async with running_worker(client, app, storage, task_queue) as keel:
         run_id = await keel.start_run("bulky", f"parallel=2 size={SIZE}")
         assert (await keel.result(run_id)).text == f"saw 2 results of [{SIZE}] bytes"
-    owned = [b for b in await store.list_blobs() if run_id in b.owners]
+    owned = [b for b in await store.list_blobs() if workflow_owner("default", run_id) in b.owners]
     assert owned and all(b.size > 256 * 1024 for b in owned)
 
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong")
     denied = open_payload_store(f"s3://{bucket}?endpoint={s3_server.endpoint}")
     with pytest.raises(StorageConfigError, match=f"s3://{bucket}/.*access denied"):
         await denied.get_blobs([owned[0].key])
+
+
+async def test_a_sweep_keeps_the_blobs_of_a_run_suspended_in_another_namespace(
+    dev_server: DevServer, storage: Storage, task_queue: str, tmp_path: Path
+) -> None:
+    """Two namespaces share one payload store: a sweep in one judges each blob in the namespace whose run wrote
+    it. Before, it looked the other namespace's run up in its own, found nothing and deleted the blobs of a run
+    suspended there, which then could not resume."""
+    from tests.apps import app
+
+    store = DirectoryBlobStore(tmp_path / "payloads")
+    here = await connect(dev_server.cfg.address, payloads=store)
+    other = f"keel-other-{uuid.uuid4().hex[:8]}"
+    await here.workflow_service.register_namespace(
+        RegisterNamespaceRequest(namespace=other, workflow_execution_retention_period=Duration(seconds=86400))
+    )
+    there = await connect(dev_server.cfg.address, namespace=other, payloads=store)
+    async with asyncio.timeout(60):  # a new namespace takes a moment to be served
+        while True:
+            try:
+                await ensure_search_attributes(there, other)
+                break
+            except RPCError:
+                await asyncio.sleep(0.5)
+    async with running_worker(there, app, storage, task_queue) as elsewhere:
+        held = await elsewhere.start_run("bulky", f"parallel=1 size={SIZE} hold=1")
+        await wait_for_pending(elsewhere, held)
+        assert await _owned(store, held, namespace=other)
+        async with running_worker(here, app, storage, task_queue) as keel:
+            swept = await run_sweep(keel, SweepRequest(grace_seconds=0, retention_seconds=0))
+        assert swept.referenced >= 1 and await _owned(store, held, namespace=other)
+        [pending] = await elsewhere.pending_tool_calls(held)
+        await elsewhere.approve(held, pending.tool_call_id)
+        assert (await elsewhere.result(held)).text == f"saw 1 results of [{SIZE}] bytes"
+
+    # An owner of a namespace this cluster does not serve is kept; one written before owners named their
+    # namespace (the bare workflow id) is judged in the sweeping namespace, as before.
+    a, b = b"a" * 1000, b"b" * 1000
+    await store.put_blobs({blob_key(a): a}, owner=workflow_owner("no-such-namespace", "gone"))
+    await store.put_blobs({blob_key(b): b}, owner="gone-before-namespaces")
+    async with running_worker(here, app, storage, task_queue) as keel:
+        await run_sweep(keel, SweepRequest(grace_seconds=0, retention_seconds=0))
+    assert await store.get_blobs([blob_key(a)]) == [a]
+    with pytest.raises(BlobNotFound):
+        await store.get_blobs([blob_key(b)])
+
+
+_KILLED_MID_DELETE = """
+import asyncio, os, signal, sys
+from datetime import UTC, datetime, timedelta
+from keel.storage import open_payload_store
+
+store = open_payload_store(sys.argv[1])
+key, blob = sys.argv[2], store._blob(sys.argv[2])
+s3 = store._s3()
+remove = s3.remove_object
+
+def remove_then_die(bucket, name, *args, **kwargs):
+    if name == blob:  # another worker puts the same bytes as this sweep deletes them; then the sweep dies
+        store._put({key: store._read(key)}, "@default/wf-racing")
+        remove(bucket, name, *args, **kwargs)
+        os.kill(os.getpid(), signal.SIGKILL)
+    return remove(bucket, name, *args, **kwargs)
+
+s3.remove_object = remove_then_die
+asyncio.run(store.delete_blobs([key], put_before=datetime.now(UTC) + timedelta(hours=1)))
+"""
+
+
+async def test_an_s3_sweep_killed_mid_delete_loses_no_blob(
+    s3_server: S3Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sweep killed (SIGKILL) after it deleted a blob that another worker had just put again, before it could
+    see that put and put the bytes back: the blob is still read, and the next sweep restores it and keeps it.
+    Before, the blob was gone for good under a run that had just referenced it."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3_server.access_key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3_server.secret_key)
+    url = f"s3://{s3_server.make_bucket()}/keel?endpoint={s3_server.endpoint}"
+    store = open_payload_store(url)
+    data = b"d" * 5000
+    await store.put_blobs({blob_key(data): data}, owner=workflow_owner("default", "wf-old"))
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", _KILLED_MID_DELETE, url, blob_key(data),
+        env=os.environ | {"PYTHONPATH": str(Path(__file__).parent.parent)},
+        stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    _, err = await proc.communicate()
+    assert proc.returncode == -signal.SIGKILL, err.decode()
+    assert await store.get_blobs([blob_key(data)]) == [data]
+
+    async def alive(owner: str) -> bool:
+        return owner == workflow_owner("default", "wf-racing")
+
+    swept = await sweep_blobs(store, alive, put_before=datetime.now(UTC) + timedelta(hours=2))
+    assert (swept.blobs, swept.deleted, swept.referenced) == (1, 0, 1)
+    assert await store.get_blobs([blob_key(data)]) == [data]
+    assert isinstance(store, S3BlobStore)
+    assert [
+        o.object_name for o in store._s3().list_objects(store._at.bucket, prefix="keel/trash/", recursive=True)
+    ] == []
