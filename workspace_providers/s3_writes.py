@@ -59,16 +59,27 @@ def check_place(store: S3Objects, parts: Parts, path: str, *, recursive: bool, d
     """Refuse writing `path` where a disk would: a file among its parents (`NotDirectory`), a missing parent
     without `recursive` (`DirectoryNotFound`), a directory there (`IsDirectory`; for a `directory`, a file
     there is `FileExists`). Returns whether a directory is there already. The requests go out together."""
+    return place_and_head(store, parts, path, recursive=recursive, directory=directory)[0]
+
+
+def place_and_head(
+    store: S3Objects, parts: Parts, path: str, *, recursive: bool, directory: bool = False, head: bool = False
+) -> tuple[bool, Head | None]:
+    """`check_place`, and (with `head`, or for a `directory`) the object at `path`, in the same round trip."""
     if not parts:
         if not directory:
             raise IsDirectory(path)
-        return True
+        return True, None
     parents = [parts[:i] for i in range(1, len(parts))]
-    calls: list[Callable[[], object]] = [partial(_head_of, store, parts), partial(store.is_dir, parts)]
+    calls: list[Callable[[], object]] = [partial(store.is_dir, parts)]
+    heads = directory or head  # a file there matters to a directory; a file's write replaces it
+    if heads:
+        calls.append(partial(_head_of, store, parts))
     calls += [partial(_head_of, store, p) for p in parents]
     if not recursive and parents:
         calls.append(partial(store.is_dir, parents[-1]))
-    here, is_dir, *rest = store.concurrently(calls)
+    is_dir, *rest = store.concurrently(calls)
+    here = rest.pop(0) if heads else None
     if any(rest[: len(parents)]):
         raise NotDirectory(parent_of(path))
     if not recursive and parents and not rest[-1]:
@@ -77,7 +88,8 @@ def check_place(store: S3Objects, parts: Parts, path: str, *, recursive: bool, d
         raise FileExists(path)
     if is_dir and not directory:
         raise IsDirectory(path)
-    return bool(is_dir)
+    assert here is None or isinstance(here, Head)
+    return bool(is_dir), here
 
 
 def _modified_now(store: S3Objects, key: str) -> datetime:
@@ -93,8 +105,7 @@ def write(
     parts = store.parts(path)
     with store.failing(path):
         key = store.key(parts)
-        check_place(store, parts, path, recursive=recursive)
-        head = store.head(key) if expected is not None else None
+        _, head = place_and_head(store, parts, path, recursive=recursive, head=expected is not None)
         if head is not None and expected is not None:
             if mtime_ms(head.modified) != mtime_ms(expected):
                 raise StaleFile(path, expected, head.modified)
