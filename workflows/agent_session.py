@@ -320,6 +320,25 @@ class AgentSession:
             return
         goal.runs += 1
         await self._emit([{"type": "goal_evaluation", "payload": {"status": "pending", "runId": run_id}}])
+        try:
+            verdict = await self._verdict(goal)
+        except ActivityError as err:  # the judge failed for good: the goal pauses, the session goes on
+            goal.status = "paused"
+            reason = str(getattr(err.cause, "message", None) or err.cause or err)
+            payload = {"status": "error", "done": False, "reason": reason, "runs": goal.runs}
+            await self._emit([{"type": "goal_evaluation", "payload": payload | {"maxRuns": goal.max_runs}}])
+            return
+        goal.last_evaluation = {"done": verdict.done, "reason": verdict.reason, "run": goal.runs}
+        if verdict.done:
+            goal.status = "done"
+        status = "done" if verdict.done else "continue" if goal.runs < goal.max_runs else "max_runs"
+        payload = {"status": status, "done": verdict.done, "reason": verdict.reason, "runs": goal.runs}
+        await self._emit([{"type": "goal_evaluation", "payload": payload | {"maxRuns": goal.max_runs}}])
+        if status == "continue":
+            text = f"Continue working toward the goal: {goal.objective}\n\nThe judge said: {verdict.reason}"
+            self._enqueue(f"{self._id}-goal-{goal.runs}", text)
+
+    async def _verdict(self, goal: Goal) -> JudgeResult:
         verdict: JudgeResult = await workflow.execute_activity(
             names.SESSION_JUDGE,
             JudgeInput(
@@ -336,15 +355,7 @@ class AgentSession:
             retry_policy=STORAGE,
             summary=f"judge the goal after turn {goal.runs}",
         )
-        goal.last_evaluation = {"done": verdict.done, "reason": verdict.reason, "run": goal.runs}
-        if verdict.done:
-            goal.status = "done"
-        status = "done" if verdict.done else "continue" if goal.runs < goal.max_runs else "max_runs"
-        payload = {"status": status, "done": verdict.done, "reason": verdict.reason, "runs": goal.runs}
-        await self._emit([{"type": "goal_evaluation", "payload": payload | {"maxRuns": goal.max_runs}}])
-        if status == "continue":
-            text = f"Continue working toward the goal: {goal.objective}\n\nThe judge said: {verdict.reason}"
-            self._enqueue(f"{self._id}-goal-{goal.runs}", text)
+        return verdict
 
     def _enqueue(self, message_id: str, content: Any) -> QueuedMessage:
         run_id = f"{self._id}-turn-{self._c.next_turn + 1}"
@@ -362,6 +373,17 @@ class AgentSession:
             async with self._lock:
                 await self._thread_change(ThreadChange(op="switch", thread_id=request.thread_id, create_missing=True))
         return self.snapshot()
+
+    @open.validator
+    def _check_open(self, request: SessionOpen) -> None:
+        """A session is not moved to another thread under a running turn (as `change_thread` refuses it)."""
+        if self._ready and request.thread_id and request.thread_id != self._c.thread_id and self._turn_id:
+            raise ApplicationError(
+                f"A turn is running on thread {self._c.thread_id}: abort it, or open the session without a "
+                "threadId, or once the turn has ended",
+                type="SessionBusy",
+                non_retryable=True,
+            )
 
     @workflow.update(name=names.SESSION_SEND_UPDATE)
     async def send_message(self, message: SendMessage) -> Accepted:
@@ -458,8 +480,9 @@ class AgentSession:
             return
         self._aborting = True
         for item in [p for p in self._c.pending if p.kind == "suspension"]:
-            self._c.pending.remove(item)
-            await self._emit([self._cancelled(item, ABORTED)])
+            if item in self._c.pending:  # else decided on the run while an earlier one's event was written
+                self._c.pending.remove(item)
+                await self._emit([self._cancelled(item, ABORTED)])
         self._turn.cancel()
 
     @workflow.update(name=names.SESSION_MODE_UPDATE)
@@ -619,7 +642,8 @@ class AgentSession:
                 if asked.get("toolName") and asked["toolName"] not in self._c.permissions.granted_tools:
                     self._c.permissions.granted_tools.append(asked["toolName"])
                 await self._tell_turn()
-            self._c.pending.remove(item)
+            if item in self._c.pending:  # else resumed on the run meanwhile (`turn_decided`, lock-free)
+                self._c.pending.remove(item)
             self._decided(item.tool_call_id)
             await self._signal(
                 item.run_id, names.RESUME_TOOL_SIGNAL, ToolResume(tool_call_id=item.tool_call_id, resume_data=data)

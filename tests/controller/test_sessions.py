@@ -15,7 +15,9 @@ from keel import AgentController
 from keel.client.controller import Session, SessionError
 from keel.client.temporal_reset import reset_to_task
 from keel.protocol import names
+from keel.storage import Storage
 from keel.workflows.agent_session import MAX_DECIDED, MAX_SENT
+from keel.workflows.contracts import ToolResume
 from keel.workflows.session_contracts import Accepted, PendingItem, SendMessage, TurnDecided
 from tests.controller.conftest import collect
 from tests.history_counts import patches_after_first_local_step
@@ -378,6 +380,88 @@ async def test_a_goal_is_judged_after_each_turn_and_drives_more_turns_until_met_
     assert goal is not None and goal["status"] == "done"
     await other.goal.clear()
     assert await other.goal.get() is None
+
+
+async def test_a_judge_that_fails_for_good_pauses_the_goal_and_the_session_goes_on(
+    ctl: AgentController, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The judge's provider refuses it (a 401, not retried): the goal pauses with a `goal_evaluation` of status
+    `error` naming why, and the session answers the next message. Before, the session workflow failed: its
+    grants, goal, queue and pending calls were gone and the next `create_session` began a new session."""
+    from keel.activities.session import SessionActivities
+    from keel.model_providers import ModelRequestError
+
+    async def refused(self: Any, input: Any) -> Any:
+        raise ModelRequestError("401: invalid API key for the judge model", status=401)
+
+    monkeypatch.setattr(SessionActivities, "_judge", refused)
+    session = await ctl.create_session(user())
+    await session.permissions.set_for_tool("save_note", "allow")
+    await session.goal.set("keep echoing", max_runs=2)
+    await session.send_message("text start")
+    async with asyncio.timeout(30):  # (before: never, the session had failed)
+        async for event in session.events(offset=0, display_state=False):
+            if event["type"] == "goal_evaluation" and event["payload"].get("status") not in ("set", "pending"):
+                assert event["payload"]["status"] == "error" and "invalid API key" in event["payload"]["reason"]
+                break
+    goal = await session.goal.get()
+    assert goal is not None and goal["status"] == "paused"
+    await session.send_message("text still here")
+    assert (await answers(session))[-1] == "echo: text still here"
+    assert (await session.permissions.get())["tools"] == {"save_note": "allow"}
+    handle = session.controller.keel.temporal.get_workflow_handle(session.id)
+    assert (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
+
+
+async def test_a_suspension_resumed_on_the_run_while_the_session_answers_it_leaves_the_session_working(
+    ctl: AgentController, storage: Storage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An approved plan is answered through the session (which switches mode, writing the thread's settings:
+    slowed here) while the same call is resumed on its run, as the `temporal` CLI or the UI may. Before, the
+    session's handler removed the pending item that the run's `turn_decided` had already removed: the workflow
+    task failed on every retry and the answer never came."""
+    session = await ctl.create_session(user())
+    await session.state.set({"yolo": True})
+    await session.send_message("plan plans/cli.md")
+    [pending] = await wait_pending(session, "suspension")
+    merge = storage.merge_thread_metadata
+
+    async def slow_merge(thread_id: str, settings: dict[str, Any]) -> Any:
+        await asyncio.sleep(3)
+        return await merge(thread_id, settings)
+
+    monkeypatch.setattr(storage, "merge_thread_metadata", slow_merge)
+    answering = asyncio.create_task(session.respond_to_tool_suspension(pending.tool_call_id, {"action": "approved"}))
+    await asyncio.sleep(1)  # the session's handler is inside the mode switch's settings write
+    temporal = session.controller.keel.temporal
+    await temporal.get_workflow_handle(pending.run_id).execute_update(
+        names.RESUME_TOOL_UPDATE, ToolResume(tool_call_id=pending.tool_call_id, resume_data={"action": "approved"})
+    )
+    await asyncio.wait_for(answering, 20)
+    monkeypatch.setattr(storage, "merge_thread_metadata", merge)
+    await session.settled()
+    assert (await session.mode.get()) == "build"
+    history = await temporal.get_workflow_handle(session.id).fetch_history()
+    failed = [e for e in history.events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED]
+    assert failed == []
+
+
+async def test_a_session_is_not_reopened_on_another_thread_while_a_turn_runs(ctl: AgentController) -> None:
+    """`create_session(..., thread_id=other)` while a turn runs is refused (as `thread.switch` is), and the turn's
+    answer lands in the session's thread. Before, the session moved to the other thread under the running turn:
+    its answer was not in `session.thread`, and what was queued ran on a conversation it was not sent in."""
+    session = await ctl.create_session(user())
+    await session.send_message('tool save_note {"text": "mid-turn"}')
+    [pending] = await wait_pending(session)
+    turn_thread = (await session.snapshot()).thread_id
+    with pytest.raises(SessionError, match="A turn is running"):
+        await ctl.create_session(session.resource_id, thread_id=f"other-{uuid.uuid4().hex[:6]}")
+    await session.respond_to_tool_approval(pending.tool_call_id, "approve")
+    final = await session.settled()
+    assert (final.thread_id, (await answers(session))[-1]) == (turn_thread, 'got: {"saved": "mid-turn"}')
+    other = f"other-{uuid.uuid4().hex[:6]}"
+    assert (await ctl.create_session(session.resource_id, thread_id=other)) == session  # idle: it moves
+    assert (await session.snapshot()).thread_id == other
 
 
 async def test_a_message_sent_again_under_its_id_is_the_same_send(ctl: AgentController) -> None:
