@@ -52,7 +52,8 @@ async def test_a_seeded_chaos_run_loses_nothing_runs_nothing_twice_and_leaves_no
     summary = printed[printed.rfind("chaos seed=") :]
     assert code == 0 and report["ok"], summary
     assert sum(report["runs"].values()) >= 30, summary
-    assert set(report["runs"]) == {"shop", "busy", "batch", "mcp", "bulky", "files", "session", "chat"}, summary
+    kinds = {"shop", "busy", "batch", "mcp", "bulky", "files", "session", "chat", "chatter"}
+    assert set(report["runs"]) == kinds, summary
     faults = {"worker-kill", "worker-stop", "api-kill", "temporal-kill", "postgres-kill", "s3-kill", "disk-full",
               "model-kill"}  # fmt: skip
     assert set(report["faults"]) | set(report["skipped_faults"]) == faults, summary

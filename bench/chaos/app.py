@@ -18,6 +18,8 @@ returns), so the checker can count every side effect whatever the workers, Tempo
   the five results as JSON. The files themselves are its ledger.
 - `chat` (agent on a model behind a real LiteLLM proxy, `$CHAOS_MODEL_URL`): `chat <tag>` → `echo <tag>`, the
   model failing about two calls in five (429s, 500s mid-stream, slow streams: `litellm_handler.py`).
+- `chatter` (AgentController `desk`): a session is sent `say <tag>-0`, `-1`, `-2` in quick succession, the later
+  ones into the running turn (or as it ends); it answers `heard <text> | ...` for what it has not answered yet.
 - `session` (AgentController `desk`): a session of resource `chaos-<tag>` is sent `session <tag> <cents>`; its
   turn calls `pledge` (not idempotent, category `edit`: the session asks), the driver approves or declines it
   through the session, and the turn answers `pledged <cents>`, `pledge declined` or `pledge lost: ...`.
@@ -211,7 +213,21 @@ async def pledge(args: ChargeInput, ctx: ToolContext) -> dict[str, Any]:
     return {"pledged": args.cents}
 
 
+def _unanswered(request: ModelRequest) -> list[str]:
+    """The user messages since the last assistant message, oldest first."""
+    texts: list[str] = []
+    for message in reversed(request.messages):
+        if message.role == "assistant":
+            break
+        if message.role == "user":
+            content = message.content
+            texts.insert(0, content if isinstance(content, str) else " ".join(getattr(p, "text", "") for p in content))
+    return texts
+
+
 def _desk(request: ModelRequest) -> ModelResponse:
+    if last_user_text(request).startswith("say "):  # `chatter`: every message since the last answer, heard
+        return ModelResponse(text="heard " + " | ".join(_unanswered(request)))
     _, tag, cents = last_user_text(request).split()
     done = tool_results_since_last_user(request)
     if not done:

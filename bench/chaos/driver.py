@@ -8,12 +8,12 @@ the Temporal server killed with SIGKILL and started again on its database, Postg
 started again (crash recovery from its WAL), SeaweedFS killed with SIGKILL and started again on its data, and the
 `files` runs' workspace disk (a tmpfs of its own, where this process may mount one) filled to the last byte for
 a few seconds. The `chat` runs' model sits behind a real LiteLLM proxy that fails about two calls in five (429s,
-500s mid-stream, slow streams). Controller sessions (`session`) are driven through `AgentController` sessions. Runs are
-driven through `KeelClient` (approvals by update), the `temporal` CLI (approvals by signal) and the `mcp` SDK
-(`mcp`: a `charge` called as an MCP tool, the call made again with its call id after each API death), every call
-retried through the outages, as a client that must not give up would; half the `busy` runs are also read over
-HTTP (`observe`) while they run, reconnecting after each drop with the number of chunks read, and half the
-`batch` runs by `@mastra/client-js` (`run.observe({offset})`, bench/chaos/observe_workflow.mjs).
+500s mid-stream, slow streams). Controller sessions (`session`, `chatter`) are driven through `AgentController`
+sessions. Runs are driven through `KeelClient` (approvals by update), the `temporal` CLI (approvals by signal)
+and the `mcp` SDK (`mcp`: a `charge` called as an MCP tool, the call made again with its call id after each API
+death), every call retried through the outages, as a client that must not give up would; half the `busy` runs are
+also read over HTTP (`observe`) while they run, reconnecting after each drop with the number of chunks read, and
+half the `batch` runs by `@mastra/client-js` (`run.observe({offset})`, bench/chaos/observe_workflow.mjs).
 
 What is checked, per run, against the ledger (`bench/chaos/app.py`):
 - it ended (none stuck) with the answer it must have: the decision it was given, what its tools returned;
@@ -23,6 +23,7 @@ What is checked, per run, against the ledger (`bench/chaos/app.py`):
 - a `files` run left its notes exactly as edited and its command's line in `cmd.log` once (at most once when
   the command was lost; never when it failed, as on a full disk);
 - a `session` turn pledged once when it says so, never when declined, at most once when it says lost;
+- a `chatter` session's messages each in its thread once and answered once (sent into busy turns);
 - an idempotent tool ran at least once per call of an ended run, and every re-run was told `attempt > 1`;
 - each stream read through API kills is the run's whole stream: every chunk once, in order;
 - at the end, visibility counts no open run of the mix (its count equals the driver's: zero).
@@ -72,7 +73,8 @@ from tests.pg import PostgresServer, postgres_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-KINDS = {"shop": 4, "busy": 3, "batch": 3, "mcp": 2, "bulky": 2, "files": 2, "session": 2, "chat": 2}
+CHATTER_MESSAGES = 3
+KINDS = {"shop": 4, "busy": 3, "batch": 3, "mcp": 2, "bulky": 2, "files": 2, "session": 2, "chat": 2, "chatter": 1}
 """Run kinds and their weights in the mix."""
 FAULTS = {
     "worker-kill": 4, "worker-stop": 2, "api-kill": 2, "temporal-kill": 2, "postgres-kill": 2, "s3-kill": 2,
@@ -358,6 +360,8 @@ class Mix:
             await self._mcp(run, rng, until)
         elif run.kind == "session":
             await self._session(run, rng, until)
+        elif run.kind == "chatter":
+            await self._chatter(run, rng, until)
         elif run.kind == "busy" and rng.random() < STREAMED:
             watching = asyncio.create_task(self._watch(run, until))
             await self._agent(run, rng, until)
@@ -532,6 +536,40 @@ class Mix:
                 else [p.get("text", "") for p in content if p.get("type") == "text"]
             )
             run.answer = " ".join(parts)
+
+    async def _chatter(self, run: RunRecord, rng: random.Random, until: float) -> None:
+        """A session of `desk` sent three messages in quick succession (each under its id: a send made again is
+        the same send), the later ones into the running turn or as it ends; the driver waits for each one's
+        turn and reads what the thread holds: every message said once and heard once."""
+        session = await retrying(lambda: self.desk.create_session(run.run_id), until=until, what="session")
+        run.asked = [f"say {run.tag}-{k}" for k in range(CHATTER_MESSAGES)]
+        accepted = []
+        for k, said in enumerate(run.asked):
+            accepted.append(
+                await retrying(
+                    lambda: session.send_message(said, wait=False, message_id=f"{run.run_id}-{k}"),  # noqa: B023
+                    until=until,
+                    what="send",
+                )
+            )
+            await asyncio.sleep(rng.uniform(0, 0.05))
+        for sent in accepted:
+            await retrying(lambda: session.settled(sent.run_id), until=until, what="settled")  # noqa: B023
+        messages = await retrying(session.thread.list_messages, until=until, what="messages")
+
+        def text(message: dict[str, Any]) -> str:
+            content = message["content"]
+            return content if isinstance(content, str) else " ".join(p.get("text", "") for p in content)
+
+        run.answer = {
+            "said": [text(m) for m in messages if m.get("role") == "user"],
+            "heard": [
+                heard
+                for m in messages
+                if m.get("role") == "assistant" and text(m).startswith("heard ")
+                for heard in text(m).removeprefix("heard ").split(" | ")
+            ],
+        }
 
     async def _batch(self, run: RunRecord, until: float) -> None:
         with contextlib.suppress(Exception):  # already started by an earlier attempt: the settle below finds it
@@ -760,6 +798,10 @@ def _wrong(run: RunRecord, by_key: dict[tuple[str, str], list[dict[str, Any]]], 
         return f"answered {text[:200]!r}"
     if run.kind == "chat":
         return None if run.answer == f"echo {run.tag}" else f"answered {str(run.answer)[:200]!r}"
+    if run.kind == "chatter":  # each message in the thread once, and heard once (none lost, none answered twice)
+        asked = sorted(run.asked or [])
+        said, heard = (sorted((run.answer or {}).get(k, [])) for k in ("said", "heard"))
+        return None if said == heard == asked else f"sent {asked}, the thread holds {said}, heard {heard}"
     if run.kind == "busy":
         missing = [n for n in range(3) if not ran("tick", f"{run.run_id}/{n}")]
         if run.answer != "ticked 3" or missing:
