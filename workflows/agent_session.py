@@ -431,7 +431,8 @@ class AgentSession:
     def _check_send(self, message: SendMessage) -> None:
         if isinstance(message.content, str) and not message.content.strip():
             raise ApplicationError("A message needs content", type="InvalidInput", non_retryable=True)
-        if len(self._c.queued) >= MAX_QUEUED:
+        sent_before = self._c.generation >= 2 and any(sent.id == message.id for sent in self._c.sent)
+        if len(self._c.queued) >= MAX_QUEUED and not sent_before:  # a send made again gets its first answer
             raise ApplicationError(f"{MAX_QUEUED} messages already wait for a turn", non_retryable=True)
 
     @workflow.update(name=names.SESSION_SETTLED_UPDATE)

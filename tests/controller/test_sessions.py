@@ -16,7 +16,7 @@ from keel.client.controller import Session, SessionError
 from keel.client.temporal_reset import reset_to_task
 from keel.protocol import names
 from keel.storage import Storage
-from keel.workflows.agent_session import MAX_DECIDED, MAX_SENT
+from keel.workflows.agent_session import MAX_DECIDED, MAX_QUEUED, MAX_SENT
 from keel.workflows.contracts import ToolResume
 from keel.workflows.session_contracts import Accepted, PendingItem, SendMessage, TurnDecided
 from tests.controller.conftest import collect
@@ -579,6 +579,30 @@ async def test_a_message_a_failed_turn_never_read_gets_a_turn_of_its_own_before_
         "text unread",
         "text later",
     ]
+
+
+async def test_a_send_made_again_gets_its_first_answer_when_the_queue_is_full(ctl: AgentController) -> None:
+    """100 messages wait behind a turn that waits on a person; a client sends one of them again (its answer was
+    lost in an outage: the same message id, another update): it gets the first answer, while a new message is
+    refused. Before, the send made again was refused as a new one ("100 messages already wait")."""
+    session = await ctl.create_session(user())
+    handle = session.controller.keel.temporal.get_workflow_handle(session.id)
+    await session.send_message('tool save_note {"text": "hold"}')
+    await wait_pending(session)
+
+    async def send(n: int, update_id: str) -> Accepted:
+        message = SendMessage(content=f"text {n}", mode="follow_up", id=f"q-{n}")
+        accepted: Accepted = await handle.execute_update(
+            names.SESSION_SEND_UPDATE, message, id=update_id, result_type=Accepted
+        )
+        return accepted
+
+    first = [await send(n, f"first-{n}") for n in range(MAX_QUEUED)]
+    with pytest.raises(WorkflowUpdateFailedError) as refused:
+        await send(MAX_QUEUED, f"first-{MAX_QUEUED}")
+    assert "messages already wait for a turn" in str(refused.value.cause)
+    assert await send(7, "again-7") == first[7]
+    await session.abort()
 
 
 async def test_a_session_remembers_its_last_200_decided_calls_and_no_more(ctl: AgentController) -> None:
