@@ -58,6 +58,12 @@ from keel.workflows.contracts import ModelStepInput, ModelStepResult, PlannedToo
 log = logging.getLogger("keel.activities.model_step")
 
 
+HEARD = "_heardMessageIds"
+"""The stored answer's record of the messages its step was given to write (and so answered from): an execution
+of the step that finds the answer and is given more (a message delivered since) did not hear those. It is never
+told whether storage holds them, which an execution whose workflow task was lost may have written."""
+
+
 class ModelSteps:
     """Runs model steps for one app against one storage."""
 
@@ -105,12 +111,17 @@ class ModelSteps:
         if record is None:
             record = await self._storage.begin_step(run_id, answer_id=input.message_id)
         if record.answer is not None:
+            stored = dict(record.answer)
+            heard = stored.pop(HEARD, None)
             unheard = False
             if input.writes.messages:  # what came with it this time (a delivered message) is kept, not heard
                 ids = [m.id for m in input.writes.messages]
-                unheard = len(await self._storage.get_messages(ids)) < len(set(ids))
+                if heard is not None:
+                    unheard = not set(ids) <= set(heard)
+                else:  # stored before answers named what they heard: what storage lacks was not
+                    unheard = len(await self._storage.get_messages(ids)) < len(set(ids))
                 await events.flush(input.writes.messages)
-            return await self._stored(input, record.answer, unheard=unheard)
+            return await self._stored(input, stored, unheard=unheard)
         if input.step == 1 and execution is not None:
             events.add(
                 StartChunk(run_id=run_id, payload=StartPayload(id=agent.id, run_id=run_id, message_id=input.message_id))
@@ -207,7 +218,8 @@ class ModelSteps:
             result.file_reads = thread_file_reads(context) or None
         # The message, its chunks and the answer in one transaction: a step executed again finds all or none.
         # Replacing the message: a re-execution that found no answer stored asks again, and its answer wins.
-        answer = StepAnswer(input.message_id, result.model_dump(mode="json", exclude_none=True))
+        heard = [m.id for m in input.writes.messages]  # so a later execution can tell what came after
+        answer = StepAnswer(input.message_id, result.model_dump(mode="json", exclude_none=True) | {HEARD: heard})
         await events.flush([assistant], replace=True, answer=answer)
         _answered(input, model.model_id, result, (time.monotonic() - started_at) * 1000)
         return await self._with_run_lists(input, result)

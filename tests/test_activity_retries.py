@@ -106,6 +106,43 @@ async def test_a_model_step_executed_again_after_it_stored_its_answer_returns_it
     assert [m.content for m in messages] == ["hi", [TextPart(text="answer 1")]]
 
 
+async def test_a_message_delivered_after_a_step_answered_stays_unheard_in_every_later_execution(
+    storage: Storage,
+) -> None:
+    """A step answered and stored its answer, then its workflow task was lost (the completion refused because a
+    message was delivered meanwhile); each execution after that finds the stored answer and has the delivered
+    message among its writes. Every one must say the answer did not hear it, so the run takes a step that does.
+    Before, the first of them stored the message and a later one (its worker killed in between) took it as
+    heard: the run ended without answering it (chaos seed 63, a `chatter` session: 'say ...-2' never answered)."""
+    requests: list[ModelRequest] = []
+
+    def script(request: ModelRequest) -> ModelResponse:
+        requests.append(request)
+        return ModelResponse(text=f"answer {len(requests)}")
+
+    activities = AgentActivities(App.of(Agent(id="a", model=ScriptedModel(script, chunk_size=4))), storage)
+    first_message = MessageRecord(id="r1-m1", role="user", content="hi")
+    step = ModelStepInput(
+        run_id="r1",
+        agent_id="a",
+        thread_id="t1",
+        resource_id="u1",
+        step=1,
+        message_id="r1-m2",
+        writes=PendingWrites(messages=[first_message]),
+    )
+    env = ActivityEnvironment()
+    first = await env.run(activities.model_step, step)
+    delivered = MessageRecord(id="r1-delivered-d1", role="user", content="also this")
+    again = step.model_copy(update={"writes": PendingWrites(messages=[first_message, delivered])})
+    lost = await env.run(activities.model_step, again)  # its workflow task lost with its worker
+    last = await env.run(activities.model_step, again)
+
+    assert not first.unheard and lost.unheard and last.unheard and len(requests) == 1
+    messages, _ = await storage.list_messages("t1")
+    assert [m.content for m in messages].count("also this") == 1
+
+
 async def test_tool_call_ids_repeated_within_one_answer_are_made_unique(storage: Storage) -> None:
     def script(request: ModelRequest) -> ModelResponse:
         calls = [ModelToolCall(id="call_0", name="echo", args={"text": str(i)}) for i in range(3)]
