@@ -248,7 +248,9 @@ read again."""
 
 
 async def workflow_events(handle: WorkflowHandle[Any, Any], offset: int = 0) -> AsyncIterator[dict[str, Any]]:
-    """The run's `workflow-*` events from `offset` until a `workflow-finish` (it ended or suspended)."""
+    """The run's `workflow-*` events from `offset` until a `workflow-finish` (it ended or suspended); from past
+    the end of a run that ended, its finish again."""
+    idle = 0
     while True:
         try:
             events: list[dict[str, Any]] = await handle.query(names.EVENTS_QUERY, offset, result_type=list)
@@ -270,7 +272,28 @@ async def workflow_events(handle: WorkflowHandle[Any, Any], offset: int = 0) -> 
             yield event
             if event.get("type") == "workflow-finish":
                 return
+        if not events:
+            idle += 1
+            if idle % ENDED_CHECK_POLLS == 0 and (finish := await _finish_behind(handle, offset)) is not None:
+                yield finish
+                return
         await asyncio.sleep(WORKFLOW_POLL_SECONDS)
+
+
+ENDED_CHECK_POLLS = 20
+"""A stream with nothing new asks every this many polls (about a second) whether its run ended behind it."""
+
+
+async def _finish_behind(handle: WorkflowHandle[Any, Any], offset: int) -> dict[str, Any] | None:
+    """The finish of a run that ended with fewer events than `offset`: a reader that was shown events of a
+    workflow task lost with its worker (a live query) can hold more than the run's history made. None while the
+    run goes on or has events from `offset`."""
+    if (await handle.describe()).status == WorkflowExecutionStatus.RUNNING:
+        return None
+    every: list[dict[str, Any]] = await handle.query(names.EVENTS_QUERY, 0, result_type=list)
+    if offset < len(every) or not every or every[-1].get("type") != "workflow-finish":
+        return None
+    return every[-1]
 
 
 def record_stream(events: AsyncIterator[dict[str, Any]]) -> StreamingResponse:

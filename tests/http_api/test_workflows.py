@@ -209,6 +209,26 @@ PLAIN = {
 }
 
 
+async def test_observing_an_ended_run_from_past_its_last_event_ends_with_its_finish(
+    client: Client, storage: Storage, task_queue: str
+) -> None:
+    """A reader may hold more events than the run's history has: a live query can show events of a workflow task
+    lost with its worker, then retried with fewer or other events. Its next observe is from past the end. Found
+    by chaos run 64: such a stream of an ended run stayed open, polling for ever, and the client-js reader never
+    ended. It now ends with the run's finish."""
+    await storage.save_definition("plain", PLAIN)
+    keel = KeelClient(client, task_queue=task_queue, app=app)
+    async with running_worker(client, app, storage, task_queue):
+        handle = await client.start_workflow("plain", {}, id=f"plain-{uuid.uuid4()}", task_queue=task_queue)
+        assert await handle.result() == {"done": True}
+        async with serving(create_api(app, keel, storage), "127.0.0.1", free_port()) as url:
+            async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+                response = await http.post(f"/api/workflows/plain/observe?runId={handle.id}&offset=1000")
+
+    events = [json.loads(r) for r in response.text.split("\x1e") if r]
+    assert [e["type"] for e in events] == ["workflow-finish"] and events[0]["payload"]["workflowStatus"] == "success"
+
+
 async def test_observing_a_run_that_succeeded_never_says_it_failed_when_no_worker_answers_its_query(
     client: Client, storage: Storage, task_queue: str
 ) -> None:
