@@ -271,10 +271,12 @@ async def cmd_runs(args: argparse.Namespace) -> int:
 
 
 async def cmd_counts(args: argparse.Namespace) -> int:
-    from keel.app import load_app
+    from keel.client.app_outline import agent_ids
 
-    keel = await connect_client(args, load_app(args.app))
-    counts = await keel.counts()
+    settings = settings_of(args)  # the app's reference: --app, else KEEL_APP, else the demo
+    ids = agent_ids(settings.app, settings.data_dir, reload=args.reload)
+    keel = await connect_client(args)
+    counts = await keel.counts(agent_ids=ids)
     if args.json:
         print(_json(counts))
         return 0
@@ -575,7 +577,7 @@ async def cmd_migrate(args: argparse.Namespace) -> int:
 
 async def cmd_config(args: argparse.Namespace) -> int:
     settings = settings_of(args)
-    values = settings.model_dump(mode="json")
+    values = settings.as_json()
     sources = settings.sources()
     if args.json:
         print(_json({name: {"value": values[name], "from": sources[name]} for name in values}))
@@ -693,6 +695,15 @@ def _runs_args(p: argparse.ArgumentParser) -> None:
 
 def _json_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print JSON (camelCase keys, ISO 8601 times)")
+
+
+def _counts_args(p: argparse.ArgumentParser) -> None:
+    _json_arg(p)
+    p.add_argument(
+        "--reload",
+        action="store_true",
+        help="import the app to know its agents, even when the ones kept from its last import still hold",
+    )
 
 
 def _workspaces_args(p: argparse.ArgumentParser) -> None:
@@ -814,7 +825,7 @@ COMMANDS: dict[str, Command] = {
     "cancel": Command("ask a run to stop (it ends as canceled)", cmd_cancel, _run_id_arg, ("temporal",)),
     "terminate": Command("end a run at once", cmd_terminate, _terminate_args, ("temporal",)),
     "runs": Command("list agent runs", cmd_runs, _runs_args, ("temporal",)),
-    "counts": Command("running and suspended runs per agent", cmd_counts, _json_arg, ("temporal", "app")),
+    "counts": Command("running and suspended runs per agent", cmd_counts, _counts_args, ("temporal", "app")),
     "events": Command("print a run's event log from an offset", cmd_events, _events_args, ("temporal",)),
     "chat": Command(
         "chat with a session of an AgentController in the terminal (re-attaches: shows what you missed)",

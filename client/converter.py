@@ -17,8 +17,6 @@ import functools
 from typing import Any
 
 import temporalio.api.common.v1
-from pydantic import ValidationError
-from temporalio.contrib.pydantic import PydanticJSONPlainPayloadConverter
 from temporalio.converter import (
     CompositePayloadConverter,
     DataConverter,
@@ -30,19 +28,43 @@ from temporalio.converter import (
 from temporalio.exceptions import ApplicationError
 
 from keel.client.payload_driver import MAX_PAYLOAD_BYTES, PAYLOAD_SIZE_THRESHOLD, KeelPayloadDriver
-from keel.protocol import describe_validation_error
 from keel.storage import BlobStore
 
 
-class _StrictJSONConverter(PydanticJSONPlainPayloadConverter):
+@functools.cache
+def _pydantic_json() -> EncodingPayloadConverter:
+    """temporalio's pydantic JSON converter, refusing an invalid value with an `InvalidInput` error. Made on the
+    first payload, not at import: a client that only lists runs (`keel runs`) never loads pydantic."""
+    from pydantic import ValidationError
+    from temporalio.contrib.pydantic import PydanticJSONPlainPayloadConverter
+
+    from keel.protocol import describe_validation_error
+
+    class StrictJSONConverter(PydanticJSONPlainPayloadConverter):
+        def from_payload(self, payload: temporalio.api.common.v1.Payload, type_hint: type | None = None) -> Any:
+            try:
+                return super().from_payload(payload, type_hint)
+            except ValidationError as err:
+                name = getattr(type_hint, "__name__", "value")
+                raise ApplicationError(
+                    f"Invalid {name}: {describe_validation_error(err)}", type="InvalidInput", non_retryable=True
+                ) from None
+
+    return StrictJSONConverter()
+
+
+class _StrictJSONConverter(EncodingPayloadConverter):
+    """JSON through pydantic (`_pydantic_json`), with the same encoding as temporalio's."""
+
+    @property
+    def encoding(self) -> str:
+        return "json/plain"
+
+    def to_payload(self, value: Any) -> temporalio.api.common.v1.Payload | None:
+        return _pydantic_json().to_payload(value)
+
     def from_payload(self, payload: temporalio.api.common.v1.Payload, type_hint: type | None = None) -> Any:
-        try:
-            return super().from_payload(payload, type_hint)
-        except ValidationError as err:
-            name = getattr(type_hint, "__name__", "value")
-            raise ApplicationError(
-                f"Invalid {name}: {describe_validation_error(err)}", type="InvalidInput", non_retryable=True
-            ) from None
+        return _pydantic_json().from_payload(payload, type_hint)
 
 
 @functools.cache

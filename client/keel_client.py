@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import ValidationError
 from temporalio.api.enums.v1 import TaskQueueType, WorkflowExecutionStatus
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
@@ -234,6 +233,8 @@ class KeelClient:
             UnknownAgent: the app (when the client has one) defines no such agent.
             InvalidRunInput: the messages or options do not match the `AgentRun` contract.
         """
+        from pydantic import ValidationError
+
         from keel.protocol.validation import describe_validation_error
         from keel.workflows.agent_run import AgentRun
         from keel.workflows.contracts import AgentRunInput

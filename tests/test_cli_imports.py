@@ -64,8 +64,11 @@ NOT_FOR_COUNTING = {
 """What a visibility query (`keel runs`, `keel counts`) needs none of: the workflows and their contract models, the
 workflow definition schema and jsonschema, a storage backend (the payload store beside SQLite's file is a folder)."""
 
-NOT_FOR_LISTING = NOT_FOR_COUNTING | {"keel.app", "keel.protocol.chunks", "keel.storage.base"}
-"""`keel runs` lists runs without the app, the stream chunk models or the storage models."""
+NOT_FOR_LISTING = NOT_FOR_COUNTING | {
+    "keel.app", "keel.protocol.chunks", "keel.storage.base", "pydantic", "pydantic_core", "pydantic_settings",
+}  # fmt: skip
+"""`keel runs` lists runs without the app, the stream chunk models or the storage models, and so without pydantic
+(~40 ms of import): the settings are plain, and the data converter loads pydantic on its first payload."""
 
 
 def run_keel(args: list[str], env: dict[str, str], tmp_path: Path, exit_code: int = 0) -> dict[str, Any]:
@@ -170,3 +173,79 @@ def test_the_payload_store_a_client_opens_beside_sqlite_is_the_sqlite_storages_o
     """`open_payload_store` finds SQLite's payload folder without loading the backend (see `keel runs` above)."""
     monkeypatch.delenv("KEEL_PAYLOAD_STORE", raising=False)
     assert open_payload_store(storage_url=f"sqlite:///{db}").location == SQLiteStorage(db).payloads().location
+
+
+APP_SOURCE = """
+from keel import Agent, App
+from keel.model_providers.scripted import ScriptedModel
+
+app = App.of({agents})
+"""
+
+
+def _write_app(folder: Path, ids: list[str]) -> None:
+    agents = ", ".join(f"Agent(id={i!r}, model=ScriptedModel([]))" for i in ids)
+    (folder / "counted_app.py").write_text(APP_SOURCE.format(agents=agents))
+
+
+def test_keel_counts_knows_the_apps_agents_without_importing_it_until_the_app_changes(
+    dev_server: DevServer, tmp_path: Path
+) -> None:
+    """The first `keel counts` imports the app and keeps its agent ids; the next ones count without importing
+    it (no pydantic, no app module), until a source file of the app changes, a KEEL_ setting changes, or
+    `--reload` asks."""
+    project = tmp_path / "project"
+    project.mkdir()
+    _write_app(project, ["alpha", "beta"])
+    env = plain_env(
+        KEEL_TEMPORAL_ADDRESS=dev_server.cfg.address,
+        KEEL_DATA_DIR=str(tmp_path / "data"),
+        KEEL_APP="counted_app:app",
+        PYTHONPATH=str(project),
+    )
+
+    def counts(extra: list[str] | None = None, **more_env: str) -> tuple[list[str], set[str]]:
+        out = tmp_path / "modules.json"
+        proc = subprocess.run(
+            [sys.executable, "-c", CHILD, str(out), "counts", "--json", *(extra or [])],
+            env=env | more_env, cwd=project, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        return list(json.loads(proc.stdout)["agents"]), set(json.loads(out.read_text())["modules"])
+
+    agents, modules = counts()
+    assert agents == ["alpha", "beta"] and "counted_app" in modules
+    agents, modules = counts()
+    assert agents == ["alpha", "beta"]
+    assert loaded(modules, {"counted_app", "keel.app", "pydantic"}) == []
+
+    _write_app(project, ["alpha", "beta", "gamma"])  # an edit: another size, another mtime
+    agents, modules = counts()
+    assert agents == ["alpha", "beta", "gamma"] and "counted_app" in modules
+    agents, modules = counts()
+    assert agents == ["alpha", "beta", "gamma"] and "counted_app" not in modules
+
+    agents, modules = counts(KEEL_TASK_QUEUE="elsewhere")  # another setting: imported again
+    assert agents == ["alpha", "beta", "gamma"] and "counted_app" in modules
+    agents, modules = counts(["--reload"])
+    assert "counted_app" in modules
+
+
+def test_keel_counts_with_a_data_dir_it_cannot_write_still_counts(dev_server: DevServer, tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    _write_app(project, ["solo"])
+    (tmp_path / "data").write_text("a file where the data dir would be")
+    env = plain_env(
+        KEEL_TEMPORAL_ADDRESS=dev_server.cfg.address,
+        KEEL_DATA_DIR=str(tmp_path / "data"),
+        KEEL_APP="counted_app:app",
+        PYTHONPATH=str(project),
+    )
+    for _ in range(2):
+        proc = subprocess.run(
+            [str(Path(sys.executable).parent / "keel"), "counts", "--json"],
+            env=env, cwd=project, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        assert list(json.loads(proc.stdout)["agents"]) == ["solo"]
