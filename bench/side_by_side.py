@@ -22,12 +22,18 @@ TimedRun = Callable[[], Awaitable[tuple[float, str]]]
 
 @contextlib.asynccontextmanager
 async def worker_process(
-    address: str, state: Path, env: Mapping[str, str] | None = None, *, checkout: Path = REPO
+    address: str,
+    state: Path,
+    env: Mapping[str, str] | None = None,
+    *,
+    checkout: Path = REPO,
+    pids: list[int] | None = None,
 ) -> AsyncIterator[str]:
     """A Keel worker for the bench app (`bench/apps.py`) in a process of its own, on a task queue of its own, its
-    storage and files in `state`; yields the queue. Run from `checkout`: this one on this interpreter, another on
-    its own `.venv`. Its environment is this process's without `OTEL_*` (it traces only when `env` says so),
-    then `env`. Stopped with SIGTERM: a clean stop, a traced worker exports what it still buffers."""
+    storage and files in `state`; yields the queue (and appends its pid to `pids`). Run from `checkout`: this one
+    on this interpreter, another on its own `.venv`. Its environment is this process's without `OTEL_*` (it traces
+    only when `env` says so), then `env`. Stopped with SIGTERM: a clean stop, a traced worker exports what it still
+    buffers."""
     queue = f"bench-sub-{uuid.uuid4()}"
     state.mkdir(parents=True, exist_ok=True)
     python = sys.executable if checkout == REPO else str(checkout / ".venv" / "bin" / "python")
@@ -50,10 +56,18 @@ async def worker_process(
             raise RuntimeError(
                 f"worker from {checkout} did not start: {line.decode()}{(await proc.stdout.read()).decode()}"
             )
+        if pids is not None:
+            pids.append(proc.pid)
         yield queue
     finally:
         proc.terminate()
         await proc.wait()
+
+
+def cpu_seconds(pid: int) -> float:
+    """A process's CPU time so far (user + system, all its threads), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def timed_run(keel: KeelClient, steps: int) -> tuple[float, str]:

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import free_port
-from bench.side_by_side import interleaved, timed_run, worker_process
+from bench.side_by_side import cpu_seconds, interleaved, timed_run, worker_process
 from keel.client import KeelClient
 from keel.client.connection import connect
 from keel.client.devserver import DevServer, DevServerConfig
@@ -135,8 +135,10 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             traced = await connect(cfg.address)  # tracing on in this process too: its starts are the roots
             otel = {"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": sink.endpoint}
             async with contextlib.AsyncExitStack() as stack:
-                off_queue = await stack.enter_async_context(worker_process(cfg.address, tmp / "off"))
-                on_queue = await stack.enter_async_context(worker_process(cfg.address, tmp / "on", otel))
+                pids: list[int] = []
+                off_queue = await stack.enter_async_context(worker_process(cfg.address, tmp / "off", pids=pids))
+                on_queue = await stack.enter_async_context(worker_process(cfg.address, tmp / "on", otel, pids=pids))
+                workers = dict(zip(("off", "otlp"), pids, strict=True))
                 sides = {
                     "off": KeelClient(plain, task_queue=off_queue),
                     "otlp": KeelClient(traced, task_queue=on_queue),
@@ -148,7 +150,11 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 traced_runs: dict[int, list[str]] = {}
                 for n in args.steps:
                     runs = {who: partial(timed_run, keel, n) for who, keel in sides.items()}
-                    secs, ids = await interleaved(runs, args.reps if n >= 50 else args.reps_small)
+                    reps = args.reps if n >= 50 else args.reps_small
+                    cpu0 = {who: cpu_seconds(pid) for who, pid in workers.items()}
+                    secs, ids = await interleaved(runs, reps)
+                    # Each worker's CPU over the whole block (its export thread works while the other side runs)
+                    cpu = {who: (cpu_seconds(pid) - cpu0[who]) * 1000 / (reps * n) for who, pid in workers.items()}
                     traced_runs[n] = ids["otlp"]
                     off_ms, on_ms = (statistics.median(secs[who]) * 1000 / n for who in ("off", "otlp"))
                     out["steps"].append(
@@ -157,11 +163,17 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                             "off_ms_per_step": off_ms,
                             "otlp_ms_per_step": on_ms,
                             "otlp_over_off": on_ms / off_ms,
+                            "off_worker_cpu_ms_per_step": cpu["off"],
+                            "otlp_worker_cpu_ms_per_step": cpu["otlp"],
+                            "cpu_otlp_over_off": cpu["otlp"] / cpu["off"],
                             "off_run_seconds": secs["off"],
                             "otlp_run_seconds": secs["otlp"],
                         }
                     )
-                    log(f"N={n}: off {off_ms:.1f} ms/step, otlp {on_ms:.1f} ms/step ({on_ms / off_ms:.3f})")
+                    log(
+                        f"N={n}: off {off_ms:.1f} ms/step, otlp {on_ms:.1f} ms/step ({on_ms / off_ms:.3f}); worker "
+                        f"CPU off {cpu['off']:.2f}, otlp {cpu['otlp']:.2f} ms/step ({cpu['otlp'] / cpu['off']:.3f})"
+                    )
             # The workers have stopped, the traced one after exporting what it buffered: count each run's spans.
             tracing.flush()
             for row in out["steps"]:
@@ -180,13 +192,14 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 
 def table(out: dict[str, Any]) -> str:
     lines = [
-        "|  N | off ms/step | OTLP ms/step | OTLP/off | spans/run |",
-        "|---:|---:|---:|---:|---:|",
+        "|  N | off ms/step | OTLP ms/step | OTLP/off | worker CPU off / OTLP ms/step | CPU OTLP/off | spans/run |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in out["steps"]:
         lines.append(
             f"| {row['n']:>2} | {row['off_ms_per_step']:.1f} | {row['otlp_ms_per_step']:.1f} | "
-            f"{row['otlp_over_off']:.2f} | {row['spans_per_run']:g} |"
+            f"{row['otlp_over_off']:.2f} | {row['off_worker_cpu_ms_per_step']:.2f} / "
+            f"{row['otlp_worker_cpu_ms_per_step']:.2f} | {row['cpu_otlp_over_off']:.2f} | {row['spans_per_run']:g} |"
         )
     if "marginal_spans_per_step" in out:
         lines.append(f"\nMarginal spans per step: {out['marginal_spans_per_step']:.1f}")
