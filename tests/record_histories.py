@@ -281,6 +281,25 @@ async def _session_delivered(keel: KeelClient, name: str) -> str:
     return session.id
 
 
+async def _session_late_waiting(keel: KeelClient, name: str) -> str:
+    """A session ran a turn; a `turn_waiting` of that turn (and of a subagent of it) came in after its end and was
+    not taken (generation 4); a later turn ran as usual."""
+    from keel.client.controller import ControllerClient
+    from keel.workflows.session_contracts import PendingItem, TurnWaiting
+
+    session = await ControllerClient(keel, _STORAGE[0], "assistant-controller").create_session(name)
+    ended = (await session.send_message("text first")).run_id
+    assert ended is not None
+    late = [
+        PendingItem(kind="approval", run_id=ended, tool_call_id="call_late", tool_name="save_note"),
+        PendingItem(kind="suspension", run_id=f"{ended}-sub-1", tool_call_id="call_sub", tool_name="ask_user"),
+    ]
+    await keel.temporal.get_workflow_handle(session.id).signal(names.TURN_WAITING_SIGNAL, TurnWaiting(items=late))
+    await session.send_message("text second")
+    assert (await session.settled()).pending == []
+    return session.id
+
+
 async def _thread_turns(keel: KeelClient, thread: str) -> tuple[str, str]:
     """A thread's turns: 'hold' wakes a run, a message is delivered into it, one is queued, the run is
     approved, the queued message starts the next run. Returns the first run's id and the entity's."""
@@ -364,6 +383,7 @@ WORKFLOW_IDS = {
     "session_sent_again": names.session_workflow_id("assistant-controller", "session_sent_again", None),
     "session_sent_again_gen2": names.session_workflow_id("assistant-controller", "session_sent_again_gen2", None),
     "session_delivered_gen3": names.session_workflow_id("assistant-controller", "session_delivered_gen3", None),
+    "session_late_waiting_gen4": names.session_workflow_id("assistant-controller", "session_late_waiting_gen4", None),
     "tool_call_approved": "keel-tool-call-listener-hold-tool_call_approved",  # `tool_call_workflow_id`
 }
 """Histories whose workflow id is not their file's name (a session's id is derived from its controller,
@@ -486,6 +506,7 @@ SCENARIOS: dict[str, Scenario] = {
     "session_sent_again": Scenario(_session_sent_again, None, ends=False),
     "session_sent_again_gen2": Scenario(_session_sent_again, DEFAULT_SHAPE, ends=False),
     "session_delivered_gen3": Scenario(_session_delivered, DEFAULT_SHAPE, ends=False),
+    "session_late_waiting_gen4": Scenario(_session_late_waiting, DEFAULT_SHAPE, ends=False),
     "session_turn_approved": Scenario(lambda keel, name: _recorded_turn("approved"), DEFAULT_SHAPE),
     "session_turn_suspended": Scenario(lambda keel, name: _recorded_turn("suspended"), DEFAULT_SHAPE),
     "session_turn_subagent": Scenario(lambda keel, name: _recorded_turn("subagent"), DEFAULT_SHAPE),

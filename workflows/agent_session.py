@@ -92,6 +92,11 @@ GENERATION_3 = "keel-session-generation-3"
 delivered into the running turn (`SessionCarry.delivered`) and, when the turn ends, gives each its thread does
 not hold a turn of its own; before it, a message delivered as the turn completed (or to a turn that had just
 ended) was lost. The old branch may go once no session begun before it is open."""
+GENERATION_4 = "keel-session-generation-4"
+"""Asked as `GENERATION_2` is, by sessions below generation 4. From 4 a session takes a turn's waiting calls
+(`turn_waiting`) only from the running turn and its subagents: the signal can arrive after the turn's end was
+handled, and before it such a call stayed pending for good (the session `suspended`, nothing to answer it). The
+old branch may go once no session begun before it is open."""
 MAX_DELIVERED = 100
 """Messages delivered into one turn; past it, a message waits for the next turn (so the list the session carries
 until the turn ends stays bounded)."""
@@ -120,6 +125,8 @@ class AgentSession:
             self._c.generation = 2
         if self._c.generation < 3 and workflow.patched(GENERATION_3):
             self._c.generation = 3
+        if self._c.generation < 4 and workflow.patched(GENERATION_4):
+            self._c.generation = 4
         self._ready = input.carry is not None and input.carry.config is not None
         self._lock = asyncio.Lock()
         self._turn: ChildWorkflowHandle[Any, AgentRunResult] | None = None
@@ -748,7 +755,8 @@ class AgentSession:
     async def turn_waiting(self, waiting: TurnWaiting) -> None:
         async with self._lock:
             known = {p.tool_call_id for p in self._c.pending}
-            new = [i for i in waiting.items if i.tool_call_id not in known][: MAX_PENDING - len(self._c.pending)]
+            items = [i for i in waiting.items if self._c.generation < 4 or self._of_running_turn(i.run_id)]
+            new = [i for i in items if i.tool_call_id not in known][: MAX_PENDING - len(self._c.pending)]
             self._c.pending.extend(new)
             events = []
             granted = []
@@ -777,6 +785,11 @@ class AgentSession:
             for item in granted:
                 await self._decide(item, approved=True)
             self._status()
+
+    def _of_running_turn(self, run_id: str) -> bool:
+        """Whether `run_id` is the running turn's or one of its subagents' (`<turn>-...`)."""
+        turn = self._turn_id
+        return turn is not None and (run_id == turn or run_id.startswith(f"{turn}-"))
 
     @workflow.signal(name=names.TURN_DECIDED_SIGNAL)
     def turn_decided(self, decided: TurnDecided) -> None:

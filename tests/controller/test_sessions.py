@@ -618,3 +618,35 @@ async def test_a_session_remembers_its_last_200_decided_calls_and_no_more(ctl: A
         await session.respond_to_tool_approval("call-50", "approve")
     with pytest.raises(SessionError, match="No tool call 'call-49' is waiting"):
         await session.respond_to_tool_approval("call-49", "approve")
+
+
+async def test_a_turns_waiting_calls_that_arrive_after_it_ended_are_not_pending(ctl: AgentController) -> None:
+    """A turn (or its subagent) tells the session what it waits on by signal, and the turn's end reaches the
+    session by another path: the signal can come in after the end was handled. A call of a turn that has ended
+    can never be answered: it must not show as pending, nor leave the session `suspended`."""
+    from temporalio.client import WorkflowExecutionDescription
+
+    from keel.workflows.search_attributes import KEEL_STATUS
+    from keel.workflows.session_contracts import TurnWaiting
+
+    session = await ctl.create_session(user())
+    ended = (await session.send_message("text hello")).run_id
+    assert ended is not None
+    handle = session.controller.keel.temporal.get_workflow_handle(session.id)
+    late = [
+        PendingItem(kind="approval", run_id=ended, tool_call_id="call_late", tool_name="save_note"),
+        PendingItem(kind="suspension", run_id=f"{ended}-sub-1", tool_call_id="call_sub", tool_name="ask_user"),
+    ]
+    await handle.signal(names.TURN_WAITING_SIGNAL, TurnWaiting(items=late))
+    await session.send_message("text after")  # handled after the signal sent before it
+    snapshot = await session.settled()
+    assert snapshot.pending == [] and not snapshot.running
+    description: WorkflowExecutionDescription = await handle.describe()
+    assert description.typed_search_attributes.get(KEEL_STATUS) == "idle"
+    events: list[dict[str, Any]] = []
+    async with asyncio.timeout(20):
+        async for event in session.events(offset=0, display_state=False):
+            events.append(event)
+            if [e["type"] for e in events].count("agent_end") == 2:
+                break
+    assert not [e for e in events if e.get("toolCallId") in ("call_late", "call_sub")]
