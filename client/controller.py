@@ -207,14 +207,20 @@ class Session:
         """Once the turn `run_id` (default: the latest) has ended, or waits on a person."""
         from keel.workflows.session_contracts import SessionSnapshot, Settle
 
-        for tries_left in reversed(range(3)):
+        ended, continuing = 0, 0
+        while True:
             try:
                 result: SessionSnapshot = await self._update(
                     names.SESSION_SETTLED_UPDATE, Settle(run_id=run_id), SessionSnapshot, wait=timedelta(hours=1)
                 )
                 break
-            except SessionError as err:  # its execution ended while the update waited (a reset): ask the new one
-                if not tries_left or err.kind != ENDED_BEFORE_ANSWERING:
+            except SessionError as err:
+                if err.kind == ENDED_BEFORE_ANSWERING and ended < 3:  # its execution ended (a reset): ask the new one
+                    ended += 1
+                elif err.kind == CONTINUING and continuing < CONTINUING_TRIES:  # it is about to: ask it once it has
+                    continuing += 1
+                    await asyncio.sleep(min(0.02 * continuing, 0.5))
+                else:
                     raise
         await self._heard()
         return result
@@ -587,6 +593,11 @@ def _unanswered(session_id: str, err: RPCError) -> KeelClientError:
     return KeelClientError(f"Session {session_id}: {err.message}")
 
 
+CONTINUING = "SessionContinuing"
+"""The session's failure type for a `settled` that waited as the session continued as new (`keel.workflows.
+agent_session.CONTINUING`; not imported from there: this module loads no workflow code)."""
+CONTINUING_TRIES = 200
+"""A session continues as new once the changes in flight finish (milliseconds): asked again for up to ~90 s."""
 ENDED_BEFORE_ANSWERING = "AcceptedUpdateCompletedWorkflow"
 """Temporal's failure type for an accepted update whose execution ended first (closed, or reset)."""
 

@@ -300,6 +300,20 @@ async def _session_late_waiting(keel: KeelClient, name: str) -> str:
     return session.id
 
 
+async def _session_busy(keel: KeelClient, name: str) -> str:
+    """A session whose queue was never empty between turns (a goal, a follow-up) continued as new between two
+    queued turns, carrying the queue (generation 5); the `settled` waiting then was answered by a later
+    execution. Recorded on a server suggesting continue-as-new after 12 events: the first execution."""
+    from keel.client.controller import ControllerClient
+
+    session = await ControllerClient(keel, _STORAGE[0], "assistant-controller").create_session(name)
+    await session.goal.set("keep echoing", max_runs=3)
+    await session.send_message("text start", wait=False)
+    follow_up = await session.follow_up("text follow-up")
+    await session.settled(follow_up.run_id)
+    return session.id
+
+
 async def _thread_turns(keel: KeelClient, thread: str) -> tuple[str, str]:
     """A thread's turns: 'hold' wakes a run, a message is delivered into it, one is queued, the run is
     approved, the queued message starts the next run. Returns the first run's id and the entity's."""
@@ -507,6 +521,7 @@ SCENARIOS: dict[str, Scenario] = {
     "session_sent_again_gen2": Scenario(_session_sent_again, DEFAULT_SHAPE, ends=False),
     "session_delivered_gen3": Scenario(_session_delivered, DEFAULT_SHAPE, ends=False),
     "session_late_waiting_gen4": Scenario(_session_late_waiting, DEFAULT_SHAPE, ends=False),
+    "session_busy_gen5": Scenario(_session_busy, DEFAULT_SHAPE, CONTINUE_AS_NEW_SERVER, ends=False),
     "session_turn_approved": Scenario(lambda keel, name: _recorded_turn("approved"), DEFAULT_SHAPE),
     "session_turn_suspended": Scenario(lambda keel, name: _recorded_turn("suspended"), DEFAULT_SHAPE),
     "session_turn_subagent": Scenario(lambda keel, name: _recorded_turn("subagent"), DEFAULT_SHAPE),

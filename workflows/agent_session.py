@@ -97,6 +97,14 @@ GENERATION_4 = "keel-session-generation-4"
 (`turn_waiting`) only from the running turn and its subagents: the signal can arrive after the turn's end was
 handled, and before it such a call stayed pending for good (the session `suspended`, nothing to answer it). The
 old branch may go once no session begun before it is open."""
+GENERATION_5 = "keel-session-generation-5"
+"""Asked as `GENERATION_2` is, by sessions below generation 5. From 5 a session continues as new when Temporal
+suggests it also between two queued turns (it carries the queue), instead of only once the queue is empty: a goal
+queues its next turn as each turn ends, and so may a busy client, and the history grew until the queue emptied.
+`settled` calls waiting for a turn then end with `SessionContinuing` (the client asks the new execution). The old
+branch may go once no session begun before it is open."""
+CONTINUING = "SessionContinuing"
+"""The error type of a `settled` that was waiting when its execution continued as new: ask again."""
 MAX_DELIVERED = 100
 """Messages delivered into one turn; past it, a message waits for the next turn (so the list the session carries
 until the turn ends stays bounded)."""
@@ -127,6 +135,9 @@ class AgentSession:
             self._c.generation = 3
         if self._c.generation < 4 and workflow.patched(GENERATION_4):
             self._c.generation = 4
+        if self._c.generation < 5 and workflow.patched(GENERATION_5):
+            self._c.generation = 5
+        self._leaving = False  # continuing as new: `settled` calls still waiting end (`CONTINUING`)
         self._ready = input.carry is not None and input.carry.config is not None
         self._lock = asyncio.Lock()
         self._turn: ChildWorkflowHandle[Any, AgentRunResult] | None = None
@@ -167,6 +178,11 @@ class AgentSession:
             await workflow.wait_condition(
                 lambda: bool(self._c.queued) or workflow.info().is_continue_as_new_suggested()
             )
+            if self._c.queued and self._c.generation >= 5 and workflow.info().is_continue_as_new_suggested():
+                await self._snapshot()
+                self._leaving = True  # the `settled` calls waiting end, the others finish: then nothing runs
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                workflow.continue_as_new(input.model_copy(update={"carry": self._c}))
             if self._c.queued:
                 message = self._c.queued.pop(0)
                 self._turn_id = message.run_id  # the current turn from now on (its child starts below)
@@ -459,7 +475,11 @@ class AgentSession:
                 return any(p.run_id == turn or p.run_id.startswith(f"{turn}-") for p in self._c.pending)
             return turn not in {q.run_id for q in self._c.queued}  # not this execution's: long done
 
-        await workflow.wait_condition(settled)
+        await workflow.wait_condition(lambda: settled() or self._leaving)
+        if not settled():
+            raise ApplicationError(
+                "The session is continuing as new: ask the new execution", type=CONTINUING, non_retryable=True
+            )
         return self.snapshot()
 
     async def _until_ready(self, check: Callable[[], None]) -> None:

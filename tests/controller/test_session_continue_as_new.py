@@ -12,8 +12,10 @@ from temporalio.client import Client
 
 from keel import AgentController
 from keel.client import KeelClient
+from keel.client import controller as client_side
 from keel.storage import Storage
 from keel.worker import build_worker
+from keel.workflows import agent_session as session_side
 from tests.controller.apps import app, controller
 from tests.controller.test_sessions import wait_pending
 from tests.test_continue_as_new import server_suggesting_continue_as_new
@@ -83,3 +85,43 @@ async def test_a_message_sent_again_under_its_id_after_a_continue_as_new_is_stil
             assert again == first
             said = [m["content"] for m in await session.thread.list_messages() if m["role"] == "user"]
             assert said.count("text once") == 1
+
+
+async def test_a_session_whose_queue_never_empties_still_continues_as_new_between_turns(
+    storage: Storage, task_queue: str, tmp_path: Path
+) -> None:
+    """A goal queues its next turn as each turn ends (and so does a client that always sends a follow-up before
+    the turn ends): the queue is never empty between turns. The session still continues as new when Temporal
+    suggests it, carrying what waits, so its history stays bounded however long the run of turns (before, it grew
+    turn after turn until the queue emptied, towards Temporal's limit of 51,200 events, where a session is
+    terminated). A client waiting for a turn across the continue-as-new gets its answer from the new execution."""
+    async with server_suggesting_continue_as_new(tmp_path) as client:
+        async with build_worker(client, app, storage, task_queue=task_queue):
+            ctl = await attached(client, storage, task_queue)
+            session = await ctl.create_session(f"busy-{uuid.uuid4().hex[:6]}")
+            await session.goal.set("keep echoing", max_runs=6)
+            await session.send_message("text start", wait=False)
+            follow_ups = [await session.follow_up(f"text follow-up {i}") for i in range(3)]
+            last = await session.settled(follow_ups[-1].run_id)  # waits across the continues-as-new
+            assert last.pending == []
+            while (await session.snapshot()).running or (await session.snapshot()).queued:
+                await session.settled()
+            executions = [e async for e in client.list_workflows(f"WorkflowId='{session.id}'")]
+            turns_per_execution, asked_again = [], 0
+            for execution in executions:
+                history = await client.get_workflow_handle(session.id, run_id=execution.run_id).fetch_history()
+                started = EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED
+                turns_per_execution.append(sum(e.event_type == started for e in history.events))
+                asked_again += sum(
+                    e.workflow_execution_update_completed_event_attributes.outcome.failure.application_failure_info.type
+                    == session_side.CONTINUING
+                    for e in history.events
+                    if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED
+                )
+            assert asked_again >= 1  # the `settled` above waited across a continue-as-new, and was answered
+            assert sum(turns_per_execution) == 1 + 3 + 5  # the message, the follow-ups, five goal turns
+            assert max(turns_per_execution) <= 2, turns_per_execution
+            said = [m["content"] for m in await session.thread.list_messages() if m["role"] == "user"]
+            sent = [m for m in said if not m.startswith("Continue working toward the goal")]
+            assert sent == ["text start", *(f"text follow-up {i}" for i in range(3))] and len(said) == 9
+    assert client_side.CONTINUING == session_side.CONTINUING  # the error the client asks again on
