@@ -19,7 +19,12 @@ from keel.model_providers.base import (
     OnDelta,
     ToolSpec,
 )
-from keel.model_providers.scripted import ScriptedModel, last_user_text, tool_results_since_last_user
+from keel.model_providers.scripted import (
+    ScriptedModel,
+    last_user_text,
+    tool_results_since_last_user,
+    user_texts_since_last_answer,
+)
 
 __all__ = [
     "ChatModel",
@@ -35,6 +40,7 @@ __all__ = [
     "ToolSpec",
     "last_user_text",
     "tool_results_since_last_user",
+    "user_texts_since_last_answer",
 ]
 
 if TYPE_CHECKING:

@@ -108,6 +108,18 @@ def tool_results_since_last_user(request: ModelRequest) -> list[ToolResultPart]:
     return results
 
 
+def user_texts_since_last_answer(request: ModelRequest) -> list[str]:
+    """Return the text of each user message after the last assistant message, oldest first (what a model that
+    answers every message it has not answered yet hears)."""
+    texts: list[str] = []
+    for message in reversed(request.messages):
+        if message.role == "assistant":
+            break
+        if message.role == "user":
+            texts.insert(0, _text_of(message))
+    return texts
+
+
 def _text_of(message: MessageRecord) -> str:
     if isinstance(message.content, str):
         return message.content

@@ -132,7 +132,7 @@ class S3BlobStore(BlobStore):
         try:
             self._s3().stat_object(self._at.bucket, name)
         except S3Error as err:
-            if err.code in ("NoSuchKey", "NoSuchObject"):
+            if err.code == "NoSuchKey":
                 return False
             raise
         return True

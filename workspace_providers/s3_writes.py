@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from keel.workspace_providers import file_content
 from keel.workspace_providers.errors import (
@@ -88,8 +88,7 @@ def place_and_head(
         raise FileExists(path)
     if is_dir and not directory:
         raise IsDirectory(path)
-    assert here is None or isinstance(here, Head)
-    return bool(is_dir), here
+    return bool(is_dir), cast(Head | None, here)
 
 
 def _modified_now(store: S3Objects, key: str) -> datetime:

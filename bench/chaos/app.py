@@ -53,6 +53,7 @@ from keel.model_providers import (
     ScriptedModel,
     last_user_text,
     tool_results_since_last_user,
+    user_texts_since_last_answer,
 )
 from keel.workspace_providers import WORKSPACE_TOOLS, LocalFilesystem, LocalSandbox, Workspace
 
@@ -213,21 +214,9 @@ async def pledge(args: ChargeInput, ctx: ToolContext) -> dict[str, Any]:
     return {"pledged": args.cents}
 
 
-def _unanswered(request: ModelRequest) -> list[str]:
-    """The user messages since the last assistant message, oldest first."""
-    texts: list[str] = []
-    for message in reversed(request.messages):
-        if message.role == "assistant":
-            break
-        if message.role == "user":
-            content = message.content
-            texts.insert(0, content if isinstance(content, str) else " ".join(getattr(p, "text", "") for p in content))
-    return texts
-
-
 def _desk(request: ModelRequest) -> ModelResponse:
     if last_user_text(request).startswith("say "):  # `chatter`: every message since the last answer, heard
-        return ModelResponse(text="heard " + " | ".join(_unanswered(request)))
+        return ModelResponse(text="heard " + " | ".join(user_texts_since_last_answer(request)))
     _, tag, cents = last_user_text(request).split()
     done = tool_results_since_last_user(request)
     if not done:
