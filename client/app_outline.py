@@ -2,15 +2,17 @@
 
 Importing an app loads pydantic, the workspace providers and every tool's module: ~100 ms, more than the counts
 themselves cost (bench/cli_startup.py). The ids are written to `<data dir>/apps/<key>.json` by the command that
-imported the app, with what they were derived from: the app reference, the interpreter, the `KEEL_*` settings,
-and every source file loaded while importing the app (its path, size and modification time). A later command
-uses them only while all of that is unchanged: an edit of any of those files, another interpreter or another
-setting imports the app again (as Python's bytecode cache does). What the cache cannot see is an app whose
-agents depend on other environment variables; `keel counts --reload` imports it in any case.
+imported the app, with what they were derived from: the app reference, the interpreter, the working directory
+and import path, the `KEEL_*` settings (as a digest: they may hold keys), and every source file loaded while
+importing the app (its path, size and modification time). A later command uses them only while all of that is
+unchanged: an edit of any of those files, another interpreter, folder or setting imports the app again (as
+Python's bytecode cache does). What the cache cannot see is an app whose agents depend on other environment
+variables or on data files it reads; `keel counts --reload` imports it in any case.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -18,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-VERSION = 1
+VERSION = 2
 
 
 def agent_ids(ref: str, data_dir: Path, *, reload: bool = False) -> list[str]:
@@ -40,11 +42,14 @@ def agent_ids(ref: str, data_dir: Path, *, reload: bool = False) -> list[str]:
 
 
 def _key(ref: str) -> str:
-    return hashlib.sha256(f"{sys.executable}\0{ref}".encode()).hexdigest()[:32]
+    where = "\0".join([sys.executable, ref, os.getcwd(), *sys.path])
+    return hashlib.sha256(where.encode()).hexdigest()[:32]
 
 
-def _settings() -> dict[str, str]:
-    return {k: v for k, v in sorted(os.environ.items()) if k.upper().startswith("KEEL_")}
+def _settings() -> str:
+    """A digest of the `KEEL_*` variables (their values may be keys: not written to disk)."""
+    pairs = sorted((k, v) for k, v in os.environ.items() if k.upper().startswith("KEEL_"))
+    return hashlib.sha256(json.dumps(pairs).encode()).hexdigest()
 
 
 def _stamp(file: str) -> list[int] | None:
@@ -67,10 +72,12 @@ def _sources(modules: set[str]) -> dict[str, list[int] | None]:
 
 def _read(path: Path, ref: str) -> list[str] | None:
     try:
-        data: dict[str, Any] = json.loads(path.read_text())
+        data = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    if data.get("version") != VERSION or data.get("ref") != ref or data.get("settings") != _settings():
+    if not isinstance(data, dict):
+        return None
+    if (data.get("version"), data.get("ref"), data.get("settings")) != (VERSION, ref, _settings()):
         return None
     files = data.get("files")
     if not isinstance(files, dict) or any(_stamp(file) != stamp for file, stamp in files.items()):
@@ -82,10 +89,11 @@ def _read(path: Path, ref: str) -> list[str] | None:
 def _write(path: Path, data: dict[str, Any]) -> None:
     """Replace the file at once (a reader sees the old or the new); a data dir that cannot be written is no
     error: the next command imports the app again."""
+    part = path.with_name(f"{path.name}.{os.getpid()}.part")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        part = path.with_name(f"{path.name}.{os.getpid()}.part")
         part.write_text(json.dumps(data))
         os.replace(part, path)
     except OSError:
-        pass
+        with contextlib.suppress(OSError):
+            part.unlink(missing_ok=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
@@ -207,17 +208,17 @@ class Session:
         """Once the turn `run_id` (default: the latest) has ended, or waits on a person."""
         from keel.workflows.session_contracts import SessionSnapshot, Settle
 
-        ended, continuing = 0, 0
+        ended, continuing, deadline = 0, 0, time.monotonic() + SETTLED_WAIT.total_seconds()
         while True:
             try:
                 result: SessionSnapshot = await self._update(
-                    names.SESSION_SETTLED_UPDATE, Settle(run_id=run_id), SessionSnapshot, wait=timedelta(hours=1)
+                    names.SESSION_SETTLED_UPDATE, Settle(run_id=run_id), SessionSnapshot, wait=SETTLED_WAIT
                 )
                 break
             except SessionError as err:
                 if err.kind == ENDED_BEFORE_ANSWERING and ended < 3:  # its execution ended (a reset): ask the new one
                     ended += 1
-                elif err.kind == CONTINUING and continuing < CONTINUING_TRIES:  # it is about to: ask it once it has
+                elif err.kind == CONTINUING and time.monotonic() < deadline:  # it is about to: ask it once it has
                     continuing += 1
                     await asyncio.sleep(min(0.02 * continuing, 0.5))
                 else:
@@ -596,8 +597,9 @@ def _unanswered(session_id: str, err: RPCError) -> KeelClientError:
 CONTINUING = "SessionContinuing"
 """The session's failure type for a `settled` that waited as the session continued as new (`keel.workflows.
 agent_session.CONTINUING`; not imported from there: this module loads no workflow code)."""
-CONTINUING_TRIES = 200
-"""A session continues as new once the changes in flight finish (milliseconds): asked again for up to ~90 s."""
+SETTLED_WAIT = timedelta(hours=1)
+"""How long `settled` waits, asking again while the session continues as new (it does once the changes in flight
+have finished: milliseconds, unless storage is down and they retry)."""
 ENDED_BEFORE_ANSWERING = "AcceptedUpdateCompletedWorkflow"
 """Temporal's failure type for an accepted update whose execution ended first (closed, or reset)."""
 

@@ -117,13 +117,13 @@ class Settings:
     app: str = "keel.app.demo:app"
     storage_url: str | None = None
     payload_store: str | None = None
-    trace_retention_hours: float = 72
+    trace_retention_hours: float = 72.0
     """The storage exporter's spans are deleted this long after they started (`keel.storage.spans`)."""
     trace_max_spans: int = 100_000
     """The storage exporter keeps at most this many spans, deleting the oldest first."""
     logs: LogLevel = "off"
     """The level from which a worker keeps its log records in storage (`keel.client.log_handler`); `off`: none."""
-    log_retention_hours: float = 72
+    log_retention_hours: float = 72.0
     log_max_records: int = 100_000
     metrics_port: int | None = None
     """A worker's Prometheus endpoint (`keel.client.metrics`); unset: no metrics, at no cost."""
@@ -166,8 +166,8 @@ def load_settings(**flags: Any) -> Settings:
     for name, raw in (env | given).items():
         try:
             values[name] = _PARSE.get(name, str)(raw)
-        except ValueError as err:
-            problems.append(f"{PREFIX}{name.upper()} {err}")
+        except ValueError as err:  # named as the user gave it: a flag (or argument) by name, else the variable
+            problems.append(f"{name if name in given else PREFIX + name.upper()} {err}")
     settings = Settings(**values)
     if not problems:
         try:

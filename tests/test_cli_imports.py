@@ -201,6 +201,7 @@ def test_keel_counts_knows_the_apps_agents_without_importing_it_until_the_app_ch
         KEEL_TEMPORAL_ADDRESS=dev_server.cfg.address,
         KEEL_DATA_DIR=str(tmp_path / "data"),
         KEEL_APP="counted_app:app",
+        KEEL_API_KEYS='{"sk-kept-nowhere-0123456789": ["admin"]}',
         PYTHONPATH=str(project),
     )
 
@@ -229,6 +230,8 @@ def test_keel_counts_knows_the_apps_agents_without_importing_it_until_the_app_ch
     assert agents == ["alpha", "beta", "gamma"] and "counted_app" in modules
     agents, modules = counts(["--reload"])
     assert "counted_app" in modules
+    kept = [f.read_text() for f in (tmp_path / "data" / "apps").iterdir()]
+    assert kept and not any("sk-kept-nowhere" in text for text in kept)  # the settings are kept as a digest
 
 
 def test_keel_counts_with_a_data_dir_it_cannot_write_still_counts(dev_server: DevServer, tmp_path: Path) -> None:

@@ -63,3 +63,10 @@ def test_an_address_and_a_port_that_disagree_are_refused_and_an_empty_optional_p
         load_settings(temporal_port=7000)
     with pytest.raises(SettingsError, match="must be HOST:PORT"):
         load_settings(temporal_address="no-port")
+
+
+def test_a_malformed_flag_is_named_as_given_not_as_the_variable() -> None:
+    with pytest.raises(SettingsError, match="api_port must be an integer from 1 to 65535, not 0") as caught:
+        load_settings(api_port=0)
+    assert "KEEL_API_PORT" not in str(caught.value)
+    assert repr(load_settings().as_json()["trace_retention_hours"]) == "72.0"  # as `keel config` printed it

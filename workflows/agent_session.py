@@ -178,7 +178,7 @@ class AgentSession:
             await workflow.wait_condition(
                 lambda: bool(self._c.queued) or workflow.info().is_continue_as_new_suggested()
             )
-            if self._c.queued and self._c.generation >= 5 and workflow.info().is_continue_as_new_suggested():
+            if self._c.generation >= 5 and self._may_leave_with_queue():
                 await self._snapshot()
                 self._leaving = True  # the `settled` calls waiting end, the others finish: then nothing runs
                 await workflow.wait_condition(workflow.all_handlers_finished)
@@ -196,6 +196,17 @@ class AgentSession:
             if self._c.queued or self._turn is not None:
                 continue
             workflow.continue_as_new(input.model_copy(update={"carry": self._c}))
+
+    def _may_leave_with_queue(self) -> bool:
+        """Generation 5: continue as new with turns queued when Temporal suggests it, but not while one of them
+        is a turn an ended turn's unread messages went to (`_forwarded`, this execution's only): a `settled` on
+        the ended turn asked again of the new execution would find neither and answer at once."""
+        forwarded = set(self._forwarded.values())
+        return (
+            bool(self._c.queued)
+            and workflow.info().is_continue_as_new_suggested()
+            and not any(q.run_id in forwarded for q in self._c.queued)
+        )
 
     async def _begin(self, input: SessionInput) -> None:
         """A new session: the controller's default mode and initial state, and a thread: the one asked for

@@ -4,6 +4,7 @@ snapshot it stored first."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from pathlib import Path
 
@@ -125,3 +126,28 @@ async def test_a_session_whose_queue_never_empties_still_continues_as_new_betwee
             sent = [m for m in said if not m.startswith("Continue working toward the goal")]
             assert sent == ["text start", *(f"text follow-up {i}" for i in range(3))] and len(said) == 9
     assert client_side.CONTINUING == session_side.CONTINUING  # the error the client asks again on
+
+
+async def test_settled_on_a_turn_whose_unread_message_got_a_turn_waits_for_that_turn_across_continue_as_new(
+    storage: Storage, task_queue: str, tmp_path: Path
+) -> None:
+    """A message delivered into a turn that failed before reading it gets a turn of its own; `settled` on the
+    failed turn follows to that turn's end, also when Temporal suggests continuing as new meanwhile."""
+    async with server_suggesting_continue_as_new(tmp_path) as client:
+        async with build_worker(client, app, storage, task_queue=task_queue):
+            ctl = await attached(client, storage, task_queue)
+            session = await ctl.create_session(f"fwd-{uuid.uuid4().hex[:6]}")
+            await session.state.set({"yolo": True})
+            first = await session.send_message("ask")  # waits on ask_user
+            assert first.run_id is not None and (await session.snapshot()).pending
+            assert (await session.send_message("text unread", wait=False)).delivered
+            await session.follow_up("text later")
+            await client.get_workflow_handle(first.run_id).terminate("the turn fails unread")
+            while (await session.snapshot()).run_id == first.run_id:  # the session saw it end
+                await asyncio.sleep(0.02)
+            await session.settled(first.run_id)
+            messages = await session.thread.list_messages()
+            said = [m["content"] for m in messages if m["role"] == "user"]
+            assert "text unread" in said
+            after = messages[[m.get("content") for m in messages].index("text unread") + 1 :]
+            assert any(m["role"] == "assistant" for m in after), "settled returned before the message's turn ended"
