@@ -121,7 +121,8 @@ class ModelSteps:
                 else:  # stored before answers named what they heard: what storage lacks was not
                     unheard = len(await self._storage.get_messages(ids)) < len(set(ids))
                 await events.flush(input.writes.messages)
-            return await self._stored(input, stored, unheard=unheard)
+            heard_all = None if unheard or heard is None else await self._heard_all(input, heard)
+            return await self._stored(input, stored, unheard=unheard, heard_all=heard_all)
         if input.step == 1 and execution is not None:
             events.add(
                 StartChunk(run_id=run_id, payload=StartPayload(id=agent.id, run_id=run_id, message_id=input.message_id))
@@ -218,17 +219,30 @@ class ModelSteps:
             result.file_reads = thread_file_reads(context) or None
         # The message, its chunks and the answer in one transaction: a step executed again finds all or none.
         # Replacing the message: a re-execution that found no answer stored asks again, and its answer wins.
-        heard = [m.id for m in input.writes.messages]  # so a later execution can tell what came after
+        # What it answered from, so a later execution can tell what came after: what came with it, and every user
+        # message since the last answer (one an earlier execution of this step stored is in the context too).
+        heard = list(dict.fromkeys([*(m.id for m in input.writes.messages), *_unanswered(context)]))
         answer = StepAnswer(input.message_id, result.model_dump(mode="json", exclude_none=True) | {HEARD: heard})
         await events.flush([assistant], replace=True, answer=answer)
         _answered(input, model.model_id, result, (time.monotonic() - started_at) * 1000)
         return await self._with_run_lists(input, result)
 
-    async def _stored(self, input: ModelStepInput, answer: dict[str, Any], *, unheard: bool) -> ModelStepResult:
+    async def _stored(
+        self, input: ModelStepInput, answer: dict[str, Any], *, unheard: bool, heard_all: bool | None
+    ) -> ModelStepResult:
         """The answer an earlier execution stored (with its message and chunks: nothing to write again)."""
         stored = ModelStepResult.model_validate(answer)
-        stored.reused, stored.unheard = True, unheard
+        stored.reused, stored.unheard, stored.heard_all = True, unheard, heard_all
         return await self._with_run_lists(input, stored)
+
+    async def _heard_all(self, input: ModelStepInput, heard: list[str]) -> bool:
+        """Whether the stored answer heard every user message the thread holds before it, and none came after
+        it (one stored after it by a lost execution of a later step, or delivered since)."""
+        thread = await self._threads.messages(input.thread_id)
+        at = next((i for i, m in enumerate(thread) if m.id == input.message_id), None)
+        if at is None:
+            return False
+        return set(_unanswered(thread[:at])) <= set(heard) and not any(m.role == "user" for m in thread[at + 1 :])
 
     async def _with_run_lists(self, input: ModelStepInput, result: ModelStepResult) -> ModelStepResult:
         if not result.tool_calls:  # the run ends here: its result lists, from storage
@@ -313,6 +327,17 @@ def _make_ids_unique(calls: list[PlannedToolCall], *, taken: set[str]) -> None:
             n += 1
             call.tool_call_id = f"{base}-{n}"
         seen.add(call.tool_call_id)
+
+
+def _unanswered(context: list[MessageRecord]) -> list[str]:
+    """The ids of the user messages after the context's last assistant message, oldest first."""
+    ids: list[str] = []
+    for message in reversed(context):
+        if message.role == "assistant":
+            break
+        if message.role == "user":
+            ids.insert(0, message.id)
+    return ids
 
 
 def _check_context(input: ModelStepInput, context: list[MessageRecord]) -> None:

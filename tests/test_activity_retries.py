@@ -99,7 +99,8 @@ async def test_a_model_step_executed_again_after_it_stored_its_answer_returns_it
     events = await storage.read_events("r1")
     second = await env.run(activities.model_step, step)
 
-    assert second == first.model_copy(update={"reused": True}) and first.text == "answer 1" and len(requests) == 1
+    assert second == first.model_copy(update={"reused": True, "heard_all": True})
+    assert first.text == "answer 1" and len(requests) == 1
     assert not first.reused  # the workflow is told the second answer is the stored one
     assert await storage.read_events("r1") == events
     messages, _ = await storage.list_messages("t1")
@@ -141,6 +142,49 @@ async def test_a_message_delivered_after_a_step_answered_stays_unheard_in_every_
     assert not first.unheard and lost.unheard and last.unheard and len(requests) == 1
     messages, _ = await storage.list_messages("t1")
     assert [m.content for m in messages].count("also this") == 1
+
+
+async def test_a_step_that_heard_the_delivered_messages_says_so_when_an_execution_after_it_reuses_its_answer(
+    storage: Storage,
+) -> None:
+    """Chaos seed 65, a `chatter` session: step 1 answered "say 0" and its workflow task was refused (messages 1
+    and 2 were delivered meanwhile); the next execution reused step 1 (not hearing 1 and 2), asked the model at
+    step 2 (which heard them: "heard say 1 | say 2") and was lost with its worker; the execution after it reused
+    both answers, but nothing told it step 2 had heard them, so it asked the model a third time with nothing new
+    to hear: the session showed an empty answer. A reused answer now says whether it heard every message in the
+    thread before it, and nothing came after it (`heard_all`), so the run ends there."""
+    requests: list[ModelRequest] = []
+
+    def script(request: ModelRequest) -> ModelResponse:
+        requests.append(request)
+        said: list[str] = []
+        for message in reversed(request.messages):
+            if message.role == "assistant":
+                break
+            said.insert(0, str(message.content))
+        return ModelResponse(text="heard " + " | ".join(said))
+
+    activities = AgentActivities(App.of(Agent(id="a", model=ScriptedModel(script, chunk_size=4))), storage)
+    said = [MessageRecord(id=f"r1-d{k}", role="user", content=f"say {k}") for k in range(3)]
+
+    def step(n: int, writes: list[MessageRecord]) -> ModelStepInput:
+        return ModelStepInput(
+            run_id="r1", agent_id="a", thread_id="t1", resource_id="u1", step=n, message_id=f"r1-a{n}",
+            writes=PendingWrites(messages=writes),
+        )  # fmt: skip
+
+    env = ActivityEnvironment()
+    await env.run(activities.model_step, step(1, said[:1]))  # its workflow task refused: 1 and 2 came
+    lost = [await env.run(activities.model_step, step(1, said)), await env.run(activities.model_step, step(2, []))]
+    last = [await env.run(activities.model_step, step(1, said)), await env.run(activities.model_step, step(2, []))]
+
+    assert [r.text for r in last] == ["heard say 0", "heard say 1 | say 2"] and len(requests) == 2
+    assert lost[0].unheard and last[0].unheard and not last[0].heard_all  # step 1 did not hear 1 and 2
+    assert last[1].reused and not last[1].unheard and last[1].heard_all  # step 2 did: the run ends after it
+
+    later = MessageRecord(id="r1-d3", role="user", content="say 3")  # one more, delivered before this execution
+    again = await env.run(activities.model_step, step(1, [*said, later]))
+    assert again.unheard and not (await env.run(activities.model_step, step(2, []))).heard_all  # 3 is unheard
 
 
 async def test_tool_call_ids_repeated_within_one_answer_are_made_unique(storage: Storage) -> None:

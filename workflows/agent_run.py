@@ -540,9 +540,9 @@ class _Loop:
 
     def _note_heard(self, step: ModelStepResult) -> None:
         """A step that answered from storage did not hear what came with it and was not in the thread when that
-        answer was given (a message delivered since): the run goes on until a step that asks the model has (see
-        `RunCarry.unheard`)."""
-        if not step.reused:
+        answer was given (a message delivered since): the run goes on until a step that asks the model has, or
+        one whose stored answer heard everything the thread holds (`heard_all`; see `RunCarry.unheard`)."""
+        if not step.reused or step.heard_all:  # None in histories from before answers told it: as before
             self.carry.unheard = False
         elif step.unheard:
             self.carry.unheard = True

@@ -438,6 +438,9 @@ class ModelStepResult(RunLists):
     unheard: bool = False
     """With `reused`: what came with the step (a message delivered since) was not in the thread when that answer
     was given."""
+    heard_all: bool | None = None
+    """With `reused`: that answer heard every user message in the thread before it, and none came after it (a run
+    that had a message unheard by a reused step may end here). None from answers stored before it was told."""
 
 
 class ToolCallInput(Contract):
