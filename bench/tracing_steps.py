@@ -8,7 +8,8 @@ One tuned dev server (free ports, temp state dir); two Keel workers for the benc
 (`OTEL_TRACES_EXPORTER=otlp` to an OTLP/HTTP receiver in this process that decodes and counts the spans, the SDK's
 batch processor at its defaults). Runs on the two alternate (the order rotates each repetition); the `otlp` side's
 runs are started by a client that traces too (its start is the trace's root, so the worker makes its workflow
-spans), the `off` side's by one that does not. See bench/README.md, "Tracing".
+spans), the `off` side's by one that does not. Reported per N: each side's median ms per step, and each worker's
+CPU time per step over the whole block (read from /proc before and after it). See bench/README.md, "Tracing".
 """
 
 from __future__ import annotations
