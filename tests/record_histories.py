@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from temporalio.client import WorkflowFailureError
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowFailureError, WorkflowHistory
 
 from keel.client import KeelClient, RunFailed
 from keel.client.connection import connect
@@ -398,6 +399,7 @@ WORKFLOW_IDS = {
     "session_sent_again_gen2": names.session_workflow_id("assistant-controller", "session_sent_again_gen2", None),
     "session_delivered_gen3": names.session_workflow_id("assistant-controller", "session_delivered_gen3", None),
     "session_late_waiting_gen4": names.session_workflow_id("assistant-controller", "session_late_waiting_gen4", None),
+    "session_busy_gen5": names.session_workflow_id("assistant-controller", "session_busy_gen5", None),
     "tool_call_approved": "keel-tool-call-listener-hold-tool_call_approved",  # `tool_call_workflow_id`
 }
 """Histories whose workflow id is not their file's name (a session's id is derived from its controller,
@@ -472,6 +474,8 @@ class Scenario:
     """False for a run recorded while it still runs (a thread's entity, which waits for more messages)."""
     latest: bool = False
     """Record the latest execution under the run's id, not the first."""
+    turn_then_continue: bool = False
+    """Record the first execution that started a turn (a child run) and continued as new."""
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -521,7 +525,9 @@ SCENARIOS: dict[str, Scenario] = {
     "session_sent_again_gen2": Scenario(_session_sent_again, DEFAULT_SHAPE, ends=False),
     "session_delivered_gen3": Scenario(_session_delivered, DEFAULT_SHAPE, ends=False),
     "session_late_waiting_gen4": Scenario(_session_late_waiting, DEFAULT_SHAPE, ends=False),
-    "session_busy_gen5": Scenario(_session_busy, DEFAULT_SHAPE, CONTINUE_AS_NEW_SERVER, ends=False),
+    "session_busy_gen5": Scenario(
+        _session_busy, DEFAULT_SHAPE, CONTINUE_AS_NEW_SERVER, ends=False, turn_then_continue=True
+    ),
     "session_turn_approved": Scenario(lambda keel, name: _recorded_turn("approved"), DEFAULT_SHAPE),
     "session_turn_suspended": Scenario(lambda keel, name: _recorded_turn("suspended"), DEFAULT_SHAPE),
     "session_turn_subagent": Scenario(lambda keel, name: _recorded_turn("subagent"), DEFAULT_SHAPE),
@@ -591,6 +597,8 @@ async def record_on_server(dynamic_config: dict[str, str], names: list[str]) -> 
                 pick = max if SCENARIOS[name].latest else min
                 chosen = pick(executions, key=lambda e: e.start_time)
                 history = await client.get_workflow_handle(run_id, run_id=chosen.run_id).fetch_history()
+                if SCENARIOS[name].turn_then_continue:
+                    history = await _turn_then_continue(client, run_id, executions)
                 (HISTORIES / f"{name}.json").write_text(history.to_json())
                 print(f"recorded {name}: {len(history.events)} events")
                 # Payloads of 256 KiB or more are in the history by reference: their blobs replay with it.
@@ -601,6 +609,18 @@ async def record_on_server(dynamic_config: dict[str, str], names: list[str]) -> 
         finally:
             await storage.close()
             server.stop()
+
+
+async def _turn_then_continue(client: Client, run_id: str, executions: list[Any]) -> WorkflowHistory:
+    for execution in sorted(executions, key=lambda e: e.start_time):
+        history = await client.get_workflow_handle(run_id, run_id=execution.run_id).fetch_history()
+        kinds = [e.event_type for e in history.events]
+        if (
+            EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED in kinds
+            and kinds[-1] == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
+        ):
+            return history
+    raise SystemExit(f"{run_id}: no execution started a turn and continued as new")
 
 
 if __name__ == "__main__":

@@ -215,7 +215,9 @@ async def test_a_re_executed_step_returns_the_model_answer_it_stored_without_ask
     assert h.model_calls == 1
     assert again.model is not None and first.model is not None
     assert again.model.reused and not first.model.reused  # the workflow knows the model was not asked again
-    assert again.model_copy(update={"model": again.model.model_copy(update={"reused": False, "heard_all": None})}) == first
+    assert (
+        again.model_copy(update={"model": again.model.model_copy(update={"reused": False, "heard_all": None})}) == first
+    )
     assert h.runs == ["a"]
 
 

@@ -138,6 +138,7 @@ class AgentSession:
         if self._c.generation < 5 and workflow.patched(GENERATION_5):
             self._c.generation = 5
         self._leaving = False  # continuing as new: `settled` calls still waiting end (`CONTINUING`)
+        self._turns_here = 0  # turns this execution started (one at least before it continues as new with a queue)
         self._ready = input.carry is not None and input.carry.config is not None
         self._lock = asyncio.Lock()
         self._turn: ChildWorkflowHandle[Any, AgentRunResult] | None = None
@@ -200,10 +201,13 @@ class AgentSession:
     def _may_leave_with_queue(self) -> bool:
         """Generation 5: continue as new with turns queued when Temporal suggests it, but not while one of them
         is a turn an ended turn's unread messages went to (`_forwarded`, this execution's only): a `settled` on
-        the ended turn asked again of the new execution would find neither and answer at once."""
+        the ended turn asked again of the new execution would find neither and answer at once. Nor before the
+        execution has run a turn: a server suggesting it after fewer events than a session's start makes would
+        otherwise have each execution hand the queue on untouched."""
         forwarded = set(self._forwarded.values())
         return (
             bool(self._c.queued)
+            and self._turns_here > 0  # each execution makes progress, however early Temporal suggests it
             and workflow.info().is_continue_as_new_suggested()
             and not any(q.run_id in forwarded for q in self._c.queued)
         )
@@ -240,6 +244,7 @@ class AgentSession:
                 await self._thread_change(ThreadChange(op="create", thread_id=str(workflow.uuid4())))
             run_id = message.run_id
             self._c.turns += 1
+            self._turns_here += 1
             data = {"id": message.id, "type": "user", "tagName": "user", "contents": message.content}
             user = {
                 "id": message.id,
