@@ -18,6 +18,16 @@ from keel.storage import Storage
 from keel.workflows.contracts import ModelStepInput, PendingWrites
 from tests.apps import echo
 
+HI = MessageRecord(id="r1-m1", role="user", content="hi")
+
+
+def step_input(step: int, message_id: str, writes: list[MessageRecord]) -> ModelStepInput:
+    """Step `step` of run r1 (agent a, thread t1), answering as `message_id`, with `writes` to store first."""
+    return ModelStepInput(
+        run_id="r1", agent_id="a", thread_id="t1", resource_id="u1", step=step, message_id=message_id,
+        writes=PendingWrites(messages=writes),
+    )  # fmt: skip
+
 
 class CutOff(ChatModel):
     """Streams its first answer and then hangs, as a worker killed mid-stream leaves it; answers anew after."""
@@ -44,15 +54,7 @@ async def test_a_model_step_executed_again_after_a_lost_stream_replaces_its_mess
 ) -> None:
     model = CutOff()
     activities = AgentActivities(App.of(Agent(id="a", model=model)), storage)
-    step = ModelStepInput(
-        run_id="r1",
-        agent_id="a",
-        thread_id="t1",
-        resource_id="u1",
-        step=1,
-        message_id="r1-m2",
-        writes=PendingWrites(messages=[MessageRecord(id="r1-m1", role="user", content="hi")]),
-    )
+    step = step_input(1, "r1-m2", [HI])
     env = ActivityEnvironment()  # attempt 1 both times, as for a local activity re-run on another worker
     first = asyncio.ensure_future(env.run(activities.model_step, step))
     await asyncio.wait_for(model.streamed.wait(), 10)
@@ -85,15 +87,7 @@ async def test_a_model_step_executed_again_after_it_stored_its_answer_returns_it
         return ModelResponse(text=f"answer {len(requests)}")
 
     activities = AgentActivities(App.of(Agent(id="a", model=ScriptedModel(script, chunk_size=4))), storage)
-    step = ModelStepInput(
-        run_id="r1",
-        agent_id="a",
-        thread_id="t1",
-        resource_id="u1",
-        step=1,
-        message_id="r1-m2",
-        writes=PendingWrites(messages=[MessageRecord(id="r1-m1", role="user", content="hi")]),
-    )
+    step = step_input(1, "r1-m2", [HI])
     env = ActivityEnvironment()
     first = await env.run(activities.model_step, step)
     events = await storage.read_events("r1")
@@ -122,20 +116,11 @@ async def test_a_message_delivered_after_a_step_answered_stays_unheard_in_every_
         return ModelResponse(text=f"answer {len(requests)}")
 
     activities = AgentActivities(App.of(Agent(id="a", model=ScriptedModel(script, chunk_size=4))), storage)
-    first_message = MessageRecord(id="r1-m1", role="user", content="hi")
-    step = ModelStepInput(
-        run_id="r1",
-        agent_id="a",
-        thread_id="t1",
-        resource_id="u1",
-        step=1,
-        message_id="r1-m2",
-        writes=PendingWrites(messages=[first_message]),
-    )
+    step = step_input(1, "r1-m2", [HI])
     env = ActivityEnvironment()
     first = await env.run(activities.model_step, step)
     delivered = MessageRecord(id="r1-delivered-d1", role="user", content="also this")
-    again = step.model_copy(update={"writes": PendingWrites(messages=[first_message, delivered])})
+    again = step_input(1, "r1-m2", [HI, delivered])
     lost = await env.run(activities.model_step, again)  # its workflow task lost with its worker
     last = await env.run(activities.model_step, again)
 
@@ -168,10 +153,7 @@ async def test_a_step_that_heard_the_delivered_messages_says_so_when_an_executio
     said = [MessageRecord(id=f"r1-d{k}", role="user", content=f"say {k}") for k in range(3)]
 
     def step(n: int, writes: list[MessageRecord]) -> ModelStepInput:
-        return ModelStepInput(
-            run_id="r1", agent_id="a", thread_id="t1", resource_id="u1", step=n, message_id=f"r1-a{n}",
-            writes=PendingWrites(messages=writes),
-        )  # fmt: skip
+        return step_input(n, f"r1-a{n}", writes)
 
     env = ActivityEnvironment()
     await env.run(activities.model_step, step(1, said[:1]))  # its workflow task refused: 1 and 2 came
@@ -193,10 +175,7 @@ async def test_tool_call_ids_repeated_within_one_answer_are_made_unique(storage:
         return ModelResponse(tool_calls=calls)
 
     activities = AgentActivities(App.of(Agent(id="a", model=ScriptedModel(script), tools=(echo,))), storage)
-    step = ModelStepInput(
-        run_id="r1", agent_id="a", thread_id="t1", resource_id="u1", step=1, message_id="r1-m2",
-        writes=PendingWrites(messages=[MessageRecord(id="r1-m1", role="user", content="hi")]),
-    )  # fmt: skip
+    step = step_input(1, "r1-m2", [HI])
     result = await ActivityEnvironment().run(activities.model_step, step)
     assert [c.tool_call_id for c in result.tool_calls] == ["call_0", "call_0-2", "call_0-3"]
     [_, assistant] = (await storage.list_messages("t1"))[0]
