@@ -52,7 +52,7 @@ class SQLiteStorage(
                     sql_events.append(conn, announce, started, None, 1, at)
             return owner
 
-        owner = await self._write_tx(begin)
+        owner = await self._write_tx(begin, inline=True)
         if announce is not None and owner == execution_id:
             self._appended(announce)
         return owner
@@ -95,7 +95,7 @@ class SQLiteStorage(
                 sql_events.append(conn, other[0], other[1], f"{run_id}/{source}", used, at)
             return used
 
-        used = await self._write_tx(write)
+        used = await self._write_tx(write, inline=True)
         if encoded:
             self._appended(run_id)
         if other is not None:

@@ -93,13 +93,13 @@ class SQLiteEvents(SQLiteConnection, EventStore):
         if not events:
             return []
         encoded, at = encode(events), now()
-        offsets = await self._write_tx(lambda conn: append(conn, run_id, encoded, source, attempt, at))
+        offsets = await self._write_tx(lambda conn: append(conn, run_id, encoded, source, attempt, at), inline=True)
         self._appended(run_id)
         return offsets
 
     async def claim_run(self, run_id: str, execution_id: str) -> str:
         at = now()
-        return await self._write_tx(lambda conn: claim(conn, run_id, execution_id, at))
+        return await self._write_tx(lambda conn: claim(conn, run_id, execution_id, at), inline=True)
 
     async def log_end(self, run_id: str) -> int:
         def end(conn: sqlite3.Connection) -> int:

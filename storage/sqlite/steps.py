@@ -59,9 +59,9 @@ class SQLiteSteps(SQLiteConnection, StepStore):
             return answer, stored, attempts
 
         if ids:
-            answer, stored, attempts = await self._write_tx(begin)
+            answer, stored, attempts = await self._write_tx(begin, inline=True)
         else:
-            answer, stored = await self._run(read)
+            answer, stored = await self._run(read, inline=True)
             attempts = {}
         return StepRecord(
             answer=json.loads(answer) if answer is not None else None,

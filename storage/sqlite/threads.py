@@ -148,7 +148,7 @@ class SQLiteThreads(SQLiteConnection, ThreadStore):
         if not messages:
             return
         rows, at = message_rows(messages), now()
-        await self._write_tx(lambda conn: save(conn, rows, replace, at))
+        await self._write_tx(lambda conn: save(conn, rows, replace, at), inline=True)
 
     async def list_messages(
         self, thread_id: str, *, offset: int = 0, limit: int | None = None
@@ -164,7 +164,7 @@ class SQLiteThreads(SQLiteConnection, ThreadStore):
             ).fetchall()
             return [rules.message(r) for r in rows], total
 
-        return await self._read_tx(page)
+        return await self._read_tx(page, inline=True)
 
     async def run_messages(self, thread_id: str, run_id: str) -> list[StoredMessage]:
         def rows(conn: sqlite3.Connection) -> list[sqlite3.Row]:
@@ -174,7 +174,7 @@ class SQLiteThreads(SQLiteConnection, ThreadStore):
                 (thread_id, run_id),
             ).fetchall()
 
-        return [rules.message(r) for r in await self._run(rows)]
+        return [rules.message(r) for r in await self._run(rows, inline=True)]
 
     async def get_messages(self, ids: list[str]) -> list[StoredMessage]:
         if not ids:
@@ -188,7 +188,7 @@ class SQLiteThreads(SQLiteConnection, ThreadStore):
                 (json.dumps(unique),),
             ).fetchall()
 
-        by_id = {m.id: m for m in map(rules.message, await self._run(get))}
+        by_id = {m.id: m for m in map(rules.message, await self._run(get, inline=True))}
         return [by_id[i] for i in ids if i in by_id]
 
     async def delete_messages(self, ids: list[str]) -> int:

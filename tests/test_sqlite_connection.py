@@ -1,0 +1,72 @@
+"""SQLite storage runs a step's small transactions on the calling loop: never while another process holds the
+file, and never a checkpoint's fsync there."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from pathlib import Path
+
+import pytest
+
+from keel.protocol import EventRecord
+from keel.storage import SQLiteStorage
+from keel.storage.sqlite import connection
+
+
+async def test_a_write_while_another_process_holds_the_file_waits_off_the_loop_and_lands(tmp_path: Path) -> None:
+    store = SQLiteStorage(tmp_path / "keel.db")
+    await store.init()
+    try:
+        await store.append_events("run-1", [EventRecord(type="start")])  # the connection is open: inline from here
+        holder = sqlite3.connect(tmp_path / "keel.db", isolation_level=None, check_same_thread=False)
+        holder.execute("BEGIN IMMEDIATE")
+        released = threading.Event()
+
+        def release() -> None:
+            holder.execute("COMMIT")
+            released.set()
+
+        threading.Timer(0.5, release).start()
+        ticks = 0
+
+        async def tick() -> None:
+            nonlocal ticks
+            while not released.is_set():
+                ticks += 1
+                await asyncio.sleep(0.01)
+
+        ticker = asyncio.create_task(tick())
+        await asyncio.sleep(0)
+        offsets = await store.append_events("run-1", [EventRecord(type="finish")])
+        assert released.is_set(), "the write went through while another connection held the write lock"
+        await ticker
+        assert ticks >= 20, f"the loop stood still while the write waited for the lock ({ticks} ticks in 0.5 s)"
+        assert offsets == [1]
+        assert [e.type for e in await store.read_events("run-1")] == ["start", "finish"]
+        holder.close()
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize("checkpoints", [True, False])
+async def test_the_wal_is_checkpointed_though_writes_run_inline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, checkpoints: bool
+) -> None:
+    """Auto-checkpoint is off on the store's connection (its fsync would stall the loop); the store's thread
+    checkpoints instead, so the WAL is reused rather than growing with every write. (Without: it grows.)"""
+    if not checkpoints:
+        monkeypatch.setattr(connection, "CHECKPOINT_BYTES", 2**40)
+    store = SQLiteStorage(tmp_path / "keel.db")
+    await store.init()
+    payload = {"text": "x" * 3000}  # about a page per event
+    try:
+        for i in range(2000):
+            await store.append_events(f"run-{i % 7}", [EventRecord(type="text-delta", payload=payload)])
+        await asyncio.sleep(0.2)  # the last checkpoint, on the store's thread
+        wal = (tmp_path / "keel.db-wal").stat().st_size
+    finally:
+        await store.close()
+    # 2,000 transactions of a page or two: ~10 MB of WAL unless it is checkpointed and reused.
+    assert (wal < 4 * 2**20) == checkpoints, f"WAL {wal / 2**20:.1f} MiB"
