@@ -54,10 +54,10 @@ async def test_a_write_while_another_process_holds_the_file_waits_off_the_loop_a
 async def test_the_wal_is_checkpointed_though_writes_run_inline(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, checkpoints: bool
 ) -> None:
-    """Auto-checkpoint is off on the store's connection (its fsync would stall the loop); the store's thread
-    checkpoints instead, so the WAL is reused rather than growing with every write. (Without: it grows.)"""
+    """Auto-checkpoint is off on the store's connections (its fsync would stall the loop); the store's thread
+    checkpoints instead, so the WAL starts over rather than growing with every write. (Without: it grows.)"""
     if not checkpoints:
-        monkeypatch.setattr(connection, "CHECKPOINT_BYTES", 2**40)
+        monkeypatch.setattr(connection, "CHECKPOINT_WRITES", 10**9)
     store = SQLiteStorage(tmp_path / "keel.db")
     await store.init()
     payload = {"text": "x" * 3000}  # about a page per event

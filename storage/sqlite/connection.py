@@ -1,12 +1,12 @@
-"""SQLite plumbing: one connection per store, its own thread, transactions, and migrations.
+"""SQLite plumbing: two connections per store, its own thread, transactions, and migrations.
 
 A call runs on the store's own thread, so the asyncio loop never waits on another process's lock or a slow disk.
 The calls of a run's every step (its claim, its step record, its messages and answer: `inline=True`) are small
 indexed transactions that take ~0.1 ms, less than the hand-off to the thread and back; they run on the calling
-loop when that is free to do: the connection is not in use, and the file's lock is taken at once (a busy
-timeout of 0 for the `BEGIN`). Anything else, a lock held by another process included, goes to the thread, where
-the busy timeout governs contention. The WAL is checkpointed on the thread too (auto-checkpoint is off on this
-connection), so a loop never waits for the checkpoint's fsync.
+loop, on a second connection whose busy timeout is 0, when that is free to do: nothing else uses that connection,
+and the file's lock is taken at once. Anything else, a lock held by another connection included, goes to the
+thread, where the busy timeout governs contention. The WAL is checkpointed on the thread, passively
+(auto-checkpoint is off on both connections), so no loop waits for a checkpoint's copy or fsync.
 
 Writes use `BEGIN IMMEDIATE`: it takes the file's write lock up front, so two processes never deadlock upgrading
 a read lock, and an inline write that cannot have the lock at once has done nothing when it hands over.
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import os
 import sqlite3
 import threading
 from collections.abc import Callable
@@ -31,11 +30,15 @@ from keel.storage.errors import DatabaseNotFound, StorageError, StorageUnavailab
 T = TypeVar("T")
 
 BUSY_TIMEOUT_MS = 5000
-CHECKPOINT_BYTES = 4 * 2**20
-"""The WAL's size at which the store's thread checkpoints it, as SQLite's own auto-checkpoint (off on this
-connection) would at 1,000 pages of 4 KiB."""
+CHECKPOINT_WRITES = 64
+"""Write transactions between two passive checkpoints on the store's thread (SQLite's own auto-checkpoint, off
+on these connections, runs in the committing call, fsync included). A step's transaction writes ~12 pages."""
+WAL_KEPT_BYTES = 2**20
+"""`journal_size_limit`: once checkpointed, the WAL starts over and is cut to this size."""
+WAL_LIMIT_BYTES = 16 * 2**20
+"""A WAL this large after a passive checkpoint (others always held the file when it was to be truncated) is
+truncated after waiting up to `CHECKPOINT_BUSY_MS` for them."""
 CHECKPOINT_BUSY_MS = 100
-"""How long a checkpoint waits for another process's readers or writer before it leaves the rest for later."""
 
 
 class _Busy(Exception):
@@ -68,10 +71,13 @@ class SQLiteConnection:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="keel-sqlite")
-        # Created on the executor's thread; used by whoever holds `_lock` (that thread, or a loop inline).
+        # Both opened on the executor's thread. `_conn` is only ever used there; `_inline_conn` (busy timeout 0)
+        # by whichever thread holds `_lock`, which nothing ever waits for.
         self._conn: sqlite3.Connection | None = None
+        self._inline_conn: sqlite3.Connection | None = None
         self._lock = threading.Lock()
-        self._checkpoint_at = CHECKPOINT_BYTES  # the WAL's size that calls for a checkpoint
+        self._writes = 0
+        self._page_bytes = 4096
         self._checkpointing = False
         self._closed = False
 
@@ -79,9 +85,9 @@ class SQLiteConnection:
         if self._closed:
             raise StorageError("SQLiteStorage is closed")
         try:
-            if inline and self._conn is not None and self._lock.acquire(blocking=False):
+            if inline and self._inline_conn is not None and self._lock.acquire(blocking=False):
                 try:
-                    return self._inline(self._conn, fn)
+                    return self._inline(self._inline_conn, fn)
                 except _Busy:
                     pass
                 finally:
@@ -93,55 +99,51 @@ class SQLiteConnection:
             raise StorageUnavailable(f"SQLite database {self.path}: {err}") from err
 
     def _call(self, fn: Callable[[sqlite3.Connection], T], create: bool) -> T:
-        with self._lock:
-            if self._conn is None:
-                self._conn = self._connect(create)
-            return fn(self._conn)
+        if self._conn is None:
+            self._conn = self._connect(create, BUSY_TIMEOUT_MS)
+            with self._lock:
+                self._inline_conn = self._connect(False, 0)
+        return fn(self._conn)
 
-    def _inline(self, conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
+    @staticmethod
+    def _inline(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
         """`fn` on the caller's thread, unless the file is locked (`_Busy`: `fn` has done nothing then; inline
         calls are reads, or writes that begin with `BEGIN IMMEDIATE`)."""
-        conn.execute("PRAGMA busy_timeout = 0")
         try:
-            result = fn(conn)
+            return fn(conn)
         except sqlite3.OperationalError as err:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             if err.sqlite_errorcode & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
                 raise _Busy from err
             raise
-        finally:
-            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        return result
-
-    def _wal_bytes(self) -> int:
-        try:
-            return os.stat(f"{self.path}-wal").st_size
-        except OSError:
-            return 0
 
     def _committed(self) -> None:
-        """After each write: past `CHECKPOINT_BYTES`, a checkpoint on the store's thread (one at a time)."""
-        if not self._checkpointing and not self._closed and self._wal_bytes() >= self._checkpoint_at:
+        """After every `CHECKPOINT_WRITES`th write, a checkpoint on the store's thread (one at a time)."""
+        self._writes += 1
+        if self._writes % CHECKPOINT_WRITES == 0 and not self._checkpointing and not self._closed:
             self._checkpointing = True
             self._executor.submit(self._call, self._checkpoint, False)
 
     def _checkpoint(self, conn: sqlite3.Connection) -> None:
-        """Copy the WAL into the database and truncate it, so its size measures what is left to copy. It holds
-        the connection (inline calls go to the thread meanwhile), so nothing is appended while it copies. A
-        reader or writer of another process can hold it up: then what could be copied is, and the next try
-        waits until the WAL has grown by `CHECKPOINT_BYTES` again."""
+        """Copy the WAL into the database without holding anyone up (writes, inline ones included, go on), then
+        copy what came meanwhile and truncate the WAL, if no one holds the file at that instant: that step holds
+        writers for the copy of a few pages and an fsync. A WAL past `WAL_LIMIT_BYTES` (someone always held it)
+        waits up to `CHECKPOINT_BUSY_MS` for its turn instead."""
         try:
-            conn.execute(f"PRAGMA busy_timeout = {CHECKPOINT_BUSY_MS}")
-            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
-        except sqlite3.Error:
+            _, frames, _ = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            wait_ms = CHECKPOINT_BUSY_MS if frames * self._page_bytes > WAL_LIMIT_BYTES else 0
+            conn.execute(f"PRAGMA busy_timeout = {wait_ms}")
+            try:
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            finally:
+                conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        except sqlite3.Error:  # busy or I/O: the next one catches up
             pass
         finally:
-            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            self._checkpoint_at = self._wal_bytes() + CHECKPOINT_BYTES
             self._checkpointing = False
 
-    def _connect(self, create: bool) -> sqlite3.Connection:
+    def _connect(self, create: bool, busy_timeout_ms: int) -> sqlite3.Connection:
         """Only `init()` creates the file (and its folder): a reader of a mistyped path is told, not given an
         empty database."""
         if create:
@@ -153,15 +155,17 @@ class SQLiteConnection:
             )
         # isolation_level=None: we issue BEGIN ourselves, so the module never opens an implicit
         # (deferred) transaction behind our back.
-        conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False)
+        conn = sqlite3.connect(self.path, timeout=busy_timeout_ms / 1000, isolation_level=None, check_same_thread=False)
         try:
             conn.row_factory = sqlite3.Row
-            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            conn.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
             conn.execute("PRAGMA journal_mode = WAL")
             # NORMAL is durable across application crashes in WAL mode; only an OS crash can lose the
             # last commits, and activities re-run then anyway.
             conn.execute("PRAGMA synchronous = NORMAL")
             conn.execute("PRAGMA wal_autocheckpoint = 0")  # checkpoints run on the thread: `_checkpoint`
+            conn.execute(f"PRAGMA journal_size_limit = {WAL_KEPT_BYTES}")
+            self._page_bytes = int(conn.execute("PRAGMA page_size").fetchone()[0])
         except BaseException:
             conn.close()
             raise
@@ -239,9 +243,10 @@ class SQLiteConnection:
 
         def close_conn() -> None:
             with self._lock:
-                if self._conn is not None:
-                    self._conn.close()
-                    self._conn = None
+                for conn in (self._conn, self._inline_conn):
+                    if conn is not None:
+                        conn.close()
+                self._conn = self._inline_conn = None
 
         try:
             await asyncio.get_running_loop().run_in_executor(self._executor, close_conn)
