@@ -315,6 +315,34 @@ async def _session_busy(keel: KeelClient, name: str) -> str:
     return session.id
 
 
+async def _session_goal_aborted(keel: KeelClient, name: str) -> str:
+    """An abort came while the goal was judged after a turn: the verdict said continue, and no turn was queued
+    for it (generation 6). The judge is slowed so the abort lands while it decides."""
+    from keel.activities.session import SessionActivities
+    from keel.client.controller import ControllerClient
+    from keel.workflows.session_contracts import JudgeInput, JudgeResult
+
+    async def slow(self: SessionActivities, input: JudgeInput) -> JudgeResult:
+        await asyncio.sleep(1.5)
+        return JudgeResult(done=False, reason="not yet")
+
+    original = SessionActivities._judge
+    SessionActivities._judge = slow  # type: ignore[method-assign]
+    try:
+        session = await ControllerClient(keel, _STORAGE[0], "assistant-controller").create_session(name)
+        await session.goal.set("keep echoing", max_runs=3)
+        await session.send_message("text start")
+        async for event in session.events(offset=0, display_state=False):
+            if event["type"] == "goal_evaluation" and event["payload"].get("status") == "pending":
+                break
+        await session.abort()
+        await session.settled()
+        assert (await session.snapshot()).queued == 0
+    finally:
+        SessionActivities._judge = original  # type: ignore[method-assign]
+    return session.id
+
+
 async def _thread_turns(keel: KeelClient, thread: str) -> tuple[str, str]:
     """A thread's turns: 'hold' wakes a run, a message is delivered into it, one is queued, the run is
     approved, the queued message starts the next run. Returns the first run's id and the entity's."""
@@ -400,6 +428,7 @@ WORKFLOW_IDS = {
     "session_delivered_gen3": names.session_workflow_id("assistant-controller", "session_delivered_gen3", None),
     "session_late_waiting_gen4": names.session_workflow_id("assistant-controller", "session_late_waiting_gen4", None),
     "session_busy_gen5": names.session_workflow_id("assistant-controller", "session_busy_gen5", None),
+    "session_goal_aborted_gen6": names.session_workflow_id("assistant-controller", "session_goal_aborted_gen6", None),
     "tool_call_approved": "keel-tool-call-listener-hold-tool_call_approved",  # `tool_call_workflow_id`
 }
 """Histories whose workflow id is not their file's name (a session's id is derived from its controller,
@@ -528,6 +557,7 @@ SCENARIOS: dict[str, Scenario] = {
     "session_busy_gen5": Scenario(
         _session_busy, DEFAULT_SHAPE, CONTINUE_AS_NEW_SERVER, ends=False, turn_then_continue=True
     ),
+    "session_goal_aborted_gen6": Scenario(_session_goal_aborted, DEFAULT_SHAPE, ends=False),
     "session_turn_approved": Scenario(lambda keel, name: _recorded_turn("approved"), DEFAULT_SHAPE),
     "session_turn_suspended": Scenario(lambda keel, name: _recorded_turn("suspended"), DEFAULT_SHAPE),
     "session_turn_subagent": Scenario(lambda keel, name: _recorded_turn("subagent"), DEFAULT_SHAPE),

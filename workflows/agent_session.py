@@ -103,6 +103,11 @@ suggests it also between two queued turns (it carries the queue), instead of onl
 queues its next turn as each turn ends, and so may a busy client, and the history grew until the queue emptied.
 `settled` calls waiting for a turn then end with `SessionContinuing` (the client asks the new execution). The old
 branch may go once no session begun before it is open."""
+GENERATION_6 = "keel-session-generation-6"
+"""Asked as `GENERATION_2` is, by sessions below generation 6. From 6 an abort that comes while a turn ends or
+while its goal is judged stops the goal's loop: the judge's verdict is told (status `aborted` where it said
+continue) and no turn is queued for it. Before it, the abort waited for the judge, found no turn to stop, and the
+goal's next turn ran. The old branch may go once no session begun before it is open."""
 CONTINUING = "SessionContinuing"
 """The error type of a `settled` that was waiting when its execution continued as new: ask again."""
 MAX_DELIVERED = 100
@@ -137,6 +142,8 @@ class AgentSession:
             self._c.generation = 4
         if self._c.generation < 5 and workflow.patched(GENERATION_5):
             self._c.generation = 5
+        if self._c.generation < 6 and workflow.patched(GENERATION_6):
+            self._c.generation = 6
         self._leaving = False  # continuing as new: `settled` calls still waiting end (`CONTINUING`)
         self._turns_here = 0  # turns this execution started (one at least before it continues as new with a queue)
         self._ready = input.carry is not None and input.carry.config is not None
@@ -144,6 +151,8 @@ class AgentSession:
         self._turn: ChildWorkflowHandle[Any, AgentRunResult] | None = None
         self._turn_id: str | None = None
         self._aborting = False
+        self._judging = False  # a goal's judge is deciding
+        self._goal_stopped = False  # (generation 6) an abort came while it was
         # Turns that ended in this execution, and (generation 3) an ended turn -> the turn its unread messages went
         # to: an entry per turn, bounded as the execution's history is (it continues as new when Temporal says so).
         self._ended: set[str] = set()
@@ -308,7 +317,7 @@ class AgentSession:
                 self._ended.add(run_id)
                 self._ending = None
             if reason == "complete":
-                await self._judge(run_id)
+                await self._judge(run_id, stopped=aborted and self._c.generation >= 6)
             self._status()
 
     async def _requeue_unheard(self, run_id: str, *, aborted: bool) -> None:
@@ -353,13 +362,16 @@ class AgentSession:
         if self._turn_id is not None:
             await self._signal(self._turn_id, names.TURN_CONFIG_SIGNAL, self._turn_config())
 
-    async def _judge(self, run_id: str) -> None:
+    async def _judge(self, run_id: str, *, stopped: bool) -> None:
+        """Judge the goal after a turn that completed, and queue its next turn unless the goal is met, its runs
+        are used up, or (`stopped`, or an abort while the judge decided) the user stopped the loop."""
         goal = self._c.goal
         if goal is None or goal.status != "active":
             return
         goal.runs += 1
-        await self._emit([{"type": "goal_evaluation", "payload": {"status": "pending", "runId": run_id}}])
+        self._judging, self._goal_stopped = True, False
         try:
+            await self._emit([{"type": "goal_evaluation", "payload": {"status": "pending", "runId": run_id}}])
             verdict = await self._verdict(goal)
         except ActivityError as err:  # the judge failed for good: the goal pauses, the session goes on
             goal.status = "paused"
@@ -367,10 +379,14 @@ class AgentSession:
             payload = {"status": "error", "done": False, "reason": reason, "runs": goal.runs}
             await self._emit([{"type": "goal_evaluation", "payload": payload | {"maxRuns": goal.max_runs}}])
             return
+        finally:
+            self._judging = False
         goal.last_evaluation = {"done": verdict.done, "reason": verdict.reason, "run": goal.runs}
         if verdict.done:
             goal.status = "done"
         status = "done" if verdict.done else "continue" if goal.runs < goal.max_runs else "max_runs"
+        if status == "continue" and (stopped or self._goal_stopped):
+            status = "aborted"
         payload = {"status": status, "done": verdict.done, "reason": verdict.reason, "runs": goal.runs}
         await self._emit([{"type": "goal_evaluation", "payload": payload | {"maxRuns": goal.max_runs}}])
         if status == "continue":
@@ -511,6 +527,8 @@ class AgentSession:
 
     @workflow.update(name=names.SESSION_ABORT_UPDATE)
     async def abort(self) -> Accepted:
+        if self._judging and self._c.generation >= 6:  # the turn is over: what the abort stops is the goal's loop
+            self._goal_stopped = True
         await workflow.wait_condition(self._not_starting)
         async with self._lock:
             run_id = self._turn_id

@@ -413,6 +413,43 @@ async def test_a_judge_that_fails_for_good_pauses_the_goal_and_the_session_goes_
     assert (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
 
 
+async def test_an_abort_while_the_goal_is_judged_stops_the_goal_loop(
+    ctl: AgentController, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Esc while the goal's judge is deciding: the judge says "continue", but no turn follows (Mastra's goal step is
+    part of the run an abort stops). The goal stays active, so the next message's turn is judged again. Before,
+    the abort waited for the judge, found no turn running, and the goal's next turn ran anyway."""
+    from keel.activities.session import SessionActivities
+    from keel.workflows.session_contracts import JudgeResult
+
+    async def slow(self: Any, input: Any) -> JudgeResult:
+        await asyncio.sleep(1.5)
+        return JudgeResult(done=False, reason="not yet")
+
+    monkeypatch.setattr(SessionActivities, "_judge", slow)
+    session = await ctl.create_session(user())
+    await session.goal.set("keep echoing", max_runs=3)
+    await session.send_message("text start")
+    async with asyncio.timeout(30):
+        async for event in session.events(offset=0, display_state=False):
+            if event["type"] == "goal_evaluation" and event["payload"].get("status") == "pending":
+                break
+    await session.abort()
+    evaluation = None
+    async with asyncio.timeout(30):
+        async for event in session.events(offset=0, display_state=False):
+            if event["type"] == "goal_evaluation" and event["payload"].get("status") not in ("set", "pending"):
+                evaluation = event["payload"]
+                break
+    assert evaluation is not None and evaluation["status"] == "aborted" and evaluation["reason"] == "not yet"
+    await session.settled()
+    await asyncio.sleep(1)  # a turn the goal queued would have started by now
+    assert await answers(session) == ["echo: text start"]
+    goal = await session.goal.get()
+    assert goal is not None and goal["status"] == "active" and goal["runs"] == 1
+    assert (await session.snapshot()).queued == 0
+
+
 async def test_a_suspension_resumed_on_the_run_while_the_session_answers_it_leaves_the_session_working(
     ctl: AgentController, storage: Storage, monkeypatch: pytest.MonkeyPatch
 ) -> None:
