@@ -52,6 +52,7 @@ from keel.protocol import (
     names,
     tracing,
 )
+from keel.protocol.messages import with_answered_calls
 from keel.storage import StepAnswer, StepRecord, Storage
 from keel.workflows.contracts import ModelStepInput, ModelStepResult, PlannedToolCall, thread_file_reads
 
@@ -144,7 +145,8 @@ class ModelSteps:
             tools = await agent_tools(self._app, agent, rc)
             instructions = await agent_instructions(self._app, agent, rc)
             model = agent.model
-        request = ModelRequest(instructions=instructions, messages=context, tools=[t.spec for t in tools])
+        shown = with_answered_calls(context)
+        request = ModelRequest(instructions=instructions, messages=shown, tools=[t.spec for t in tools])
         text_id = f"{input.message_id}-text"
         started = False
 
@@ -164,7 +166,7 @@ class ModelSteps:
                 thread_id=input.thread_id,
                 server_url=getattr(model, "base_url", None),
             ) as traced:
-                traced.request(instructions, context)
+                traced.request(instructions, shown)
                 response = await model.generate(request, on_delta)
                 traced.response(response.text, response.tool_calls, response.finish_reason, response.usage)
         except ModelError as err:

@@ -23,6 +23,7 @@ from keel.app.controller import ControllerDefinition
 from keel.model_providers import ModelRequest
 from keel.protocol import EventRecord, MessageRecord, names, tracing
 from keel.protocol.controller_events import SNAPSHOT, DisplayState
+from keel.protocol.messages import with_answered_calls
 from keel.storage import Storage, StoredMessage, Thread
 from keel.storage.threads import FORKED_SUBAGENT
 from keel.workflows.contracts import ForkThreadInput
@@ -176,7 +177,9 @@ class SessionActivities:
         controller = self._controller(input.controller_id)
         model = controller.models.get(input.judge_model_id or "") or controller.judge_model or controller.agent.model
         messages, _ = await self._storage.list_messages(input.thread_id) if input.thread_id else ([], 0)
-        transcript = [MessageRecord(id=m.id, role=m.role, content=m.content) for m in messages[-40:]]
+        transcript = with_answered_calls(
+            [MessageRecord(id=m.id, role=m.role, content=m.content) for m in messages[-40:]]
+        )
         question = MessageRecord(
             id=f"{input.session_id}-judge-{input.run}",
             role="user",

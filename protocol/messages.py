@@ -78,3 +78,35 @@ def args_digest(args: dict[str, Any]) -> str:
     that carries it decides only a call with exactly these arguments."""
     canonical = json.dumps(args, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def with_answered_calls(messages: list[MessageRecord]) -> list[MessageRecord]:
+    """The conversation as a model is shown it: a tool call without a result (its run was canceled, aborted or
+    terminated while the call waited) and a result without its call (a transcript cut short) are left out, with
+    a message they leave empty. Mastra leaves unanswered calls out of the prompt too, and OpenAI's API refuses
+    them. The thread keeps them as they are."""
+    calls: set[str] = set()
+    results: set[str] = set()
+    for message in messages:
+        if isinstance(message.content, list):
+            for part in message.content:
+                if isinstance(part, ToolCallPart):
+                    calls.add(part.tool_call_id)
+                elif isinstance(part, ToolResultPart):
+                    results.add(part.tool_call_id)
+    if calls == results:
+        return messages
+    paired = calls & results
+    shown: list[MessageRecord] = []
+    for message in messages:
+        if isinstance(message.content, str):
+            shown.append(message)
+            continue
+        parts = [
+            p for p in message.content if not isinstance(p, ToolCallPart | ToolResultPart) or p.tool_call_id in paired
+        ]
+        if len(parts) == len(message.content):
+            shown.append(message)
+        elif parts:
+            shown.append(message.model_copy(update={"content": parts}))
+    return shown

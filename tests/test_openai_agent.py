@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+from typing import Any
 
 import pytest
 from temporalio.client import Client
@@ -12,9 +14,10 @@ from keel.client import RunFailed
 from keel.client.devserver import DevServer
 from keel.model_providers import OpenAIChatModel
 from keel.storage import Storage
-from tests.apps import echo
+from tests.apps import echo, hold
 from tests.conftest import running_worker
 from tests.fake_openai import FakeOpenAI, delta, finish, sse
+from tests.test_agent_run import wait_for_pending
 from tests.test_temporal_cli import ui_api
 
 
@@ -82,3 +85,50 @@ async def test_retries_of_the_first_model_step_show_in_the_ui_as_a_pending_activ
     assert pending[0]["activityType"]["name"] == "keel.model_step"
     assert "slow down" in pending[0]["lastFailure"]["message"]
     assert result.text == "Finally."
+
+
+def as_strict_as_openai(reply: tuple[int, dict[str, str], bytes]) -> Any:
+    """A responder that refuses, as OpenAI's API does (400), a conversation holding a tool call without a tool
+    message answering it, or a tool message answering no call; else gives `reply`."""
+
+    def respond(body: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
+        called: set[str] = set()
+        for message in body["messages"]:
+            if message["role"] == "tool" and message["tool_call_id"] not in called:
+                problem = f"tool message {message['tool_call_id']} answers no preceding tool call"
+                return 400, {"content-type": "application/json"}, json.dumps({"error": {"message": problem}}).encode()
+            called |= {c["id"] for c in message.get("tool_calls") or []}
+        answered = {m["tool_call_id"] for m in body["messages"] if m["role"] == "tool"}
+        if missing := sorted(called - answered):
+            problem = f"An assistant message with 'tool_calls' must be followed by tool messages: {missing}"
+            return 400, {"content-type": "application/json"}, json.dumps({"error": {"message": problem}}).encode()
+        return reply
+
+    return respond
+
+
+async def test_a_thread_whose_run_was_canceled_at_an_approval_goes_on_with_a_strict_model(
+    client: Client, storage: Storage, task_queue: str, fake_openai: FakeOpenAI
+) -> None:
+    """A run canceled (or aborted, or terminated) while its tool call waits for approval leaves the call in its
+    thread with no result, as Mastra's does (shown as a call). The model is never shown such a call: Mastra drops
+    calls without a result from the prompt, and OpenAI's API refuses them. Before, every later run on the
+    thread failed with the provider's 400."""
+    call = {"index": 0, "id": "call_h", "type": "function", "function": {"name": "hold", "arguments": "{}"}}
+    fake_openai.replies = [sse(delta(role="assistant", tool_calls=[call]), finish("tool_calls"))]
+    fake_openai.responder = as_strict_as_openai(sse(delta(role="assistant", content="Hello again."), finish("stop")))
+    model = OpenAIChatModel("fake-model", base_url=fake_openai.base_url, api_key="sk-test")
+    app = App.of(Agent(id="gpt", model=model, tools=(echo, hold)))
+    async with running_worker(client, app, storage, task_queue) as keel:
+        first = await keel.start_run("gpt", "hold on")
+        await wait_for_pending(keel, first)
+        await keel.cancel(first)
+        thread_id = (await keel.describe(first)).thread_id
+        assert thread_id is not None
+        second = await keel.start_run("gpt", "hello", thread_id=thread_id)
+        result = await keel.result(second)
+    assert result.text == "Hello again."
+    sent = fake_openai.requests[-1][1]["messages"]
+    assert [m["role"] for m in sent] == ["user", "user"]  # the call without a result is not shown
+    messages, _ = await storage.list_messages(thread_id)
+    assert any(m.role == "assistant" and "call_h" in str(m.content) for m in messages)  # the thread keeps it

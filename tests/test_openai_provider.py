@@ -24,8 +24,9 @@ from keel.model_providers import (
     last_user_text,
     tool_results_since_last_user,
 )
-from keel.model_providers.openai_compat import retry_after_seconds
+from keel.model_providers.openai_compat import retry_after_seconds, to_openai_messages
 from keel.protocol import MessageRecord, TextPart, ToolCallPart, ToolResultPart
+from keel.protocol.messages import with_answered_calls
 
 BASE_URL = "http://llm.test/v1"
 Handler = Callable[[httpx.Request], httpx.Response]
@@ -553,3 +554,22 @@ def test_a_workspace_media_result_reaches_the_model_as_its_description_not_its_b
     assert message["content"] == (
         "logo.png (5000000 bytes, image/png) (media file: its contents cannot be shown in a tool result here)"
     )
+
+
+def test_a_model_is_shown_only_tool_calls_with_their_results() -> None:
+    """A call whose run stopped before it had a result, and a result whose call a transcript cut off, are left
+    out of what a model is shown (and so of the OpenAI messages), with a message that holds nothing else."""
+    call = ToolCallPart(tool_call_id="c1", tool_name="t", args={})
+    messages = [
+        MessageRecord(id="r0", role="tool", content=[ToolResultPart(tool_call_id="c0", tool_name="t", result=1)]),
+        MessageRecord(id="u1", role="user", content="go"),
+        MessageRecord(id="a1", role="assistant", content=[TextPart(text="Let me."), call]),
+        MessageRecord(id="a2", role="assistant", content=[ToolCallPart(tool_call_id="c2", tool_name="t", args={})]),
+        MessageRecord(id="r2", role="tool", content=[ToolResultPart(tool_call_id="c2", tool_name="t", result=2)]),
+        MessageRecord(id="u2", role="user", content="again"),
+    ]
+    shown = with_answered_calls(messages)
+    assert [m.id for m in shown] == ["u1", "a1", "a2", "r2", "u2"]
+    assert shown[1].content == [TextPart(text="Let me.")]
+    assert [m["role"] for m in to_openai_messages("", shown)] == ["user", "assistant", "assistant", "tool", "user"]
+    assert with_answered_calls(shown) is shown  # every call answered: the same list, nothing copied

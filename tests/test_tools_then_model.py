@@ -111,7 +111,18 @@ class Harness:
             run_id="r1",
             created_at=datetime.now(UTC),
         )
-        await self.storage.save_messages([user])
+        # Step 1's answer: the calls this step runs (a model is shown a result only with its call).
+        calls = [ToolCallPart(tool_call_id=t.tool_call_id, tool_name=t.tool_name, args=t.args) for t in input.tools]
+        answer = StoredMessage(
+            id="r1-m2",
+            thread_id="t1",
+            resource_id="u1",
+            role="assistant",
+            content=list(calls),
+            run_id="r1",
+            created_at=datetime.now(UTC),
+        )
+        await self.storage.save_messages([user, answer])
         env = ActivityEnvironment()
         env.info = dataclasses.replace(env.info, attempt=n)
         return await env.run(self.activities.tools_then_model, input)
