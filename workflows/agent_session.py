@@ -104,10 +104,11 @@ queues its next turn as each turn ends, and so may a busy client, and the histor
 `settled` calls waiting for a turn then end with `SessionContinuing` (the client asks the new execution). The old
 branch may go once no session begun before it is open."""
 GENERATION_6 = "keel-session-generation-6"
-"""Asked as `GENERATION_2` is, by sessions below generation 6. From 6 an abort that comes while a turn ends or
-while its goal is judged stops the goal's loop: the judge's verdict is told (status `aborted` where it said
-continue) and no turn is queued for it. Before it, the abort waited for the judge, found no turn to stop, and the
-goal's next turn ran. The old branch may go once no session begun before it is open."""
+"""Asked as `GENERATION_2` is, by sessions below generation 6. From 6 an abort that comes while a turn runs or
+while its end is handled (its goal judged included) stops the goal's loop: the judge's verdict is told (status
+`aborted` where it said continue) and no turn is queued for it; an abort during the end answers at once. Before
+it, the abort waited for the judge, found no turn to stop, and the goal's next turn ran. The old branch may go
+once no session begun before it is open."""
 CONTINUING = "SessionContinuing"
 """The error type of a `settled` that was waiting when its execution continued as new: ask again."""
 MAX_DELIVERED = 100
@@ -151,8 +152,8 @@ class AgentSession:
         self._turn: ChildWorkflowHandle[Any, AgentRunResult] | None = None
         self._turn_id: str | None = None
         self._aborting = False
-        self._judging = False  # a goal's judge is deciding
-        self._goal_stopped = False  # (generation 6) an abort came while it was
+        self._closing = False  # a turn's end is being handled (its events, its unread messages, its goal's judge)
+        self._goal_stopped = False  # (generation 6) an abort came while a turn ran or its end was handled
         # Turns that ended in this execution, and (generation 3) an ended turn -> the turn its unread messages went
         # to: an entry per turn, bounded as the execution's history is (it continues as new when Temporal says so).
         self._ended: set[str] = set()
@@ -293,32 +294,40 @@ class AgentSession:
             if not cancelled:
                 error = str(getattr(err.cause, "message", None) or err.cause or err)
         async with self._lock:
-            aborted = reason == "aborted" or self._aborting  # also a turn that completed as it was stopped
-            self._turn, self._turn_id, self._aborting = None, None, False
-            if self._c.generation < 3:
-                self._ended.add(run_id)
+            self._closing = True
+            try:
+                await self._close_turn(run_id, reason, error)
+            finally:
+                self._closing, self._goal_stopped = False, False
+
+    async def _close_turn(self, run_id: str, reason: str, error: str | None) -> None:
+        """A turn's end (holding the lock): its events, its unread messages' turns, its goal's verdict."""
+        aborted = reason == "aborted" or self._aborting  # also a turn that completed as it was stopped
+        self._turn, self._turn_id, self._aborting = None, None, False
+        if self._c.generation < 3:
+            self._ended.add(run_id)
+        else:
+            self._ending = run_id
+        left = [p for p in self._c.pending if p.run_id == run_id or p.run_id.startswith(f"{run_id}-")]
+        self._c.pending = [p for p in self._c.pending if p not in left]
+        events: list[dict[str, Any]] = []
+        for item in left:
+            if item.kind == "suspension":
+                events.append(self._cancelled(item, ABORTED if reason == "aborted" else error or reason))
             else:
-                self._ending = run_id
-            left = [p for p in self._c.pending if p.run_id == run_id or p.run_id.startswith(f"{run_id}-")]
-            self._c.pending = [p for p in self._c.pending if p not in left]
-            events: list[dict[str, Any]] = []
-            for item in left:
-                if item.kind == "suspension":
-                    events.append(self._cancelled(item, ABORTED if reason == "aborted" else error or reason))
-                else:
-                    events.append({"type": "tool_end", "toolCallId": item.tool_call_id, "result": ABORTED})
-                    events[-1] |= {"isError": False, "denied": True}
-            if error is not None:
-                events.append({"type": "error", "error": {"name": "Error", "message": error}, "runId": run_id})
-            events.append({"type": "agent_end", "reason": reason, "runId": run_id})
-            await self._emit(events)
-            if self._c.generation >= 3:  # ended once its unread messages have turns (`settled` follows them)
-                await self._requeue_unheard(run_id, aborted=aborted)
-                self._ended.add(run_id)
-                self._ending = None
-            if reason == "complete":
-                await self._judge(run_id, stopped=aborted and self._c.generation >= 6)
-            self._status()
+                events.append({"type": "tool_end", "toolCallId": item.tool_call_id, "result": ABORTED})
+                events[-1] |= {"isError": False, "denied": True}
+        if error is not None:
+            events.append({"type": "error", "error": {"name": "Error", "message": error}, "runId": run_id})
+        events.append({"type": "agent_end", "reason": reason, "runId": run_id})
+        await self._emit(events)
+        if self._c.generation >= 3:  # ended once its unread messages have turns (`settled` follows them)
+            await self._requeue_unheard(run_id, aborted=aborted)
+            self._ended.add(run_id)
+            self._ending = None
+        if reason == "complete":
+            await self._judge(run_id, stopped=aborted and self._c.generation >= 6)
+        self._status()
 
     async def _requeue_unheard(self, run_id: str, *, aborted: bool) -> None:
         """Messages delivered into the ended turn that its thread does not hold get turns of their own, in the
@@ -364,12 +373,11 @@ class AgentSession:
 
     async def _judge(self, run_id: str, *, stopped: bool) -> None:
         """Judge the goal after a turn that completed, and queue its next turn unless the goal is met, its runs
-        are used up, or (`stopped`, or an abort while the judge decided) the user stopped the loop."""
+        are used up, or (`stopped`, or an abort since the turn began) the user stopped the loop."""
         goal = self._c.goal
         if goal is None or goal.status != "active":
             return
         goal.runs += 1
-        self._judging, self._goal_stopped = True, False
         try:
             await self._emit([{"type": "goal_evaluation", "payload": {"status": "pending", "runId": run_id}}])
             verdict = await self._verdict(goal)
@@ -379,8 +387,6 @@ class AgentSession:
             payload = {"status": "error", "done": False, "reason": reason, "runs": goal.runs}
             await self._emit([{"type": "goal_evaluation", "payload": payload | {"maxRuns": goal.max_runs}}])
             return
-        finally:
-            self._judging = False
         goal.last_evaluation = {"done": verdict.done, "reason": verdict.reason, "run": goal.runs}
         if verdict.done:
             goal.status = "done"
@@ -527,8 +533,10 @@ class AgentSession:
 
     @workflow.update(name=names.SESSION_ABORT_UPDATE)
     async def abort(self) -> Accepted:
-        if self._judging and self._c.generation >= 6:  # the turn is over: what the abort stops is the goal's loop
-            self._goal_stopped = True
+        if self._c.generation >= 6 and (self._turn_id is not None or self._closing):
+            self._goal_stopped = True  # the turn's goal is judged no further, however the turn ends
+            if self._closing:  # the turn is over: its end is handled, stopping the goal's loop; nothing to wait for
+                return Accepted(run_id=None)
         await workflow.wait_condition(self._not_starting)
         async with self._lock:
             run_id = self._turn_id
