@@ -30,6 +30,8 @@ from keel.storage.errors import DatabaseNotFound, StorageError, StorageUnavailab
 T = TypeVar("T")
 
 BUSY_TIMEOUT_MS = 5000
+INLINE_ROWS = 32
+"""Rows a write may hold and still run inline: a step's messages do; a thread's copy goes to the thread."""
 CHECKPOINT_WRITES = 64
 """Write transactions between two passive checkpoints on the store's thread (SQLite's own auto-checkpoint, off
 on these connections, runs in the committing call, fsync included). A step's transaction writes ~12 pages."""
@@ -87,7 +89,8 @@ class SQLiteConnection:
         try:
             if inline and self._inline_conn is not None and self._lock.acquire(blocking=False):
                 try:
-                    return self._inline(self._inline_conn, fn)
+                    if (conn := self._inline_conn) is not None:  # (closed meanwhile by another thread: None)
+                        return self._inline(conn, fn)
                 except _Busy:
                     pass
                 finally:
@@ -99,10 +102,18 @@ class SQLiteConnection:
             raise StorageUnavailable(f"SQLite database {self.path}: {err}") from err
 
     def _call(self, fn: Callable[[sqlite3.Connection], T], create: bool) -> T:
+        if self._closed:  # queued before `close()` ran: no connection is opened again
+            raise StorageError("SQLiteStorage is closed")
         if self._conn is None:
             self._conn = self._connect(create, BUSY_TIMEOUT_MS)
-            with self._lock:
-                self._inline_conn = self._connect(False, 0)
+        if self._inline_conn is None:
+            try:
+                inline_conn = self._connect(False, 0)
+            except sqlite3.Error:  # busy at once (another process setting the file up): the next call tries again
+                pass
+            else:
+                with self._lock:
+                    self._inline_conn = inline_conn
         return fn(self._conn)
 
     @staticmethod

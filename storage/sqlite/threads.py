@@ -10,7 +10,7 @@ from pydantic_core import to_json
 
 from keel.storage import rules
 from keel.storage.errors import ThreadNotFound
-from keel.storage.sqlite.connection import SQLiteConnection, now, sql_limit, ts
+from keel.storage.sqlite.connection import INLINE_ROWS, SQLiteConnection, now, sql_limit, ts
 from keel.storage.threads import StoredMessage, Thread, ThreadStore
 
 MessageRow = tuple[Any, ...]
@@ -148,7 +148,7 @@ class SQLiteThreads(SQLiteConnection, ThreadStore):
         if not messages:
             return
         rows, at = message_rows(messages), now()
-        await self._write_tx(lambda conn: save(conn, rows, replace, at), inline=True)
+        await self._write_tx(lambda conn: save(conn, rows, replace, at), inline=len(rows) <= INLINE_ROWS)
 
     async def list_messages(
         self, thread_id: str, *, offset: int = 0, limit: int | None = None
@@ -164,7 +164,8 @@ class SQLiteThreads(SQLiteConnection, ThreadStore):
             ).fetchall()
             return [rules.message(r) for r in rows], total
 
-        return await self._read_tx(page, inline=True)
+        # Inline only a page or a tail (a thread cache's new messages): a whole long thread is the thread's to read.
+        return await self._read_tx(page, inline=offset > 0 or limit is not None)
 
     async def run_messages(self, thread_id: str, run_id: str) -> list[StoredMessage]:
         def rows(conn: sqlite3.Connection) -> list[sqlite3.Row]:
@@ -174,7 +175,7 @@ class SQLiteThreads(SQLiteConnection, ThreadStore):
                 (thread_id, run_id),
             ).fetchall()
 
-        return [rules.message(r) for r in await self._run(rows, inline=True)]
+        return [rules.message(r) for r in await self._run(rows)]
 
     async def get_messages(self, ids: list[str]) -> list[StoredMessage]:
         if not ids:
