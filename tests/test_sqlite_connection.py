@@ -60,7 +60,7 @@ async def test_the_wal_is_checkpointed_though_writes_run_inline(
         monkeypatch.setattr(connection, "CHECKPOINT_WRITES", 10**9)
     store = SQLiteStorage(tmp_path / "keel.db")
     await store.init()
-    payload = {"text": "x" * 3000}  # about a page per event
+    payload = {"text": "x" * 3000}
     try:
         for i in range(2000):
             await store.append_events(f"run-{i % 7}", [EventRecord(type="text-delta", payload=payload)])
@@ -68,5 +68,7 @@ async def test_the_wal_is_checkpointed_though_writes_run_inline(
         wal = (tmp_path / "keel.db-wal").stat().st_size
     finally:
         await store.close()
-    # 2,000 transactions of a page or two: ~10 MB of WAL unless it is checkpointed and reused.
-    assert (wal < 4 * 2**20) == checkpoints, f"WAL {wal / 2**20:.1f} MiB"
+    # 2,000 transactions of ~5 pages: ~40 MiB of WAL unless checkpointed. Writes never pausing, the passive
+    # checkpoints may never see the WAL start over (on a busy machine): it is then truncated past its limit.
+    bound = connection.WAL_LIMIT_BYTES + 2 * 2**20
+    assert (wal < bound) == checkpoints, f"WAL {wal / 2**20:.1f} MiB"
