@@ -42,7 +42,8 @@ async def test_a_write_while_another_process_holds_the_file_waits_off_the_loop_a
         offsets = await store.append_events("run-1", [EventRecord(type="finish")])
         assert released.is_set(), "the write went through while another connection held the write lock"
         await ticker
-        assert ticks >= 20, f"the loop stood still while the write waited for the lock ({ticks} ticks in 0.5 s)"
+        # ~50 ticks in the 0.5 s; a loop blocked by the write would tick once or twice
+        assert ticks >= 10, f"the loop stood still while the write waited for the lock ({ticks} ticks in 0.5 s)"
         assert offsets == [1]
         assert [e.type for e in await store.read_events("run-1")] == ["start", "finish"]
         holder.close()

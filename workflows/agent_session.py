@@ -378,8 +378,8 @@ class AgentSession:
         if goal is None or goal.status != "active":
             return
         goal.runs += 1
+        await self._emit([{"type": "goal_evaluation", "payload": {"status": "pending", "runId": run_id}}])
         try:
-            await self._emit([{"type": "goal_evaluation", "payload": {"status": "pending", "runId": run_id}}])
             verdict = await self._verdict(goal)
         except ActivityError as err:  # the judge failed for good: the goal pauses, the session goes on
             goal.status = "paused"
