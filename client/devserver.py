@@ -36,6 +36,10 @@ TUNED_DYNAMIC_CONFIG = {
 }
 
 
+START_ATTEMPTS = 3
+"""Starts tried when the server exits having lost a race for a port it picked itself (`lost_a_port_race`)."""
+
+
 class DevServerError(KeelClientError):
     """The dev server could not be started, found or stopped."""
 
@@ -118,6 +122,25 @@ def server_command(cfg: DevServerConfig) -> list[str]:
     return cmd
 
 
+def last_line(log: Path, tail: int = 4096) -> str:
+    """The last non-empty line of `log` ("" when there is none)."""
+    try:
+        with open(log, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - tail))
+            lines = f.read().decode(errors="replace").splitlines()
+    except OSError:
+        return ""
+    return next((line.strip() for line in reversed(lines) if line.strip()), "")
+
+
+def lost_a_port_race(said: str, cfg: DevServerConfig) -> bool:
+    """Whether a start failed on a port the server picked itself (its HTTP, metrics or internal ports are chosen
+    at random on each start, so another process may take one between choice and bind): worth another start.
+    A clash on a port the caller named is not."""
+    named = (f":{cfg.port}:", f":{cfg.ui_port}:", f" {cfg.port}:", f" {cfg.ui_port}:")
+    return "address already in use" in said and not any(port in said for port in named)
+
+
 def is_listening(host: str, port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.settimeout(0.2)
@@ -154,7 +177,12 @@ async def wait_until_ready(
     last: Exception | None = None
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
-            raise DevServerError(f"temporal server exited with code {proc.returncode}; see {cfg.log_file}")
+            said = last_line(cfg.log_file)
+            raise DevServerError(
+                f"temporal server exited with code {proc.returncode}"
+                + (f": {said}" if said else "")
+                + f" (log: {cfg.log_file})"
+            )
         try:
             client = await Client.connect(cfg.address, namespace=cfg.namespace)
             await ensure_search_attributes(client, cfg.namespace)
@@ -205,24 +233,32 @@ class DevServer:
             await wait_until_ready(cfg)
             return self
         cfg.state_dir.mkdir(parents=True, exist_ok=True)
-        with open(cfg.log_file, "ab") as log:
-            # Spawning returns at once; waiting for readiness below is async.
-            self.proc = subprocess.Popen(  # noqa: ASYNC220
-                server_command(cfg),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=detach,  # a detached server must not get the terminal's Ctrl-C
-            )
-        self.owned = True
-        if detach:
-            cfg.pid_file.write_text(str(self.proc.pid))
-        try:
-            await wait_until_ready(cfg, proc=self.proc)
-        except BaseException:
-            self.stop()
-            raise
-        return self
+        for attempt in range(1, START_ATTEMPTS + 1):
+            with open(cfg.log_file, "ab") as log:
+                # Spawning returns at once; waiting for readiness below is async.
+                self.proc = subprocess.Popen(  # noqa: ASYNC220
+                    server_command(cfg),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=detach,  # a detached server must not get the terminal's Ctrl-C
+                )
+            self.owned = True
+            if detach:
+                cfg.pid_file.write_text(str(self.proc.pid))
+            try:
+                await wait_until_ready(cfg, proc=self.proc)
+            except DevServerError:
+                exited = self.proc is not None and self.proc.poll() is not None
+                self.stop()
+                if exited and attempt < START_ATTEMPTS and lost_a_port_race(last_line(cfg.log_file), cfg):
+                    continue
+                raise
+            except BaseException:
+                self.stop()
+                raise
+            return self
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the server if this process started it: SIGTERM, then SIGKILL after `timeout`."""

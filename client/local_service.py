@@ -27,23 +27,28 @@ from keel.client.errors import KeelClientError
 STOP_SECONDS = 10.0
 
 
-_HANDED_OUT: set[int] = set()
+_RESERVED: dict[int, socket.socket] = {}
+"""Every port handed out, held bound (never listening) until this process exits."""
 
 
 def free_ports(count: int) -> list[int]:
-    """`count` distinct free ports on 127.0.0.1, none handed out before by this process: every socket stays
-    bound until all are chosen, and a port handed out earlier (its socket closed, so the kernel may offer it
-    again before its taker binds it) is passed over."""
-    with contextlib.ExitStack() as stack:
-        chosen: list[int] = []
-        while len(chosen) < count:
-            sock = stack.enter_context(socket.socket())
-            sock.bind(("127.0.0.1", 0))
-            port = int(sock.getsockname()[1])
-            if port not in _HANDED_OUT:
-                _HANDED_OUT.add(port)
-                chosen.append(port)
-        return chosen
+    """`count` distinct free ports on 127.0.0.1, each held for its taker until this process exits.
+
+    Each stays bound by a socket of this process with `SO_REUSEADDR` that never listens. The kernel then hands
+    it to no other `bind(("", 0))` or outgoing connection, in this process or another (a test worker beside
+    this one, a server picking its own ports), while a server given it binds it as usual (Go, asyncio,
+    PostgreSQL, Node and gRPC set `SO_REUSEADDR` on their listeners) and binds it again after a restart: a
+    server killed and restarted on its port does not find it taken in between.
+    """
+    chosen: list[int] = []
+    while len(chosen) < count:
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+        _RESERVED[port] = sock
+        chosen.append(port)
+    return chosen
 
 
 def free_port() -> int:
