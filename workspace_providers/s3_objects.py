@@ -20,8 +20,9 @@ from __future__ import annotations
 import posixpath
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -94,6 +95,10 @@ def parent_of(path: str) -> str:
     return posixpath.dirname(path.rstrip("/")) or "."
 
 
+SEEN_KEYS = 4096
+"""Keys an `S3Objects` remembers as there (`S3Objects.saw`)."""
+
+
 class S3Objects:
     """The operations on caller paths under `location`; every method raises workspace errors only."""
 
@@ -102,6 +107,24 @@ class S3Objects:
         self._client: Minio | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
+        self._seen: OrderedDict[str, None] = OrderedDict()
+
+    def saw(self, key: str, there: bool = True) -> None:
+        """Remember that the object at `key` is there (read, written) or not (deleted): a hint only
+        (`write` creates a file it has not seen in the round trip of its checks), never a reason to skip one;
+        the last `SEEN_KEYS` keys."""
+        with self._lock:
+            if not there:
+                self._seen.pop(key, None)
+                return
+            self._seen[key] = None
+            self._seen.move_to_end(key)
+            if len(self._seen) > SEEN_KEYS:
+                self._seen.popitem(last=False)
+
+    def seen(self, key: str) -> bool:
+        with self._lock:
+            return key in self._seen
 
     @property
     def client(self) -> Minio:
@@ -117,14 +140,20 @@ class S3Objects:
             self._client, self._pool = None, None
 
     def concurrently(self, calls: Sequence[Callable[[], T]]) -> list[T]:
-        """Independent requests at once (a write's checks): one round trip instead of one per call."""
+        """Independent requests at once (a write's checks): one round trip instead of one per call. The first
+        is made in this thread (no hand-off for it), the others in the pool; every one has ended on return."""
         if len(calls) < 2:
             return [call() for call in calls]
         with self._lock:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(8, thread_name_prefix="keel-s3")
             pool = self._pool
-        return [f.result() for f in [pool.submit(call) for call in calls]]
+        others = [pool.submit(call) for call in calls[1:]]
+        try:
+            first = calls[0]()
+        finally:
+            wait(others)
+        return [first, *(f.result() for f in others)]
 
     @contextmanager
     def failing(self, path: str) -> Iterator[None]:
@@ -176,6 +205,7 @@ class S3Objects:
             if s3_code(err) == "NoSuchKey":
                 return None
             raise
+        self.saw(key)
         created = obj.last_modified or _EPOCH
         mtime = obj.metadata.get(MTIME) if obj.metadata is not None else None
         return Head(obj.size or 0, (obj.etag or "").strip('"'), _mtime(mtime, created), created)
@@ -197,8 +227,10 @@ class S3Objects:
         content_type = "application/x-directory" if key.endswith("/") else mime_type(key)
         headers: dict[str, Any] = {"Content-Type": content_type, MTIME: mtime_stamp(), **(condition or {})}
         self.client._put_object(self.loc.bucket, key, data, headers=headers)
+        self.saw(key)
 
     def delete(self, key: str) -> None:
+        self.saw(key, there=False)
         self.client.remove_object(self.loc.bucket, key)
 
     def put_if(self, key: str, data: bytes, condition: dict[str, str]) -> bool:
@@ -215,6 +247,8 @@ class S3Objects:
         """Delete `keys` in batches of 1,000 (in order: a folder after what it held)."""
         from minio.deleteobjects import DeleteObject
 
+        for key in keys:
+            self.saw(key, there=False)
         for start in range(0, len(keys), 1000):
             batch = [DeleteObject(k) for k in keys[start : start + 1000]]
             failed = list(self.client.remove_objects(self.loc.bucket, batch))
@@ -271,6 +305,7 @@ class S3Objects:
             finally:
                 response.close()
                 response.release_conn()
+            self.saw(self.key(parts))
         stamp = headers.get("Last-Modified")
         created = parsedate_to_datetime(stamp) if stamp else _EPOCH
         etag = (headers.get("ETag") or "").strip('"')

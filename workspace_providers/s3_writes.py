@@ -63,22 +63,33 @@ def check_place(store: S3Objects, parts: Parts, path: str, *, recursive: bool, d
 
 
 def place_and_head(
-    store: S3Objects, parts: Parts, path: str, *, recursive: bool, directory: bool = False, head: bool = False
-) -> tuple[bool, Head | None]:
-    """`check_place`, and (with `head`, or for a `directory`) the object at `path`, in the same round trip."""
+    store: S3Objects,
+    parts: Parts,
+    path: str,
+    *,
+    recursive: bool,
+    directory: bool = False,
+    head: bool = False,
+    alongside: Callable[[], object] | None = None,
+) -> tuple[bool, Head | None, object]:
+    """`check_place`, and (with `head`, or for a `directory`) the object at `path`, in the same round trip; so is
+    `alongside` (its answer last), made first in this thread while the checks go out from others."""
     if not parts:
         if not directory:
             raise IsDirectory(path)
-        return True, None
+        return True, None, alongside() if alongside else None
     parents = [parts[:i] for i in range(1, len(parts))]
-    calls: list[Callable[[], object]] = [partial(store.is_dir, parts)]
+    calls: list[Callable[[], object]] = [alongside] if alongside else []
+    calls.append(partial(store.is_dir, parts))
     heads = directory or head  # a file there matters to a directory; a file's write replaces it
     if heads:
         calls.append(partial(_head_of, store, parts))
     calls += [partial(_head_of, store, p) for p in parents]
     if not recursive and parents:
         calls.append(partial(store.is_dir, parents[-1]))
-    is_dir, *rest = store.concurrently(calls)
+    answers = store.concurrently(calls)
+    beside = answers.pop(0) if alongside else None
+    is_dir, *rest = answers
     here = rest.pop(0) if heads else None
     if any(rest[: len(parents)]):
         raise NotDirectory(parent_of(path))
@@ -88,7 +99,7 @@ def place_and_head(
         raise FileExists(path)
     if is_dir and not directory:
         raise IsDirectory(path)
-    return bool(is_dir), cast(Head | None, here)
+    return bool(is_dir), cast(Head | None, here), beside
 
 
 def _modified_now(store: S3Objects, key: str) -> datetime:
@@ -99,12 +110,45 @@ def _modified_now(store: S3Objects, key: str) -> datetime:
 def write(
     store: S3Objects, path: str, data: bytes, *, overwrite: bool, recursive: bool, expected: datetime | None
 ) -> None:
-    """One PUT after the checks: plain, or conditional when the file must be the one read (`expected`) or
-    must not exist yet (not `overwrite`)."""
+    """One PUT with the checks, or after them: plain, or conditional when the file must be the one read
+    (`expected`) or must not exist yet (not `overwrite`).
+
+    A write without `expected` that may create its parents (`recursive`), of a file this filesystem has not seen
+    there (`S3Objects.seen`: read, stat'd or written by it), creates the file (``If-None-Match: *``) in the round
+    trip of the checks, so a new file takes one round trip, not two. A check that then refuses deletes what that
+    PUT created (nothing was there: the condition held) before it raises (a worker killed between the two leaves
+    it); a file there after all fails the PUT, and is then `FileExists` or, with `overwrite`, written over by a
+    second PUT (two round trips, as before). A file seen there is checked first and written after, without the
+    PUT that would fail. (Without `recursive` the checks come first too: a refused write into a missing
+    directory must not leave the folders its PUT made on a store with a real directory tree, such as SeaweedFS.)
+    """
     parts = store.parts(path)
     with store.failing(path):
         key = store.key(parts)
-        _, head = place_and_head(store, parts, path, recursive=recursive, head=expected is not None)
+        if expected is None and recursive and not store.seen(key):
+            created: list[bool | Exception] = []
+
+            def create() -> None:
+                try:
+                    created.append(store.put_if(key, data, {"If-None-Match": "*"}))
+                except Exception as err:  # the checks' refusal, when there is one, is the answer
+                    created.append(err)
+
+            try:
+                place_and_head(store, parts, path, recursive=True, alongside=create)
+            except Exception:
+                if created == [True]:
+                    store.delete(key)
+                raise
+            if isinstance(created[0], Exception):
+                raise created[0]
+            if created[0]:
+                return
+            if not overwrite:
+                raise FileExists(path)
+            store.put(key, data)
+            return
+        _, head, _ = place_and_head(store, parts, path, recursive=recursive, head=expected is not None)
         if head is not None and expected is not None:
             if mtime_ms(head.modified) != mtime_ms(expected):
                 raise StaleFile(path, expected, head.modified)

@@ -23,10 +23,13 @@ from keel.model_providers import ModelResponse, ScriptedModel
 from keel.storage import Storage
 from keel.workspace_providers import (
     WORKSPACE_TOOLS,
+    FileExists,
     FilesystemError,
     FilesystemUnavailable,
+    IsDirectory,
     LocalFilesystem,
     LocalSandbox,
+    NotDirectory,
     PermissionDenied,
     S3Filesystem,
     StaleFile,
@@ -459,6 +462,30 @@ def _interfering(fs: S3Filesystem, action: Callable[[], None]) -> list[str]:
 
     objects.put = racing  # type: ignore[method-assign]
     return seen
+
+
+async def test_a_write_refused_by_its_checks_leaves_no_object_behind(s3_server: S3Server, bucket: str) -> None:
+    """A new file is created in the round trip of its checks; when they refuse (a directory there, a file among
+    the parents), what that PUT made is gone again, and an existing file is written over or kept as asked."""
+    fs = s3fs(s3_server, bucket)
+    await fs.write_file("dir/a.txt", "a")
+    before = keys(s3_server, bucket)
+    with pytest.raises(IsDirectory):
+        await fs.write_file("dir", "x")
+    with pytest.raises(NotDirectory):
+        await fs.write_file("dir/a.txt/b.txt", "x")
+    with pytest.raises(FileExists):
+        await fs.write_file("dir/a.txt", "x", overwrite=False)
+    assert keys(s3_server, bucket) == before
+    assert await fs.read_file("dir/a.txt", encoding="utf-8") == "a"
+    await fs.write_file("dir/a.txt", "again")
+    assert await fs.read_file("dir/a.txt", encoding="utf-8") == "again"
+    other = s3fs(s3_server, bucket)  # another worker's, which has not seen the file: its create fails, it overwrites
+    await other.write_file("dir/a.txt", "theirs")
+    with pytest.raises(FileExists):
+        await s3fs(s3_server, bucket).write_file("dir/a.txt", "x", overwrite=False)
+    assert await fs.read_file("dir/a.txt", encoding="utf-8") == "theirs"
+    assert [e.name for e in await fs.readdir(".", recursive=True)] == ["dir", "dir/a.txt"]
 
 
 async def test_a_stale_expected_mtime_fails_the_write(s3_server: S3Server, bucket: str) -> None:
