@@ -84,27 +84,30 @@ def with_answered_calls(messages: list[MessageRecord]) -> list[MessageRecord]:
     """The conversation as a model is shown it: a tool call without a result (its run was canceled, aborted or
     terminated while the call waited) and a result without its call (a transcript cut short) are left out, with
     a message they leave empty. Mastra leaves unanswered calls out of the prompt too, and OpenAI's API refuses
-    them. The thread keeps them as they are."""
-    calls: set[str] = set()
-    results: set[str] = set()
+    them. The thread keeps them as they are.
+
+    A result answers the latest call of its id before it that none has answered: scripted models, imported
+    threads and any model server that does not make ids unique use an id again across runs."""
+    waiting: dict[str, int] = {}  # a call's id -> its part (by identity) while no result has answered it
+    dropped: set[int] = set()
     for message in messages:
         if isinstance(message.content, list):
             for part in message.content:
                 if isinstance(part, ToolCallPart):
-                    calls.add(part.tool_call_id)
-                elif isinstance(part, ToolResultPart):
-                    results.add(part.tool_call_id)
-    if calls == results:
+                    if part.tool_call_id in waiting:  # the id used again: the earlier call was never answered
+                        dropped.add(waiting[part.tool_call_id])
+                    waiting[part.tool_call_id] = id(part)
+                elif isinstance(part, ToolResultPart) and waiting.pop(part.tool_call_id, None) is None:
+                    dropped.add(id(part))  # no call of its id before it
+    dropped.update(waiting.values())
+    if not dropped:
         return messages
-    paired = calls & results
     shown: list[MessageRecord] = []
     for message in messages:
         if isinstance(message.content, str):
             shown.append(message)
             continue
-        parts = [
-            p for p in message.content if not isinstance(p, ToolCallPart | ToolResultPart) or p.tool_call_id in paired
-        ]
+        parts = [p for p in message.content if id(p) not in dropped]
         if len(parts) == len(message.content):
             shown.append(message)
         elif parts:

@@ -88,20 +88,26 @@ async def test_retries_of_the_first_model_step_show_in_the_ui_as_a_pending_activ
 
 
 def as_strict_as_openai(reply: tuple[int, dict[str, str], bytes]) -> Any:
-    """A responder that refuses, as OpenAI's API does (400), a conversation holding a tool call without a tool
-    message answering it, or a tool message answering no call; else gives `reply`."""
+    """A responder that refuses, as OpenAI's API does (400), an assistant message with tool calls that the tool
+    messages right after it do not all answer, or a tool message answering no call of the assistant message
+    before it; else gives `reply`."""
+
+    def refuse(problem: str) -> tuple[int, dict[str, str], bytes]:
+        return 400, {"content-type": "application/json"}, json.dumps({"error": {"message": problem}}).encode()
 
     def respond(body: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
-        called: set[str] = set()
+        waiting: set[str] = set()
         for message in body["messages"]:
-            if message["role"] == "tool" and message["tool_call_id"] not in called:
-                problem = f"tool message {message['tool_call_id']} answers no preceding tool call"
-                return 400, {"content-type": "application/json"}, json.dumps({"error": {"message": problem}}).encode()
-            called |= {c["id"] for c in message.get("tool_calls") or []}
-        answered = {m["tool_call_id"] for m in body["messages"] if m["role"] == "tool"}
-        if missing := sorted(called - answered):
-            problem = f"An assistant message with 'tool_calls' must be followed by tool messages: {missing}"
-            return 400, {"content-type": "application/json"}, json.dumps({"error": {"message": problem}}).encode()
+            if message["role"] == "tool":
+                if message["tool_call_id"] not in waiting:
+                    return refuse(f"tool message {message['tool_call_id']} answers no preceding tool call")
+                waiting.discard(message["tool_call_id"])
+                continue
+            if waiting:
+                return refuse(f"An assistant message with 'tool_calls' must be followed by tool messages: {waiting}")
+            waiting = {c["id"] for c in message.get("tool_calls") or []}
+        if waiting:
+            return refuse(f"An assistant message with 'tool_calls' must be followed by tool messages: {waiting}")
         return reply
 
     return respond
@@ -132,3 +138,41 @@ async def test_a_thread_whose_run_was_canceled_at_an_approval_goes_on_with_a_str
     assert [m["role"] for m in sent] == ["user", "user"]  # the call without a result is not shown
     messages, _ = await storage.list_messages(thread_id)
     assert any(m.role == "assistant" and "call_h" in str(m.content) for m in messages)  # the thread keeps it
+
+
+async def test_an_imported_thread_that_uses_a_call_id_twice_goes_on_with_a_strict_model(
+    client: Client, storage: Storage, task_queue: str, fake_openai: FakeOpenAI
+) -> None:
+    """Keel's own runs give a call id a model used again in the thread a suffix (`call_0-2`); messages saved
+    into a thread from outside (an import, the memory API) keep theirs. There `call_0` was answered once, then
+    left unanswered: the model is shown the answered call only. Before, the ids matched as sets and the
+    unanswered call was sent, which OpenAI refuses."""
+    from datetime import UTC, datetime, timedelta
+
+    from keel.protocol.messages import Role, ToolCallPart, ToolResultPart
+    from keel.storage import StoredMessage
+
+    def saved(n: int, role: Role, content: Any) -> StoredMessage:
+        at = datetime(2026, 1, 1, tzinfo=UTC) + timedelta(seconds=n)
+        return StoredMessage(id=f"m{n}", thread_id="imported", resource_id="user", role=role, content=content,
+                             created_at=at)  # fmt: skip
+
+    call = ToolCallPart(tool_call_id="call_0", tool_name="echo", args={"text": "hi"})
+    await storage.create_thread("imported", "user")
+    await storage.save_messages(
+        [
+            saved(1, "user", "echo hi"),
+            saved(2, "assistant", [call]),
+            saved(3, "tool", [ToolResultPart(tool_call_id="call_0", tool_name="echo", result={"echo": "hi"})]),
+            saved(4, "user", "hold on"),
+            saved(5, "assistant", [call.model_copy(update={"tool_name": "hold", "args": {}})]),
+        ]
+    )
+    fake_openai.responder = as_strict_as_openai(sse(delta(role="assistant", content="Hello again."), finish("stop")))
+    model = OpenAIChatModel("fake-model", base_url=fake_openai.base_url, api_key="sk-test")
+    app = App.of(Agent(id="gpt", model=model, tools=(echo, hold)))
+    async with running_worker(client, app, storage, task_queue) as keel:
+        result = await keel.result(await keel.start_run("gpt", "hello", thread_id="imported", resource_id="user"))
+    assert result.text == "Hello again."
+    sent = fake_openai.requests[-1][1]["messages"]
+    assert [m["role"] for m in sent] == ["user", "assistant", "tool", "user", "user"]

@@ -573,3 +573,35 @@ def test_a_model_is_shown_only_tool_calls_with_their_results() -> None:
     assert shown[1].content == [TextPart(text="Let me.")]
     assert [m["role"] for m in to_openai_messages("", shown)] == ["user", "assistant", "assistant", "tool", "user"]
     assert with_answered_calls(shown) is shown  # every call answered: the same list, nothing copied
+
+
+def test_a_call_id_used_again_is_paired_with_the_result_that_follows_it() -> None:
+    """Scripted models, imported threads and model servers that do not make ids unique use an id again across
+    runs: a run stopped at an approval leaves its `c1` unanswered though an earlier run's `c1` has a
+    result. Each result answers the latest call of its id before it, so the stopped run's call is left out, and
+    a result before any call of its id is too."""
+
+    def call(message_id: str) -> MessageRecord:
+        return MessageRecord(
+            id=message_id, role="assistant", content=[ToolCallPart(tool_call_id="c1", tool_name="t", args={})]
+        )
+
+    def result(message_id: str) -> MessageRecord:
+        return MessageRecord(
+            id=message_id, role="tool", content=[ToolResultPart(tool_call_id="c1", tool_name="t", result=1)]
+        )
+
+    messages = [
+        result("r0"),
+        MessageRecord(id="u1", role="user", content="go"),
+        call("a1"),
+        result("r1"),
+        MessageRecord(id="u2", role="user", content="again"),
+        call("a2"),  # its run was canceled at the approval
+        MessageRecord(id="u3", role="user", content="and again"),
+        call("a3"),
+        result("r3"),
+    ]
+    shown = with_answered_calls(messages)
+    assert [m.id for m in shown] == ["u1", "a1", "r1", "u2", "u3", "a3", "r3"]
+    assert with_answered_calls(shown) is shown
