@@ -213,6 +213,24 @@ def pay_script(request: ModelRequest) -> ModelResponse:
 payer = Agent(id="payer", model=ScriptedModel(pay_script, name="payer"), tools=(pay,))
 
 
+HOLDER = {"asked": 0, "released": 0}
+"""The holder's first model step of a run waits until `released` has caught up with `asked` (a client's
+approval can then reach the run while the step that asks for it runs)."""
+
+
+async def holder_script(request: ModelRequest) -> ModelResponse:
+    results = tool_results_since_last_user(request)
+    if not results:
+        HOLDER["asked"] += 1
+        while HOLDER["released"] < HOLDER["asked"]:
+            await asyncio.sleep(0.01)
+        return ModelResponse(tool_calls=[ModelToolCall(id="call_1", name="pay", args={"amount": 500})])
+    return ModelResponse(text=", ".join(str(r.result) for r in results))
+
+
+holder = Agent(id="holder", model=ScriptedModel(holder_script, name="holder"), tools=(pay,))
+
+
 def reused_id_script(request: ModelRequest) -> ModelResponse:
     """Like some local model servers: every step's tool call has the same id."""
     results = tool_results_since_last_user(request)
@@ -391,7 +409,7 @@ search_workspace = Workspace(
 
 app = dataclasses.replace(App.of(
     demo, multi, listener, asker, ledger, once, napper, mistakes, payer, reuser, bulky, flaky, workspace_agent, tallier,
-    drawler, stumbler,
+    drawler, stumbler, holder,
     definition_apps.writer,
     tools=definition_apps.app.tools.values(), classifiers=definition_apps.app.classifiers.values(),
     controllers=[controller_apps.controller],

@@ -26,6 +26,7 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowHistory
 from keel.client import KeelClient, RunFailed
 from keel.client.connection import connect
 from keel.client.devserver import DevServer, DevServerConfig
+from keel.client.errors import ToolCallRejected
 from keel.client.indexing import start_indexing
 from keel.client.workflow_time_travel import time_travel
 from keel.client.workflows import Workflows
@@ -125,6 +126,11 @@ def shape_suffix(shape: RunShape) -> str:
 
 
 DEFAULT_SHAPE = DEFAULT_OPTIONS.shape()
+ACTIVITY_STEPS_SHAPE = next(
+    s for s in ALL_SHAPES if not s.model_as_local_activity and not s.fuse_tools_with_next_model_step
+)
+"""Every step a regular activity of its own (`AgentActivityOptions(model_as_local_activity=False,
+fuse_tools_with_next_model_step=False)`)."""
 CONTINUE_AS_NEW_SERVER = (("limit.historyCount.suggestContinueAsNew", "12"),)
 """A server that suggests continue-as-new after 12 history events, so a short run continues as new."""
 
@@ -389,6 +395,25 @@ async def _refused_run_id(keel: KeelClient, name: str) -> str:
     return name
 
 
+async def _approved_while_stepping(keel: KeelClient, name: str) -> str:
+    """Two approvals sent while the model step that asks for `call_1` runs (as a regular activity): one for it,
+    accepted and waiting for the step, then deciding it; one for `call_9`, which the step does not ask for,
+    refused once the step has answered (an update completed with a failure)."""
+    from tests.apps import HOLDER
+
+    run_id = await keel.start_run("holder", "pay", run_id=name)
+    while HOLDER["asked"] <= HOLDER["released"]:
+        await asyncio.sleep(0.01)
+    approving = asyncio.create_task(keel.approve(run_id, "call_1"))
+    stranger = asyncio.create_task(keel.approve(run_id, "call_9"))
+    await asyncio.sleep(0.5)
+    HOLDER["released"] = HOLDER["asked"]
+    await approving
+    with contextlib.suppress(ToolCallRejected):
+        await stranger
+    return run_id
+
+
 async def _session(keel: KeelClient, name: str) -> tuple[str, str, str, str]:
     """A controller session (tests/controller/apps.py) through its turns: a tool call approved through the
     session, an ask_user suspension resumed, a subagent whose call waits for approval in the session. Returns
@@ -558,6 +583,8 @@ SCENARIOS: dict[str, Scenario] = {
         _session_busy, DEFAULT_SHAPE, CONTINUE_AS_NEW_SERVER, ends=False, turn_then_continue=True
     ),
     "session_goal_aborted_gen6": Scenario(_session_goal_aborted, DEFAULT_SHAPE, ends=False),
+    # Approvals that reached the run while the (regular) model step asking for the call ran.
+    "approved_while_stepping": Scenario(_approved_while_stepping, ACTIVITY_STEPS_SHAPE),
     "session_turn_approved": Scenario(lambda keel, name: _recorded_turn("approved"), DEFAULT_SHAPE),
     "session_turn_suspended": Scenario(lambda keel, name: _recorded_turn("suspended"), DEFAULT_SHAPE),
     "session_turn_subagent": Scenario(lambda keel, name: _recorded_turn("subagent"), DEFAULT_SHAPE),

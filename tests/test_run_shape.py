@@ -5,6 +5,7 @@ search attribute it was started with."""
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from keel.app import Agent, App
+from keel.client.errors import ToolCallRejected
 from keel.model_providers import (
     ModelRequest,
     ModelResponse,
@@ -206,3 +208,37 @@ async def test_a_run_asks_no_patch_in_reaction_to_a_step_s_result(
         "suspended": [],
         "refused": [],
     }
+
+
+@pytest.mark.parametrize("options", [LOCAL_FUSED, ACTIVITY_APART], ids=["local-step", "activity-step"])
+async def test_an_approval_sent_while_the_step_that_asks_for_it_runs_decides_the_call(
+    client: Client, storage: Storage, task_queue: str, options: AgentActivityOptions
+) -> None:
+    """The model step streams `tool-call-approval` and stores it before the workflow has its answer: a client
+    that approves from the stream (as client-js does) can reach the run while the step runs, or in the workflow
+    task that brings the step's answer, where the SDK applies updates before the answer. Such an approval was
+    refused ("no pending tool call"); now it waits for the step and decides the call. One for a call the step
+    does not ask for is refused once the step has answered."""
+    asked = asyncio.Event()
+    answer = asyncio.Event()
+
+    async def held(request: ModelRequest) -> ModelResponse:
+        if not tool_results_since_last_user(request):
+            asked.set()
+            await answer.wait()
+        return approve_then_echo(request)
+
+    app = App.of(Agent(id="shapes", model=ScriptedModel(held, name="held"), tools=(pay, echo)))
+    async with running_worker(client, app, storage, task_queue, options=options) as keel:
+        run_id = await keel.start_run("shapes", "pay")
+        await asyncio.wait_for(asked.wait(), 20)
+        approving = asyncio.create_task(keel.approve(run_id, "call_1"))
+        stranger = asyncio.create_task(keel.approve(run_id, "call_9"))
+        await asyncio.sleep(0.5)  # both reach the run, or wait for the workflow task, while the step runs
+        answer.set()
+        accepted = await asyncio.wait_for(approving, 20)
+        with pytest.raises(ToolCallRejected, match="no pending tool call 'call_9'"):
+            await asyncio.wait_for(stranger, 20)
+        result = await keel.result(run_id)
+    assert accepted.tool_call_id == "call_1"
+    assert result.text == "Tool result: {'echo': 'hi'}", result.text

@@ -161,6 +161,7 @@ class AgentRun:
         self._turn: TurnConfig | None = None  # a session's turn: its current mode and permissions
         self._ended = False  # the loop has returned: `settled` answers, then the run completes
         self._continuing = False  # about to continue as new: `settled` answers so the handlers can finish
+        self._stepping = False  # a model step runs: the calls it will ask to approve are not known yet
 
     # --- handlers ------------------------------------------------------------------------------------
 
@@ -208,17 +209,31 @@ class AgentRun:
         self._arrivals[approval.tool_call_id] = run_telemetry.Arrival("signal", workflow.time_ns())
 
     @workflow.update(name=names.APPROVE_TOOL_CALL_UPDATE)
-    def approve_tool_call(self, approval: ToolApproval) -> ApprovalAccepted:
-        self._decisions[approval.tool_call_id] = approval
-        self._arrivals[approval.tool_call_id] = run_telemetry.Arrival("update", workflow.time_ns())
-        return ApprovalAccepted(tool_call_id=approval.tool_call_id)
+    async def approve_tool_call(self, approval: ToolApproval) -> ApprovalAccepted:
+        call_id = approval.tool_call_id
+        if call_id not in self._pending:  # accepted while the step that may ask for it ran (`_validate_approval`)
+            await workflow.wait_condition(lambda: call_id in self._pending or not self._stepping)
+            problem = self._approval_problem(approval)
+            if problem:
+                raise ApplicationError(problem, type="ToolCallRejected", non_retryable=True)
+        self._decisions[call_id] = approval
+        self._arrivals[call_id] = run_telemetry.Arrival("update", workflow.time_ns())
+        return ApprovalAccepted(tool_call_id=call_id)
 
     @approve_tool_call.validator
     def _validate_approval(self, approval: ToolApproval) -> None:
+        """Refuses an approval that decides nothing, except one for a call not seen yet while a model step runs:
+        the step streams and stores its `tool-call-approval` before the workflow has its answer, so a client
+        approving from the stream can get here first, or in the workflow task that brings the answer (where the
+        SDK applies updates before it). That one waits for the step (the handler), then decides the call or is
+        refused. Only new updates are validated: a replayed one was accepted with its call pending, and its
+        handler decides at once, as it did before it could wait."""
         if not isinstance(approval, ToolApproval):
             raise ValueError("approve_tool_call takes a JSON object {toolCallId, approved, reason?}")
         problem = self._approval_problem(approval)
-        if problem:
+        call_id = approval.tool_call_id
+        unseen = call_id not in self._pending and call_id not in self._decisions and call_id not in self._decided
+        if problem and not (self._stepping and unseen):
             raise ValueError(problem)
 
     def _approval_problem(self, approval: ToolApproval) -> str | None:
@@ -570,6 +585,13 @@ class _Loop:
         return step_input
 
     async def _model_step(self) -> ModelStepResult:
+        self.wf._stepping = True  # no command: an approval's handler waits on it (`approve_tool_call`)
+        try:
+            return await self._ask_model()
+        finally:
+            self.wf._stepping = False
+
+    async def _ask_model(self) -> ModelStepResult:
         # A model step of its own: the first one, or one after tools that ran apart (see `_fuse`). As a local
         # activity its result is recorded in the workflow task that schedules what follows (one round trip
         # fewer); a regular one is the choice for model calls that may outlive a workflow task timeout.
@@ -755,6 +777,13 @@ class _Loop:
         )
 
     async def _tools_then_model(self, calls: list[PlannedToolCall], *, locally: bool) -> ToolsThenModelResult:
+        self.wf._stepping = True
+        try:
+            return await self._run_then_ask(calls, locally=locally)
+        finally:
+            self.wf._stepping = False
+
+    async def _run_then_ask(self, calls: list[PlannedToolCall], *, locally: bool) -> ToolsThenModelResult:
         tools = [self._tool_input(t) for t in calls]
         self.carry.step += 1
         ran = ", ".join(f"{t.tool_name} ({t.tool_call_id})" for t in calls)
