@@ -414,6 +414,22 @@ async def _approved_while_stepping(keel: KeelClient, name: str) -> str:
     return run_id
 
 
+async def _signalled_while_stepping(keel: KeelClient, name: str) -> str:
+    """The same by `tool_approval` signals: `call_9` recorded as rejected, `call_1` decided once the step asks
+    for it (the `SIGNAL_WAITS_FOR_STEP_PATCH` marker with it)."""
+    from tests.apps import HOLDER
+
+    run_id = await keel.start_run("holder", "pay", run_id=name)
+    while HOLDER["asked"] <= HOLDER["released"]:
+        await asyncio.sleep(0.01)
+    handle = keel.temporal.get_workflow_handle(run_id)
+    for call_id in ("call_9", "call_1"):
+        await handle.signal(names.TOOL_APPROVAL_SIGNAL, {"toolCallId": call_id, "approved": True})
+    await asyncio.sleep(0.5)
+    HOLDER["released"] = HOLDER["asked"]
+    return run_id
+
+
 async def _session(keel: KeelClient, name: str) -> tuple[str, str, str, str]:
     """A controller session (tests/controller/apps.py) through its turns: a tool call approved through the
     session, an ask_user suspension resumed, a subagent whose call waits for approval in the session. Returns
@@ -585,6 +601,7 @@ SCENARIOS: dict[str, Scenario] = {
     "session_goal_aborted_gen6": Scenario(_session_goal_aborted, DEFAULT_SHAPE, ends=False),
     # Approvals that reached the run while the (regular) model step asking for the call ran.
     "approved_while_stepping": Scenario(_approved_while_stepping, ACTIVITY_STEPS_SHAPE),
+    "signalled_while_stepping": Scenario(_signalled_while_stepping, ACTIVITY_STEPS_SHAPE),
     "session_turn_approved": Scenario(lambda keel, name: _recorded_turn("approved"), DEFAULT_SHAPE),
     "session_turn_suspended": Scenario(lambda keel, name: _recorded_turn("suspended"), DEFAULT_SHAPE),
     "session_turn_subagent": Scenario(lambda keel, name: _recorded_turn("subagent"), DEFAULT_SHAPE),

@@ -23,6 +23,7 @@ from keel.model_providers import (
     ScriptedModel,
     tool_results_since_last_user,
 )
+from keel.protocol import names
 from keel.storage import Storage
 from keel.workflows.contracts import LOCAL_STEP_BYTES_PER_TASK, LOCAL_STEPS_PER_TASK
 from keel.workflows.options import AgentActivityOptions
@@ -242,3 +243,35 @@ async def test_an_approval_sent_while_the_step_that_asks_for_it_runs_decides_the
         result = await keel.result(run_id)
     assert accepted.tool_call_id == "call_1"
     assert result.text == "Tool result: {'echo': 'hi'}", result.text
+
+
+@pytest.mark.parametrize("options", [LOCAL_FUSED, ACTIVITY_APART], ids=["local-step", "activity-step"])
+async def test_an_approval_signal_sent_while_the_step_that_asks_for_it_runs_decides_the_call(
+    client: Client, storage: Storage, task_queue: str, options: AgentActivityOptions
+) -> None:
+    """The same by `tool_approval` signal (the `temporal` CLI's way): it was ignored (recorded as rejected) and
+    the run waited on; now it decides the call once the step has asked for it. One for a call the step does not
+    ask for is recorded as rejected."""
+    asked = asyncio.Event()
+    answer = asyncio.Event()
+
+    async def held(request: ModelRequest) -> ModelResponse:
+        if not tool_results_since_last_user(request):
+            asked.set()
+            await answer.wait()
+        return approve_then_echo(request)
+
+    app = App.of(Agent(id="shapes", model=ScriptedModel(held, name="held"), tools=(pay, echo)))
+    async with running_worker(client, app, storage, task_queue, options=options) as keel:
+        run_id = await keel.start_run("shapes", "pay")
+        await asyncio.wait_for(asked.wait(), 20)
+        handle = client.get_workflow_handle(run_id)
+        for call_id in ("call_9", "call_1"):
+            await handle.signal(names.TOOL_APPROVAL_SIGNAL, {"toolCallId": call_id, "approved": True})
+        await asyncio.sleep(0.5)
+        answer.set()
+        result = await asyncio.wait_for(keel.result(run_id), 30)
+        rejected = await handle.query(names.REJECTED_SIGNALS_QUERY)
+    assert result.text == "Tool result: {'echo': 'hi'}", result.text
+    assert [r for r in rejected if "call_9" in r] == ["no pending tool call 'call_9' (pending: call_1)"], rejected
+    assert not [r for r in rejected if "'call_1'" in r], rejected

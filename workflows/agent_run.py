@@ -115,6 +115,11 @@ attributes, so `KeelKind='agent'` lists and counts never show it beside the run 
 refused before this patch were left listed as failed runs; the patch may go once no such execution is open (a
 refused execution fails in its first workflow task, so it never is: it can go with the next history cut)."""
 
+SIGNAL_WAITS_FOR_STEP_PATCH = "approval-signal-waits-for-step"
+"""A `tool_approval` signal for a call not seen yet, while a model step runs, waits for the step (as the update
+does) and then decides the call or is recorded as rejected. Runs recorded before this patch rejected it at once;
+the patch is asked only then, so it may go once no run that got such a signal before this release is open."""
+
 RULES_IN_SHAPE = {
     PERSIST_BEFORE_CONTINUE_PATCH: 2,
     DELIVERED_IDS_PATCH: 2,
@@ -191,7 +196,7 @@ class AgentRun:
         return list(self._rejected)
 
     @workflow.signal(name=names.TOOL_APPROVAL_SIGNAL)
-    def tool_approval(self, raw: RawValue) -> None:
+    async def tool_approval(self, raw: RawValue) -> None:
         # Decoded by hand so a malformed payload is recorded and ignored instead of failing the task.
         try:
             approval = workflow.payload_converter().from_payload(raw.payload, ToolApproval)
@@ -202,11 +207,26 @@ class AgentRun:
             self._reject("malformed tool_approval payload: expected a JSON object {toolCallId, approved}")
             return
         problem = self._approval_problem(approval)
+        call_id = approval.tool_call_id
+        if problem and self._may_ask(call_id) and workflow.patched(SIGNAL_WAITS_FOR_STEP_PATCH):
+            await workflow.wait_condition(lambda: call_id in self._pending or not self._stepping)
+            problem = self._approval_problem(approval)
         if problem:
             self._reject(problem)
             return
-        self._decisions[approval.tool_call_id] = approval
-        self._arrivals[approval.tool_call_id] = run_telemetry.Arrival("signal", workflow.time_ns())
+        self._decisions[call_id] = approval
+        self._arrivals[call_id] = run_telemetry.Arrival("signal", workflow.time_ns())
+
+    def _may_ask(self, call_id: str) -> bool:
+        """Whether the model step running now may yet ask to approve `call_id`: a step runs, and the id is not
+        one of this run's calls so far (the step streams and stores its `tool-call-approval` before the workflow
+        has its answer, so a client approving from the stream can come first)."""
+        return (
+            self._stepping
+            and call_id not in self._pending
+            and call_id not in self._decisions
+            and (call_id not in self._decided)
+        )
 
     @workflow.update(name=names.APPROVE_TOOL_CALL_UPDATE)
     async def approve_tool_call(self, approval: ToolApproval) -> ApprovalAccepted:
@@ -231,9 +251,7 @@ class AgentRun:
         if not isinstance(approval, ToolApproval):
             raise ValueError("approve_tool_call takes a JSON object {toolCallId, approved, reason?}")
         problem = self._approval_problem(approval)
-        call_id = approval.tool_call_id
-        unseen = call_id not in self._pending and call_id not in self._decisions and call_id not in self._decided
-        if problem and not (self._stepping and unseen):
+        if problem and not self._may_ask(approval.tool_call_id):
             raise ValueError(problem)
 
     def _approval_problem(self, approval: ToolApproval) -> str | None:
