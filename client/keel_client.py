@@ -468,15 +468,22 @@ class KeelClient:
     async def _call_update(
         self, run_id: str, tool_call_id: str, update: Any, arg: Any, *, signal_hint: str | None
     ) -> ApprovalAccepted:
-        """A validated update deciding or resuming one tool call of the run (traced in the run's trace)."""
+        """A validated update deciding or resuming one tool call of the run (traced in the run's trace).
+
+        A worker must accept it within `WORKER_ANSWER_SECONDS`; its outcome may come later: an approval that
+        reaches the run while the model step asking for the call still runs waits for the step."""
         from keel.workflows.agent_run import AgentRun
 
         handle = self.temporal.get_workflow_handle_for(AgentRun.run, run_id)
         try:
             async with tracing.run_trace(self.temporal, run_id):
-                accepted: ApprovalAccepted = await handle.execute_update(
-                    update, arg, rpc_timeout=timedelta(seconds=WORKER_ANSWER_SECONDS)
+                started = await handle.start_update(
+                    update,
+                    arg,
+                    wait_for_stage=WorkflowUpdateStage.ACCEPTED,
+                    rpc_timeout=timedelta(seconds=WORKER_ANSWER_SECONDS),
                 )
+                accepted: ApprovalAccepted = await started.result()  # at once when it completed on acceptance
                 return accepted
         except WorkflowUpdateFailedError as err:
             cause = err.cause

@@ -275,3 +275,29 @@ async def test_an_approval_signal_sent_while_the_step_that_asks_for_it_runs_deci
     assert result.text == "Tool result: {'echo': 'hi'}", result.text
     assert [r for r in rejected if "call_9" in r] == ["no pending tool call 'call_9' (pending: call_1)"], rejected
     assert not [r for r in rejected if "'call_1'" in r], rejected
+
+
+async def test_an_approval_waiting_for_a_step_longer_than_the_answer_window_is_not_taken_for_no_worker(
+    client: Client, storage: Storage, task_queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The client gives a worker `WORKER_ANSWER_SECONDS` to accept an approval, not to finish the model step the
+    approval waits for: a step longer than that window did not make the approval a `NoWorker` error."""
+    from keel.client import keel_client
+
+    monkeypatch.setattr(keel_client, "WORKER_ANSWER_SECONDS", 1.0)
+    asked = asyncio.Event()
+
+    async def slow(request: ModelRequest) -> ModelResponse:
+        if not tool_results_since_last_user(request):
+            asked.set()
+            await asyncio.sleep(3)
+        return approve_then_echo(request)
+
+    app = App.of(Agent(id="shapes", model=ScriptedModel(slow, name="slow"), tools=(pay, echo)))
+    async with running_worker(client, app, storage, task_queue, options=ACTIVITY_APART) as keel:
+        run_id = await keel.start_run("shapes", "pay")
+        await asyncio.wait_for(asked.wait(), 20)
+        accepted = await keel.approve(run_id, "call_1")
+        result = await keel.result(run_id)
+    assert accepted.tool_call_id == "call_1"
+    assert result.text == "Tool result: {'echo': 'hi'}", result.text
