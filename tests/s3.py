@@ -127,6 +127,10 @@ def _start(
         "-s3.port.iceberg=0", "-s3.port.lance=0", f"-s3.config={_config(workdir)}",
         f"-s3.localSocket={workdir / 's3.sock'}", f"-filer.localSocket={workdir / 'filer.sock'}",
         "-admin.ui=false", "-webdav=false", "-master.telemetry=false",
+        # Each bucket takes volumes of its own, and `weed mini` caps their count by the free disk space at start:
+        # with 33 GB free, writes to the 33rd bucket failed (InternalError, for good). A session makes more.
+        # Volumes are sparse files: the cap only makes room.
+        "-volume.max=1000",
     ]  # fmt: skip
     with log_path.open("ab") as log:
         proc = subprocess.Popen(
