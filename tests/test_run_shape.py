@@ -211,6 +211,20 @@ async def test_a_run_asks_no_patch_in_reaction_to_a_step_s_result(
     }
 
 
+def held_app() -> tuple[App, asyncio.Event, asyncio.Event]:
+    """`shapes_app`, its first model step of a run held: `asked` is set once it runs, and it answers (asking to
+    approve `call_1`) once `answer` is set."""
+    asked, answer = asyncio.Event(), asyncio.Event()
+
+    async def held(request: ModelRequest) -> ModelResponse:
+        if not tool_results_since_last_user(request):
+            asked.set()
+            await answer.wait()
+        return approve_then_echo(request)
+
+    return App.of(Agent(id="shapes", model=ScriptedModel(held, name="held"), tools=(pay, echo))), asked, answer
+
+
 @pytest.mark.parametrize("options", [LOCAL_FUSED, ACTIVITY_APART], ids=["local-step", "activity-step"])
 async def test_an_approval_sent_while_the_step_that_asks_for_it_runs_decides_the_call(
     client: Client, storage: Storage, task_queue: str, options: AgentActivityOptions
@@ -220,16 +234,7 @@ async def test_an_approval_sent_while_the_step_that_asks_for_it_runs_decides_the
     task that brings the step's answer, where the SDK applies updates before the answer. Such an approval was
     refused ("no pending tool call"); now it waits for the step and decides the call. One for a call the step
     does not ask for is refused once the step has answered."""
-    asked = asyncio.Event()
-    answer = asyncio.Event()
-
-    async def held(request: ModelRequest) -> ModelResponse:
-        if not tool_results_since_last_user(request):
-            asked.set()
-            await answer.wait()
-        return approve_then_echo(request)
-
-    app = App.of(Agent(id="shapes", model=ScriptedModel(held, name="held"), tools=(pay, echo)))
+    app, asked, answer = held_app()
     async with running_worker(client, app, storage, task_queue, options=options) as keel:
         run_id = await keel.start_run("shapes", "pay")
         await asyncio.wait_for(asked.wait(), 20)
@@ -252,16 +257,7 @@ async def test_an_approval_signal_sent_while_the_step_that_asks_for_it_runs_deci
     """The same by `tool_approval` signal (the `temporal` CLI's way): it was ignored (recorded as rejected) and
     the run waited on; now it decides the call once the step has asked for it. One for a call the step does not
     ask for is recorded as rejected."""
-    asked = asyncio.Event()
-    answer = asyncio.Event()
-
-    async def held(request: ModelRequest) -> ModelResponse:
-        if not tool_results_since_last_user(request):
-            asked.set()
-            await answer.wait()
-        return approve_then_echo(request)
-
-    app = App.of(Agent(id="shapes", model=ScriptedModel(held, name="held"), tools=(pay, echo)))
+    app, asked, answer = held_app()
     async with running_worker(client, app, storage, task_queue, options=options) as keel:
         run_id = await keel.start_run("shapes", "pay")
         await asyncio.wait_for(asked.wait(), 20)
