@@ -71,13 +71,14 @@ def place_and_head(
     directory: bool = False,
     head: bool = False,
     alongside: Callable[[], object] | None = None,
-) -> tuple[bool, Head | None, object]:
+) -> tuple[bool, Head | None]:
     """`check_place`, and (with `head`, or for a `directory`) the object at `path`, in the same round trip; so is
-    `alongside` (its answer last), made first in this thread while the checks go out from others."""
+    `alongside` (a write's own request, not made for the root), made first in this thread while the checks go
+    out from others."""
     if not parts:
         if not directory:
             raise IsDirectory(path)
-        return True, None, alongside() if alongside else None
+        return True, None
     parents = [parts[:i] for i in range(1, len(parts))]
     calls: list[Callable[[], object]] = [alongside] if alongside else []
     calls.append(partial(store.is_dir, parts))
@@ -88,8 +89,7 @@ def place_and_head(
     if not recursive and parents:
         calls.append(partial(store.is_dir, parents[-1]))
     answers = store.concurrently(calls)
-    beside = answers.pop(0) if alongside else None
-    is_dir, *rest = answers
+    is_dir, *rest = answers[1:] if alongside else answers
     here = rest.pop(0) if heads else None
     if any(rest[: len(parents)]):
         raise NotDirectory(parent_of(path))
@@ -99,7 +99,7 @@ def place_and_head(
         raise FileExists(path)
     if is_dir and not directory:
         raise IsDirectory(path)
-    return bool(is_dir), cast(Head | None, here), beside
+    return bool(is_dir), cast(Head | None, here)
 
 
 def _modified_now(store: S3Objects, key: str) -> datetime:
@@ -148,7 +148,7 @@ def write(
                 raise FileExists(path)
             store.put(key, data)
             return
-        _, head, _ = place_and_head(store, parts, path, recursive=recursive, head=expected is not None)
+        _, head = place_and_head(store, parts, path, recursive=recursive, head=expected is not None)
         if head is not None and expected is not None:
             if mtime_ms(head.modified) != mtime_ms(expected):
                 raise StaleFile(path, expected, head.modified)

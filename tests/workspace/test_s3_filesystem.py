@@ -636,3 +636,14 @@ def test_the_server_leaves_no_process_and_no_socket_behind() -> None:
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
     assert not [p for port in ports for p in Path("/tmp").glob(f"seaweedfs-*-{port}.sock")]
+
+
+def test_the_keys_a_filesystem_remembers_seeing_are_bounded() -> None:
+    """Which files a filesystem has seen (so a write of one goes check-then-PUT) is a hint kept for the last
+    `SEEN_KEYS` keys: a worker writing millions of files holds no more; a deleted key is forgotten."""
+    objects = S3Filesystem("b", endpoint="http://127.0.0.1:1", access_key_id="a", secret_access_key="b")._objects
+    for i in range(s3_objects.SEEN_KEYS + 10):
+        objects.saw(f"k{i}")
+    assert not objects.seen("k9") and objects.seen("k10") and objects.seen(f"k{s3_objects.SEEN_KEYS + 9}")
+    objects.saw("k10", there=False)
+    assert not objects.seen("k10")
