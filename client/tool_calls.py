@@ -17,9 +17,9 @@ import asyncio
 import json
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.common import (
@@ -38,7 +38,9 @@ from keel.workflows.search_attributes import KEEL_KIND, KEEL_STATUS
 if TYPE_CHECKING:
     from keel.app import Tool
     from keel.client.keel_client import KeelClient
-    from keel.workflows.contracts import ToolCallOutcome
+    from keel.workflows.contracts import ToolCallOutcome, ToolCallRequest
+
+T = TypeVar("T")
 
 CALL_MEMO = "keelCall"
 """The memo of a call's execution: the agent, tool and argument digest the call id was first used for."""
@@ -88,7 +90,7 @@ class ToolCalls:
             NoWorker: no worker polls the task queue (nothing would run the call).
         """
         from keel.workflows.contracts import ToolCallRequest
-        from keel.workflows.tool_call import ToolCall, tool_call_workflow_id
+        from keel.workflows.tool_call import tool_call_workflow_id
 
         if call_id is not None and not CALL_ID.fullmatch(call_id):
             raise InvalidRunInput(
@@ -108,6 +110,20 @@ class ToolCalls:
         )
         workflow_id = tool_call_workflow_id(agent_id, tool.id, call_id)
         call = {"agentId": agent_id, "toolName": tool.id, "argsDigest": args_digest(dict(args))}
+
+        async def start() -> None:
+            await self._start(request, workflow_id, call, caller_chose_id=caller_chose_id)
+
+        # Made again while the server is away: the call's id is its execution's, so a start that reached the
+        # server before it went attaches to that execution.
+        await _through_outages(start, lambda err: self._rpc_error(workflow_id, err))
+        return StartedToolCall(workflow_id, call_id, tool.id, request.requires_approval)
+
+    async def _start(
+        self, request: ToolCallRequest, workflow_id: str, call: dict[str, str], *, caller_chose_id: bool
+    ) -> None:
+        from keel.workflows.tool_call import ToolCall
+
         await self.keel.wait_for_worker()
         try:
             handle = await self.keel.temporal.start_workflow(
@@ -118,7 +134,7 @@ class ToolCalls:
                 search_attributes=TypedSearchAttributes(
                     [SearchAttributePair(KEEL_KIND, "tool"), SearchAttributePair(KEEL_STATUS, "running")]
                 ),
-                static_summary=f"{caller or 'call'}: {agent_id} {tool.id}"[:200],
+                static_summary=f"{request.caller or 'call'}: {request.agent_id} {request.tool_name}"[:200],
                 # The same call again attaches: to the execution still running, or (refused a second one once it
                 # closed) to the one that finished, whose result stands.
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
@@ -129,8 +145,7 @@ class ToolCalls:
         except WorkflowAlreadyStartedError:
             handle = self.keel.temporal.get_workflow_handle(workflow_id)
         if caller_chose_id:  # the execution under the id may be another call's: then this one is refused
-            await self._same_call(handle, call_id, call)
-        return StartedToolCall(workflow_id, call_id, tool.id, request.requires_approval)
+            await self._same_call(handle, request.tool_call_id, call)
 
     async def _same_call(self, handle: WorkflowHandle[Any, Any], call_id: str, call: dict[str, str]) -> None:
         recorded = (await (await handle.describe()).memo()).get(CALL_MEMO)
@@ -154,18 +169,15 @@ class ToolCalls:
         from keel.workflows.contracts import ToolCallOutcome
 
         handle = self.keel.temporal.get_workflow_handle(call.workflow_id, result_type=ToolCallOutcome)
-        delay = 0.5
-        while True:
+
+        async def outcome() -> ToolCallOutcome:
             try:
-                outcome: ToolCallOutcome = await handle.result()
-                return outcome
-            except RPCError as err:
-                if err.status in _DEFINITE:
-                    raise self._rpc_error(call, err) from None
+                found: ToolCallOutcome = await handle.result()
+                return found
             except WorkflowFailureError as err:
                 return self._ended_without_outcome(call, err)
-            await asyncio.sleep(delay)  # the server is away (a restart, a network cut): ask again
-            delay = min(delay * 2, OUTAGE_POLL_SECONDS)
+
+        return await _through_outages(outcome, lambda err: self._rpc_error(call.workflow_id, err))
 
     @staticmethod
     def _ended_without_outcome(call: StartedToolCall, err: WorkflowFailureError) -> ToolCallOutcome:
@@ -178,10 +190,24 @@ class ToolCalls:
         )
 
     @staticmethod
-    def _rpc_error(call: StartedToolCall, err: RPCError) -> KeelClientError:
+    def _rpc_error(workflow_id: str, err: RPCError) -> KeelClientError:
         if err.status == RPCStatusCode.NOT_FOUND:
-            return RunNotFound(call.workflow_id)
-        return KeelClientError(f"Temporal error for tool call {call.workflow_id!r}: {err.message}")
+            return RunNotFound(workflow_id)
+        return KeelClientError(f"Temporal error for tool call {workflow_id!r}: {err.message}")
+
+
+async def _through_outages(ask: Callable[[], Awaitable[T]], definite: Callable[[RPCError], Exception]) -> T:
+    """`ask()`, made again (the pause growing to `OUTAGE_POLL_SECONDS`) while the server is away: until it
+    answers, or answers a definite `RPCError`, raised as `definite(err)`. The caller gives up by cancelling."""
+    delay = 0.5
+    while True:
+        try:
+            return await ask()
+        except RPCError as err:
+            if err.status in _DEFINITE:
+                raise definite(err) from None
+        await asyncio.sleep(delay)  # the server is away (a restart, a network cut): ask again
+        delay = min(delay * 2, OUTAGE_POLL_SECONDS)
 
 
 OUTAGE_POLL_SECONDS = 5.0

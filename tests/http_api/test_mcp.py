@@ -315,6 +315,65 @@ async def test_a_call_waiting_while_the_temporal_server_is_down_answers_its_outc
     assert Path(json.loads(text_of(answered))["path"]).read_text() == NOTE["text"]
 
 
+async def test_a_call_whose_start_loses_the_server_midway_starts_once_it_is_back() -> None:
+    """Found by the outage test above, red once in CI: the call's execution started (eagerly, so it was already
+    waiting for approval), then the server was killed before the start's next request (the check that the
+    caller's call id is this call's) answered. That `RPCError` ('tcp connect error') left the handler and became
+    the MCP call's result. Starting a call is idempotent (its id is the execution's), so a start that loses the
+    server is made again once the server answers; only a definite answer ends it."""
+    from temporalio.service import RPCError, RPCStatusCode
+
+    from keel.client.tool_calls import CALL_MEMO, ToolCalls
+    from keel.protocol import args_digest
+
+    args = {"text": "hi"}
+    call = {"agentId": "demo", "toolName": "echo", "argsDigest": args_digest(args)}
+    failures = {
+        "workers": [RPCError("tcp connect error", RPCStatusCode.UNAVAILABLE, b"")],
+        "start": [RPCError("transport error", RPCStatusCode.UNKNOWN, b"")],
+        "describe": [RPCError("tcp connect error", RPCStatusCode.UNKNOWN, b"")],
+    }
+    starts: list[str] = []
+
+    def fail(what: str) -> None:
+        if failures[what]:
+            raise failures[what].pop(0)
+
+    class Description:
+        async def memo(self) -> dict[str, Any]:
+            return {CALL_MEMO: call}
+
+    class Handle:
+        id = "keel-tool-call-demo-echo-c-1"
+
+        async def describe(self) -> Description:
+            fail("describe")
+            return Description()
+
+    class Temporal:
+        async def start_workflow(self, *args: Any, id: str, **kwargs: Any) -> Handle:
+            fail("start")
+            starts.append(id)
+            return Handle()
+
+    class Keel:
+        temporal, task_queue, eager_start = Temporal(), "q", True
+
+        async def wait_for_worker(self) -> None:
+            fail("workers")
+
+    class Echo:
+        id, idempotent = "echo", True
+
+        async def needs_approval(self, args: Any) -> bool:
+            return False
+
+    calls = ToolCalls(Keel())  # type: ignore[arg-type]
+    started = await asyncio.wait_for(calls.start("demo", Echo(), args, call_id="c-1"), 20)  # type: ignore[arg-type]
+    assert started.workflow_id == Handle.id and starts == [Handle.id, Handle.id]
+    assert not any(failures.values())
+
+
 async def test_a_dropped_connection_under_the_result_wait_is_asked_again_not_answered_as_the_calls_error() -> None:
     """Found by `make chaos` (60 minutes): a Temporal server killed under the result's long poll fails it with
     `transport error` (status UNKNOWN, not UNAVAILABLE), which answered the MCP call 'Error: Temporal error ...'.
