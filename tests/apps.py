@@ -231,6 +231,20 @@ async def holder_script(request: ModelRequest) -> ModelResponse:
 holder = Agent(id="holder", model=ScriptedModel(holder_script, name="holder"), tools=(pay,))
 
 
+async def _slow_pay_script(request: ModelRequest) -> ModelResponse:
+    results = tool_results_since_last_user(request)
+    note("slowpay.log", f"asked with {len(results)} results")
+    if not results:
+        await asyncio.sleep(float(os.environ.get("KEEL_TEST_TOOL_SECONDS", "3")))
+        return ModelResponse(tool_calls=[ModelToolCall(id="call_1", name="pay", args={"amount": 500})])
+    return ModelResponse(text=", ".join(str(r.result) for r in results))
+
+
+slow_payer = Agent(id="slowpayer", model=ScriptedModel(_slow_pay_script, name="slowpayer"), tools=(pay,))
+"""Its first model step of a run takes `KEEL_TEST_TOOL_SECONDS`, then asks to approve `call_1` (asks noted in
+slowpay.log): an approval can wait for that step when the step's worker is killed."""
+
+
 def reused_id_script(request: ModelRequest) -> ModelResponse:
     """Like some local model servers: every step's tool call has the same id."""
     results = tool_results_since_last_user(request)
@@ -409,7 +423,7 @@ search_workspace = Workspace(
 
 app = dataclasses.replace(App.of(
     demo, multi, listener, asker, ledger, once, napper, mistakes, payer, reuser, bulky, flaky, workspace_agent, tallier,
-    drawler, stumbler, holder,
+    drawler, stumbler, holder, slow_payer,
     definition_apps.writer,
     tools=definition_apps.app.tools.values(), classifiers=definition_apps.app.classifiers.values(),
     controllers=[controller_apps.controller],

@@ -430,6 +430,40 @@ async def _signalled_while_stepping(keel: KeelClient, name: str) -> str:
     return run_id
 
 
+_PAY = {"agentId": "payer", "messages": "pay"}
+_APPROVE_LARGE = {"toolCallId": "large", "approved": True}
+
+
+async def _signalled_before_first_step(keel: KeelClient, name: str) -> str:
+    """A `tool_approval` signal in an execution's first activation, before its first model step has begun
+    (where one lands when the task of the step it was sent during was lost with its worker; here by
+    signal-with-start): it waits for the step, which asks for `large`, and decides it (the
+    `APPROVAL_BEFORE_FIRST_STEP_PATCH` and `SIGNAL_WAITS_FOR_STEP_PATCH` markers with it)."""
+    await keel.temporal.start_workflow(
+        "AgentRun",
+        _PAY,
+        id=name,
+        task_queue=keel.task_queue,
+        start_signal=names.TOOL_APPROVAL_SIGNAL,
+        start_signal_args=[_APPROVE_LARGE],
+    )
+    return name
+
+
+async def _approved_before_first_step(keel: KeelClient, name: str) -> str:
+    """The same by update (update-with-start): accepted before the first step, it waits for it, then decides."""
+    from temporalio.client import WithStartWorkflowOperation
+    from temporalio.common import WorkflowIDConflictPolicy
+
+    start: WithStartWorkflowOperation[Any, Any] = WithStartWorkflowOperation(
+        "AgentRun", _PAY, id=name, task_queue=keel.task_queue, id_conflict_policy=WorkflowIDConflictPolicy.FAIL
+    )
+    await keel.temporal.execute_update_with_start_workflow(
+        names.APPROVE_TOOL_CALL_UPDATE, _APPROVE_LARGE, start_workflow_operation=start
+    )
+    return name
+
+
 async def _session(keel: KeelClient, name: str) -> tuple[str, str, str, str]:
     """A controller session (tests/controller/apps.py) through its turns: a tool call approved through the
     session, an ask_user suspension resumed, a subagent whose call waits for approval in the session. Returns
@@ -602,6 +636,9 @@ SCENARIOS: dict[str, Scenario] = {
     # Approvals that reached the run while the (regular) model step asking for the call ran.
     "approved_while_stepping": Scenario(_approved_while_stepping, ACTIVITY_STEPS_SHAPE),
     "signalled_while_stepping": Scenario(_signalled_while_stepping, ACTIVITY_STEPS_SHAPE),
+    # Approvals in an execution's first activation, before its first step (a task lost with its worker).
+    "signalled_before_first_step": Scenario(_signalled_before_first_step, DEFAULT_SHAPE),
+    "approved_before_first_step": Scenario(_approved_before_first_step, DEFAULT_SHAPE),
     "session_turn_approved": Scenario(lambda keel, name: _recorded_turn("approved"), DEFAULT_SHAPE),
     "session_turn_suspended": Scenario(lambda keel, name: _recorded_turn("suspended"), DEFAULT_SHAPE),
     "session_turn_subagent": Scenario(lambda keel, name: _recorded_turn("subagent"), DEFAULT_SHAPE),

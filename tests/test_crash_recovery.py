@@ -11,12 +11,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 from temporalio.client import Client
 
 from keel.client import KeelClient
 from keel.client.connection import connect
 from keel.client.devserver import DevServer, DevServerConfig
 from keel.client.run_events import follow, read
+from keel.protocol import names
 from keel.storage import Storage
 from tests.apps import app as test_app
 from tests.conftest import free_port, running_worker, worker_subprocess
@@ -159,6 +161,40 @@ async def test_a_model_step_lost_with_its_worker_as_a_regular_activity_is_retrie
             result = await keel.result(run_id)
     assert result.text == "one two three four five six seven eight"
     assert (data_dir / "stumble.log").read_text().splitlines() == ["asked"] * 3
+
+
+@pytest.mark.parametrize("by", ["update", "signal"])
+async def test_an_approval_waiting_for_its_step_decides_the_call_once_the_step_lost_with_its_worker_asks_again(
+    client: Client, dev_server: DevServer, task_queue: str, tmp_path: Path, data_dir: Path, by: str
+) -> None:
+    """An approval sent from the stream while the step that asks for it runs waits for that step (stop 39). With
+    the worker killed under both, the next worker runs the execution from its start, the approval in its first
+    activation, before the step has begun: it was refused ("no pending tool call 'call_1' (pending: none)"), by
+    update and by signal (the `temporal` CLI's way), and the run waited for an approval already given. Now it
+    waits for the step run again and decides the call it asks for; the tool runs once."""
+    keel = KeelClient(client, task_queue=task_queue, app=test_app)
+    with worker_process(dev_server, task_queue, tmp_path, data_dir) as worker:
+        run_id = await keel.start_run("slowpayer", "pay")
+        await wait_for_file_lines(data_dir / "slowpay.log", 1)
+        handle = client.get_workflow_handle(run_id)
+        if by == "update":
+            approving = asyncio.create_task(keel.approve(run_id, "call_1"))
+        else:
+            await handle.signal(names.TOOL_APPROVAL_SIGNAL, {"toolCallId": "call_1", "approved": True})
+        await asyncio.sleep(1)  # the approval has reached the server; the step runs for 3 s more
+        kill9(worker)
+    with worker_process(dev_server, task_queue, tmp_path, data_dir):
+        if by == "update":
+            assert (await asyncio.wait_for(approving, 60)).tool_call_id == "call_1"
+        result = await asyncio.wait_for(keel.result(run_id), 60)
+        rejected = await handle.query(names.REJECTED_SIGNALS_QUERY)
+    assert result.text == "{'paid': 500}", result.text
+    assert rejected == []
+    assert (data_dir / "slowpay.log").read_text().splitlines() == [
+        "asked with 0 results",
+        "asked with 0 results",
+        "asked with 1 results",
+    ]
 
 
 async def test_killed_dev_server_keeps_a_suspended_run_on_restart(

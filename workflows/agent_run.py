@@ -120,6 +120,13 @@ SIGNAL_WAITS_FOR_STEP_PATCH = "approval-signal-waits-for-step"
 does) and then decides the call or is recorded as rejected. Runs recorded before this patch rejected it at once;
 the patch is asked only then, so it may go once no run that got such a signal before this release is open."""
 
+APPROVAL_BEFORE_FIRST_STEP_PATCH = "approval-signal-before-first-step"
+"""A `tool_approval` signal that reaches an execution before its first model step has started waits for that step
+too. That is where one sent while the step ran lands when the step's workflow task was lost with its worker (the
+next worker runs the execution from its start, the signal in its first activation, before `run`). Executions
+recorded before this patch rejected it; the patch is asked only then, so it may go once no run that got such a
+signal before this release is open (with `SIGNAL_WAITS_FOR_STEP_PATCH`)."""
+
 RULES_IN_SHAPE = {
     PERSIST_BEFORE_CONTINUE_PATCH: 2,
     DELIVERED_IDS_PATCH: 2,
@@ -167,6 +174,9 @@ class AgentRun:
         self._ended = False  # the loop has returned: `settled` answers, then the run completes
         self._continuing = False  # about to continue as new: `settled` answers so the handlers can finish
         self._stepping = False  # a model step runs: the calls it will ask to approve are not known yet
+        # `run` has begun. Before it, an execution's first model step is still to come: every execution starts
+        # with one, reached without an await. Signals and updates of the first activation are handled first.
+        self._begun = False
 
     # --- handlers ------------------------------------------------------------------------------------
 
@@ -208,8 +218,13 @@ class AgentRun:
             return
         problem = self._approval_problem(approval)
         call_id = approval.tool_call_id
-        if problem and self._may_ask(call_id) and workflow.patched(SIGNAL_WAITS_FOR_STEP_PATCH):
-            await workflow.wait_condition(lambda: call_id in self._pending or not self._stepping)
+        if (
+            problem
+            and self._may_ask(call_id)
+            and (self._begun or workflow.patched(APPROVAL_BEFORE_FIRST_STEP_PATCH))
+            and workflow.patched(SIGNAL_WAITS_FOR_STEP_PATCH)
+        ):
+            await workflow.wait_condition(lambda: call_id in self._pending or self._past_step())
             problem = self._approval_problem(approval)
         if problem:
             self._reject(problem)
@@ -218,21 +233,26 @@ class AgentRun:
         self._arrivals[call_id] = run_telemetry.Arrival("signal", workflow.time_ns())
 
     def _may_ask(self, call_id: str) -> bool:
-        """Whether the model step running now may yet ask to approve `call_id`: a step runs, and the id is not
-        one of this run's calls so far (the step streams and stores its `tool-call-approval` before the workflow
-        has its answer, so a client approving from the stream can come first)."""
+        """Whether the model step running now (or, before `run` has begun, the execution's first) may yet ask to
+        approve `call_id`: the id is not one of this run's calls so far (the step streams and stores its
+        `tool-call-approval` before the workflow has its answer, so a client approving from the stream can come
+        first; and after a workflow task lost with its worker, the step runs again after the approval came)."""
         return (
-            self._stepping
+            (self._stepping or not self._begun)
             and call_id not in self._pending
             and call_id not in self._decisions
             and (call_id not in self._decided)
         )
 
+    def _past_step(self) -> bool:
+        """The step an approval waits for (`_may_ask`) has answered: `run` has begun and no step runs."""
+        return self._begun and not self._stepping
+
     @workflow.update(name=names.APPROVE_TOOL_CALL_UPDATE)
     async def approve_tool_call(self, approval: ToolApproval) -> ApprovalAccepted:
         call_id = approval.tool_call_id
         if call_id not in self._pending:  # accepted while the step that may ask for it ran (`_validate_approval`)
-            await workflow.wait_condition(lambda: call_id in self._pending or not self._stepping)
+            await workflow.wait_condition(lambda: call_id in self._pending or self._past_step())
             problem = self._approval_problem(approval)
             if problem:
                 raise ApplicationError(problem, type="ToolCallRejected", non_retryable=True)
@@ -349,6 +369,7 @@ class AgentRun:
     async def run(self, *inputs: Any) -> AgentRunResult:
         # Any number of inputs is accepted and checked here: a run started with none or two (the `temporal`
         # CLI allows both) fails at once with the reason, instead of failing its workflow task forever.
+        self._begun = True
         input = _agent_run_input(inputs)
         run_id = workflow.info().workflow_id
         thread_id = input.thread_id or run_id
