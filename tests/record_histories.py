@@ -18,7 +18,7 @@ import tempfile
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError, WorkflowHistory
@@ -464,6 +464,31 @@ async def _approved_before_first_step(keel: KeelClient, name: str) -> str:
     return name
 
 
+async def _turn_config_before_run(keel: KeelClient, name: str) -> str:
+    """A session's turn whose `turn_config` (`save_note` allowed, now denied) reaches it before `run` begins
+    (where one sent during the first step lands when that step's task was lost with its worker; here by
+    signal-with-start): the turn starts with it (the `TURN_CONFIG_BEFORE_RUN_PATCH` marker), and the call is
+    denied."""
+    from keel.workflows.contracts import AgentRunInput, PermissionRules, TurnConfig
+
+    def turn(policy: Literal["allow", "deny"]) -> TurnConfig:
+        rules = PermissionRules(tools={"save_note": policy})
+        return TurnConfig(session_id=name, controller_id="assistant-controller", mode_id="plan", permissions=rules)
+
+    input = AgentRunInput(
+        agent_id="assistant", messages='tool save_note {"text": "denied"}', thread_id=name, turn=turn("allow")
+    )
+    await keel.temporal.start_workflow(
+        "AgentRun",
+        input,
+        id=name,
+        task_queue=keel.task_queue,
+        start_signal=names.TURN_CONFIG_SIGNAL,
+        start_signal_args=[turn("deny")],
+    )
+    return name
+
+
 async def _session(keel: KeelClient, name: str) -> tuple[str, str, str, str]:
     """A controller session (tests/controller/apps.py) through its turns: a tool call approved through the
     session, an ask_user suspension resumed, a subagent whose call waits for approval in the session. Returns
@@ -639,6 +664,7 @@ SCENARIOS: dict[str, Scenario] = {
     # Approvals in an execution's first activation, before its first step (a task lost with its worker).
     "signalled_before_first_step": Scenario(_signalled_before_first_step, DEFAULT_SHAPE),
     "approved_before_first_step": Scenario(_approved_before_first_step, DEFAULT_SHAPE),
+    "turn_config_before_run": Scenario(_turn_config_before_run, DEFAULT_SHAPE),
     "session_turn_approved": Scenario(lambda keel, name: _recorded_turn("approved"), DEFAULT_SHAPE),
     "session_turn_suspended": Scenario(lambda keel, name: _recorded_turn("suspended"), DEFAULT_SHAPE),
     "session_turn_subagent": Scenario(lambda keel, name: _recorded_turn("subagent"), DEFAULT_SHAPE),

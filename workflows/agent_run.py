@@ -127,6 +127,13 @@ next worker runs the execution from its start, the signal in its first activatio
 recorded before this patch rejected it; the patch is asked only then, so it may go once no run that got such a
 signal before this release is open (with `SIGNAL_WAITS_FOR_STEP_PATCH`)."""
 
+TURN_CONFIG_BEFORE_RUN_PATCH = "turn-config-before-run"
+"""A `turn_config` signal that reaches a turn's execution before `run` has begun is kept and applied when it
+begins. That is where one sent during the turn's first step lands when that step's workflow task was lost with
+its worker (signal handlers of the first activation run before `run`); executions recorded before this patch
+dropped it, and their steps went on under the permissions the session had replaced. The patch is asked only
+then; it may go once no turn that got such a signal before this release is open."""
+
 RULES_IN_SHAPE = {
     PERSIST_BEFORE_CONTINUE_PATCH: 2,
     DELIVERED_IDS_PATCH: 2,
@@ -177,6 +184,7 @@ class AgentRun:
         # `run` has begun. Before it, an execution's first model step is still to come: every execution starts
         # with one, reached without an await. Signals and updates of the first activation are handled first.
         self._begun = False
+        self._early_turn: TurnConfig | None = None  # a `turn_config` that came before `run` began
 
     # --- handlers ------------------------------------------------------------------------------------
 
@@ -338,7 +346,11 @@ class AgentRun:
     @workflow.signal(name=names.TURN_CONFIG_SIGNAL)
     def turn_config(self, turn: TurnConfig) -> None:
         """From the session that runs this turn: its mode or permissions changed (later steps use them)."""
-        if self._turn is not None and isinstance(turn, TurnConfig) and turn.session_id == self._turn.session_id:
+        if not isinstance(turn, TurnConfig):
+            return
+        if not self._begun:  # the first activation: `run` has not read the input's config yet
+            self._early_turn = turn
+        elif self._turn is not None and turn.session_id == self._turn.session_id:
             self._turn = turn
 
     @workflow.signal(name=names.USER_MESSAGE_SIGNAL)
@@ -386,6 +398,10 @@ class AgentRun:
         if not _set_at_start(attributes):
             workflow.upsert_search_attributes(attributes)
         self._turn = input.turn
+        early = self._early_turn
+        if early is not None and input.turn is not None and early.session_id == input.turn.session_id:
+            if workflow.patched(TURN_CONFIG_BEFORE_RUN_PATCH):
+                self._turn = early
         run_telemetry.started(run_id, input.agent_id, thread_id, continued=input.carry is not None)
         loop = _Loop(self, input, run_id, thread_id, resource_id)
         try:

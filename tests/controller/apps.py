@@ -3,9 +3,11 @@ says what it wants in its message (`text`, `tool NAME ARGS`, `probe {NAME: ARGS}
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import tempfile
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -100,8 +102,10 @@ def probe(request: ModelRequest, said: str) -> ModelResponse:
     return ModelResponse(text=json.dumps(report, sort_keys=True))
 
 
-def script(request: ModelRequest) -> ModelResponse:
+def script(request: ModelRequest) -> ModelResponse | Awaitable[ModelResponse]:
     """`text X` answers X; `tool NAME {json}` calls NAME (one call per turn, then says what came back);
+    `slowtool NAME {json}`: the same, its step taking 3 s (each ask noted in slow.log: a step a worker can be
+    killed under);
     `tools NAME NAME ...` calls each; `probe {...}`: see `probe`; `ask`: ask_user; `plan PATH`: submit_plan;
     `sub TYPE TASK`: a subagent."""
     said = last_user_text(request)
@@ -118,6 +122,8 @@ def script(request: ModelRequest) -> ModelResponse:
     if kind == "tool":
         args = json.loads(words[2]) if len(words) > 2 else {}
         return ModelResponse(tool_calls=[ModelToolCall(id="call_1", name=words[1], args=args)])
+    if kind == "slowtool":
+        return _slowly(ModelResponse(tool_calls=[ModelToolCall(id="call_1", name=words[1], args=json.loads(words[2]))]))
     if kind == "tools":
         names = said.split()[1:]
         calls = [ModelToolCall(id=f"call_{i}", name=n, args={"text": n}) for i, n in enumerate(names, 1)]
@@ -148,6 +154,15 @@ def script(request: ModelRequest) -> ModelResponse:
     if kind == "look":  # a subagent's task: a slow look around, so parallel ones overlap
         return ModelResponse(text=f"echo: {said}")
     return ModelResponse(text=f"echo: {said}")
+
+
+async def _slowly(response: ModelResponse) -> ModelResponse:
+    root = _data_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / "slow.log", "a") as f:
+        f.write("asked\n")
+    await asyncio.sleep(3)
+    return response
 
 
 WORKSPACE_DIR = Path(tempfile.gettempdir()) / f"keel-tests-controller-{os.getpid()}"

@@ -128,3 +128,34 @@ async def test_sessions_survive_kill_9_of_the_worker_and_the_server(
         server.stop()
         await storage.close()
     assert (data_dir / "notes.log").read_text().splitlines() == ["grant me", "before the crash", "after the crash"]
+
+
+async def test_a_permission_changed_under_a_turn_s_first_step_holds_when_that_step_is_lost_with_its_worker(
+    dev_server: DevServer, task_queue: str, tmp_path: Path, data_dir: Path
+) -> None:
+    """A session tells its running turn of a permission changed (a `turn_config` signal). With the worker killed
+    during the turn's first step, the next worker runs the turn from its start, the signal in its first
+    activation, where the SDK runs signal handlers before `run`: the turn dropped it (it had no turn config yet)
+    and ran a tool the user had denied since. Now the turn starts with the config the session last sent."""
+    storage = SQLiteStorage(tmp_path / "keel.db")
+    await storage.init()
+    with worker(dev_server, task_queue, tmp_path, data_dir) as first:
+        ctl = await attached(dev_server.cfg.address, task_queue, storage)
+        session = await ctl.create_session(RESOURCE, f"deny-{uuid.uuid4().hex[:6]}")
+        await session.permissions.set_for_tool("save_note", "allow")
+        await session.send_message('slowtool save_note {"text": "denied since"}', wait=False)
+        async with asyncio.timeout(30):
+            while not (data_dir / "slow.log").exists():
+                await asyncio.sleep(0.05)
+        await session.permissions.set_for_tool("save_note", "deny")  # while the step runs (3 s)
+        await asyncio.sleep(0.5)
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait()
+    with worker(dev_server, task_queue, tmp_path, data_dir):
+        async with asyncio.timeout(90):
+            await session.settled()
+        answer = (await session.thread.list_messages())[-1]["content"][0]["text"]
+    await storage.close()
+    assert (data_dir / "slow.log").read_text().splitlines() == ["asked", "asked"]
+    assert not (data_dir / "notes.log").exists()
+    assert "denied by this session's permissions" in answer, answer
