@@ -439,15 +439,7 @@ async def _signalled_before_first_step(keel: KeelClient, name: str) -> str:
     (where one lands when the task of the step it was sent during was lost with its worker; here by
     signal-with-start): it waits for the step, which asks for `large`, and decides it (the
     `APPROVAL_BEFORE_FIRST_STEP_PATCH` and `SIGNAL_WAITS_FOR_STEP_PATCH` markers with it)."""
-    await keel.temporal.start_workflow(
-        "AgentRun",
-        _PAY,
-        id=name,
-        task_queue=keel.task_queue,
-        start_signal=names.TOOL_APPROVAL_SIGNAL,
-        start_signal_args=[_APPROVE_LARGE],
-    )
-    return name
+    return await _signalled_at_start(keel, name, _PAY, names.TOOL_APPROVAL_SIGNAL, _APPROVE_LARGE)
 
 
 async def _approved_before_first_step(keel: KeelClient, name: str) -> str:
@@ -478,13 +470,13 @@ async def _turn_config_before_run(keel: KeelClient, name: str) -> str:
     input = AgentRunInput(
         agent_id="assistant", messages='tool save_note {"text": "denied"}', thread_id=name, turn=turn("allow")
     )
+    return await _signalled_at_start(keel, name, input, names.TURN_CONFIG_SIGNAL, turn("deny"))
+
+
+async def _signalled_at_start(keel: KeelClient, name: str, input: Any, signal: str, payload: Any) -> str:
+    """An `AgentRun` started with `signal` (signal-with-start: the signal is in its first activation)."""
     await keel.temporal.start_workflow(
-        "AgentRun",
-        input,
-        id=name,
-        task_queue=keel.task_queue,
-        start_signal=names.TURN_CONFIG_SIGNAL,
-        start_signal_args=[turn("deny")],
+        "AgentRun", input, id=name, task_queue=keel.task_queue, start_signal=signal, start_signal_args=[payload]
     )
     return name
 
