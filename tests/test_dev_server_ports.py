@@ -84,3 +84,20 @@ async def test_a_handed_out_port_is_nobody_elses_while_its_server_is_down() -> N
         server = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", port)
         server.close()
         await server.wait_closed()
+
+
+async def test_the_server_starts_whatever_opentelemetry_variables_the_stack_exports_with(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found from outside: `keel dev --phoenix` sets the stack's `OTEL_*` variables (OTLP over HTTP) before it
+    starts its own dev server, which read them too and exited at once: "unsupported OTEL exporter protocol:
+    OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf". They are Keel's, not the server's: it starts without them."""
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "otlp")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/protobuf")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", f"http://127.0.0.1:{free_port()}/v1/traces")
+    cfg = DevServerConfig(host="127.0.0.1", port=free_port(), ui_port=free_port(), state_dir=tmp_path)
+    server = await DevServer(cfg).start(reuse=False)
+    try:
+        assert server.proc is not None and server.proc.poll() is None
+    finally:
+        server.stop()
