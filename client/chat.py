@@ -693,14 +693,17 @@ async def run_chat(
     scope: str | None,
     thread_id: str | None,
     data_dir: Path,
+    app_ref: str | None = None,
 ) -> int:
     """`keel chat`: attach to the session of (controller, resource, scope) and chat until the user leaves.
-    Returns the exit code: 0 (/quit, Ctrl-D), 130 (Ctrl-C at the prompt)."""
+    Returns the exit code: 0 (/quit, Ctrl-D), 130 (Ctrl-C at the prompt). `app_ref` is the `--app` it was given:
+    the command it prints on leaving comes back with it."""
     from keel.client.controller import ControllerClient
 
     controllers = ControllerClient(keel, storage, definition.id)
     session = await controllers.create_session(resource_id, scope, thread_id=thread_id)
     command = f"keel chat {definition.id} --resource {resource_id}" + (f" --scope {scope}" if scope else "")
+    command += f" --app {app_ref}" if app_ref else ""
     chat = Chat(
         session,
         definition,

@@ -485,6 +485,7 @@ async def cmd_chat(args: argparse.Namespace) -> int:
             scope=args.scope,
             thread_id=args.thread,
             data_dir=settings_of(args).data_dir,
+            app_ref=args.app,
         )
     finally:
         await storage.close()

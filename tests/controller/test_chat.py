@@ -270,12 +270,15 @@ async def test_ctrl_c_aborts_a_turn_and_at_the_prompt_leaves(stack: Stack, terms
 
 
 def test_piped_lines_are_sent_and_the_last_turn_is_seen_through(stack: Stack, tmp_path: Path) -> None:
-    args = [sys.executable, "-m", "keel.cli", "chat", CONTROLLER, "--resource", resource()]
-    env = {**stack.env, "KEEL_DATA_DIR": str(tmp_path)}
+    """What it says on leaving is the command that comes back: with the app it was given (found from outside:
+    without `--app`, it loaded the bundled demo app, whose controller has the same id)."""
+    who = resource()
+    args = [sys.executable, "-m", "keel.cli", "chat", CONTROLLER, "--resource", who, "--app", APP]
+    env = {k: v for k, v in stack.env.items() if k != "KEEL_APP"} | {"KEEL_DATA_DIR": str(tmp_path)}
     proc = subprocess.run(args, input="text piped\n", env=env, cwd=ROOT, capture_output=True, text=True, timeout=30)
     assert proc.returncode == 0, proc.stderr
     assert "\x1b[" not in proc.stdout  # no colours off a terminal
-    left = f"left the session (it stays; `keel chat {CONTROLLER} --resource {args[-1]}` comes back to it)"
+    left = f"left the session (it stays; `keel chat {CONTROLLER} --resource {who} --app {APP}` comes back to it)"
     assert proc.stdout.splitlines()[2:] == ["> text piped", "echo: text piped", left]  # the lines read, as typed
 
 
