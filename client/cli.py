@@ -441,6 +441,24 @@ async def cmd_index(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _in_temporal_only(args: argparse.Namespace) -> None:
+    """`RunNotInStorage` when Temporal has the run that the command's storage has no event of (it reads another
+    storage than the run's worker wrote); nothing when Temporal cannot say."""
+    from urllib.parse import urlsplit
+
+    from keel.client.errors import KeelClientError, RunNotInStorage
+
+    try:
+        await (await connect_client(args)).describe(args.run_id)
+    except (KeelClientError, CliError):
+        return
+    shown = settings_of(args).storage_url or ""
+    url = urlsplit(shown)
+    if url.password:  # never print a password
+        shown = url._replace(netloc=url.netloc.replace(f":{url.password}@", ":***@")).geturl()
+    raise RunNotInStorage(args.run_id, shown)
+
+
 async def cmd_events(args: argparse.Namespace) -> int:
     from keel.client.errors import RunNotFound
     from keel.client.run_events import follow, read
@@ -450,8 +468,9 @@ async def cmd_events(args: argparse.Namespace) -> int:
         keel = await connect_client(args) if args.follow else None
         if not args.follow:
             shown = await read(storage, args.run_id, offset=args.offset)
-            if not shown and args.offset == 0:
-                raise RunNotFound(args.run_id)  # a run that ran has at least its start event
+            if not shown and args.offset == 0:  # a run that ran has at least its start event
+                await _in_temporal_only(args)
+                raise RunNotFound(args.run_id)
             for s in shown:
                 print(json.dumps(s.event.model_dump(mode="json", by_alias=True)), flush=True)
             return 0
@@ -946,6 +965,23 @@ _REPORTED: tuple[tuple[str, str], ...] = (
 """Besides `KeelClientError`, the errors a command reports as one line (module, class)."""
 
 
+def _data_dir_hint(err: BaseException, args: argparse.Namespace) -> str:
+    """Why a reader found no Keel database, or not the run, where it looked: the storage follows the data dir,
+    which defaults to .keel of the current folder (a stack started in another folder keeps its own there)."""
+    if type(err).__name__ not in ("DatabaseNotFound", "RunNotInStorage"):
+        return ""
+    try:
+        sources = settings_of(args).sources()
+    except Exception:
+        return ""
+    if sources.get("data_dir") != "default" or sources.get("storage_url") not in ("default", "derived"):
+        return ""
+    return (
+        f" (KEEL_DATA_DIR defaults to .keel in the current folder ({os.getcwd()}): run keel in the folder the "
+        "worker runs in, or set KEEL_DATA_DIR to its data dir)"
+    )
+
+
 def _reported_errors() -> tuple[type[BaseException], ...]:
     """The error classes `main` reports as one line. A command imports only what it needs, and an error can only
     come from a module it imported: the classes of the modules not loaded are left out instead of imported."""
@@ -981,7 +1017,7 @@ def main(argv: Sequence[str] | None = None, commands: dict[str, Command] | None 
     try:
         code = asyncio.run(commands[args.command].run(args))
     except _reported_errors() as err:
-        print(f"error: {one_line(str(err))}", file=sys.stderr)
+        print(f"error: {one_line(str(err))}{_data_dir_hint(err, args)}", file=sys.stderr)
         code = exit_code(err)
     except KeyboardInterrupt:
         code = 130

@@ -95,6 +95,17 @@ class NoWorker(KeelClientError):
         self.task_queue = task_queue
 
 
+class RunNotInStorage(KeelClientError):
+    """Temporal has the run, but the storage read has none of its events: the run's worker wrote another."""
+
+    def __init__(self, run_id: str, storage_url: str) -> None:
+        super().__init__(
+            f"Run {run_id!r} is in Temporal, but not in the Keel storage at {storage_url}: its worker keeps it in "
+            "another (set KEEL_STORAGE_URL or KEEL_DATA_DIR to the worker's)"
+        )
+        self.run_id = run_id
+
+
 class QueueInUse(KeelClientError):
     """Other workers poll the task queue: a second app there would take half of the first's runs."""
 

@@ -96,6 +96,35 @@ async def test_storage_follows_the_data_dir_from_any_working_directory(
     assert not (elsewhere / ".keel").exists()
 
 
+async def test_a_command_run_from_another_folder_than_the_stack_says_where_it_looked_and_why(
+    client: Client, keel: Keel, storage: Storage, task_queue: str, tmp_path: Path
+) -> None:
+    """Found from outside: with `make dev` up in one folder, `keel events RUN` from another answered "Run not
+    found" for a run Temporal has (the data dir defaults to .keel of the current folder), and `keel run` there "No
+    Keel database at ...", neither saying why. Both now name the folder and the way out."""
+    async with running_worker(client, test_app, storage, task_queue) as k:
+        run_id = await k.start_run("multi", "steps=1")
+        await k.result(run_id)
+        elsewhere = tmp_path / "elsewhere"
+        elsewhere.mkdir()
+        keel.cwd = elsewhere
+        for var in ("KEEL_STORAGE_URL", "KEEL_DATA_DIR"):
+            keel.env.pop(var)
+        hint = f"KEEL_DATA_DIR defaults to .keel in the current folder ({elsewhere})"
+        code, _, err = await keel("events", run_id)
+        assert code != 0 and hint in err, err
+        (elsewhere / ".keel").mkdir()
+        from keel.storage import SQLiteStorage
+
+        other = SQLiteStorage(elsewhere / ".keel" / "keel.db")
+        await other.init()
+        await other.close()
+        code, _, err = await keel("events", run_id)
+    assert code != 0, err
+    assert f"Run {run_id!r} is in Temporal, but not in the Keel storage at sqlite:///{elsewhere}" in err, err
+    assert hint in err, err
+
+
 # --- no worker, no hang --------------------------------------------------------------------------------
 
 
