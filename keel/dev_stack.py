@@ -158,5 +158,7 @@ COMMANDS = {
         _dev_args,
         options=("queue", "app", "join", "api"),
     ),
-    "demo": Command("run the demo end to end (approve one run, decline another) and exit", cmd_demo),
+    "demo": Command(
+        "run the demo end to end (approve one run, decline another) and exit", cmd_demo, options=("queue",)
+    ),
 }

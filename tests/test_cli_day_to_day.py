@@ -96,6 +96,20 @@ async def test_storage_follows_the_data_dir_from_any_working_directory(
     assert not (elsewhere / ".keel").exists()
 
 
+async def test_the_demo_runs_beside_a_stack_on_the_task_queue_its_error_names(
+    client: Client, keel: Keel, storage: Storage, task_queue: str
+) -> None:
+    """Found from outside: with `make dev` up, `make demo` says the queue is polled and to "pick another with
+    --task-queue", which `keel demo` refused as an unknown argument."""
+    keel.env.pop("KEEL_APP")
+    async with running_worker(client, test_app, storage, task_queue):
+        code, _, err = await keel("demo", timeout=120)
+        assert code == 2 and "pick another with --task-queue" in err, err
+        code, out, err = await keel("demo", "--task-queue", f"{task_queue}-demo", timeout=120)
+    assert code == 0, err
+    assert "demo passed" in out, out
+
+
 async def test_a_command_run_from_another_folder_than_the_stack_says_where_it_looked_and_why(
     client: Client, keel: Keel, storage: Storage, task_queue: str, tmp_path: Path
 ) -> None:
