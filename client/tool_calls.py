@@ -111,12 +111,18 @@ class ToolCalls:
         workflow_id = tool_call_workflow_id(agent_id, tool.id, call_id)
         call = {"agentId": agent_id, "toolName": tool.id, "argsDigest": args_digest(dict(args))}
 
+        sent = False
+
         async def start() -> None:
+            nonlocal sent
+            if not sent:  # once the start may have reached the server, its execution exists: no worker check
+                await self.keel.wait_for_worker()
+            sent = True
             await self._start(request, workflow_id, call, caller_chose_id=caller_chose_id)
 
         # Made again while the server is away: the call's id is its execution's, so a start that reached the
-        # server before it went attaches to that execution.
-        await _through_outages(start, lambda err: self._rpc_error(workflow_id, err))
+        # server before it went attaches to that execution. A definite refusal is raised as the server gave it.
+        await _through_outages(start, lambda err: err)
         return StartedToolCall(workflow_id, call_id, tool.id, request.requires_approval)
 
     async def _start(
@@ -124,7 +130,6 @@ class ToolCalls:
     ) -> None:
         from keel.workflows.tool_call import ToolCall
 
-        await self.keel.wait_for_worker()
         try:
             handle = await self.keel.temporal.start_workflow(
                 ToolCall.run,
@@ -178,6 +183,16 @@ class ToolCalls:
                 return self._ended_without_outcome(call, err)
 
         return await _through_outages(outcome, lambda err: self._rpc_error(call.workflow_id, err))
+
+    async def closed(self, call: StartedToolCall) -> bool:
+        """Whether the call's execution has closed (asked again while the server is away)."""
+        from temporalio.client import WorkflowExecutionStatus
+
+        async def status() -> WorkflowExecutionStatus | None:
+            return (await self.keel.temporal.get_workflow_handle(call.workflow_id).describe()).status
+
+        found = await _through_outages(status, lambda err: self._rpc_error(call.workflow_id, err))
+        return found not in (None, WorkflowExecutionStatus.RUNNING)
 
     @staticmethod
     def _ended_without_outcome(call: StartedToolCall, err: WorkflowFailureError) -> ToolCallOutcome:

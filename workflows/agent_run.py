@@ -274,8 +274,9 @@ class AgentRun:
         the step streams and stores its `tool-call-approval` before the workflow has its answer, so a client
         approving from the stream can get here first, or in the workflow task that brings the answer (where the
         SDK applies updates before it). That one waits for the step (the handler), then decides the call or is
-        refused. Only new updates are validated: a replayed one was accepted with its call pending, and its
-        handler decides at once, as it did before it could wait."""
+        refused. So does one that comes before `run` has begun (the execution's first step is still to come: a
+        step lost with its worker runs again). Only new updates are validated; a replayed one's handler waits (or
+        not) as it did when it was accepted."""
         if not isinstance(approval, ToolApproval):
             raise ValueError("approve_tool_call takes a JSON object {toolCallId, approved, reason?}")
         problem = self._approval_problem(approval)

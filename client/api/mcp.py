@@ -27,7 +27,6 @@ from pydantic import Field, ValidationError
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
-from temporalio.client import WorkflowExecutionStatus
 
 from keel.app import Tool
 from keel.client.api.bodies import Lenient
@@ -175,7 +174,7 @@ async def execute_tool(
     call = await server.calls.start(
         server.agent.id, tool, data, call_id=body.call_id, request_context=request_context, caller="http"
     )
-    if call.requires_approval and not (body.call_id is not None and await _closed(server.calls, call)):
+    if call.requires_approval and not (body.call_id is not None and await server.calls.closed(call)):
         return {
             "status": "suspended",
             "suspendPayload": {
@@ -207,11 +206,6 @@ async def _resume(server: AgentServer, tool: Tool, body: McpExecuteBody) -> dict
     except (ToolCallRejected, RunClosed):
         pass  # decided already (a repeated resume): the execution's outcome stands
     return {"result": (await server.calls.result(call)).result}
-
-
-async def _closed(calls: ToolCalls, call: StartedToolCall) -> bool:
-    description = await calls.keel.temporal.get_workflow_handle(call.workflow_id).describe()
-    return description.status not in (None, WorkflowExecutionStatus.RUNNING)
 
 
 def _validation_result(err: ValidationError, data: Any) -> dict[str, Any]:
