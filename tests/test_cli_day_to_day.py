@@ -17,6 +17,7 @@ import pytest
 from temporalio.client import Client
 
 from keel.app import Agent, App
+from keel.client import KeelClient
 from keel.client.devserver import DevServer
 from keel.model_providers import OpenAIChatModel
 from keel.storage import Storage
@@ -80,15 +81,21 @@ async def test_the_port_alone_moves_every_address_and_a_contradiction_names_both
         assert "KEEL_TEMPORAL_ADDRESS is 127.0.0.1:7233 but KEEL_TEMPORAL_PORT is 7411" in err
 
 
+async def run_then_move(k: KeelClient, keel: Keel, tmp_path: Path) -> tuple[str, Path]:
+    """A run to its end, then `keel` moved to a folder of its own (returned, with the run's id)."""
+    run_id = await k.start_run("multi", "steps=1")
+    await k.result(run_id)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    keel.cwd = elsewhere
+    return run_id, elsewhere
+
+
 async def test_storage_follows_the_data_dir_from_any_working_directory(
     client: Client, keel: Keel, storage: Storage, task_queue: str, tmp_path: Path, data_dir: Path
 ) -> None:
     async with running_worker(client, test_app, storage, task_queue) as k:
-        run_id = await k.start_run("multi", "steps=1")
-        await k.result(run_id)
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    keel.cwd = elsewhere
+        run_id, elsewhere = await run_then_move(k, keel, tmp_path)
     keel.env.pop("KEEL_STORAGE_URL")
     keel.env["KEEL_DATA_DIR"] = str(Path(str(storage.path)).parent)  # type: ignore[attr-defined]
     code, out, err = await keel("events", run_id)
@@ -117,11 +124,7 @@ async def test_a_command_run_from_another_folder_than_the_stack_says_where_it_lo
     found" for a run Temporal has (the data dir defaults to .keel of the current folder), and `keel run` there "No
     Keel database at ...", neither saying why. Both now name the folder and the way out."""
     async with running_worker(client, test_app, storage, task_queue) as k:
-        run_id = await k.start_run("multi", "steps=1")
-        await k.result(run_id)
-        elsewhere = tmp_path / "elsewhere"
-        elsewhere.mkdir()
-        keel.cwd = elsewhere
+        run_id, elsewhere = await run_then_move(k, keel, tmp_path)
         for var in ("KEEL_STORAGE_URL", "KEEL_DATA_DIR"):
             keel.env.pop(var)
         hint = f"KEEL_DATA_DIR defaults to .keel in the current folder ({elsewhere})"
