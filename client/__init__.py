@@ -18,6 +18,7 @@ _EXPORTS: dict[str, str] = {
     "RunFailed": "keel.client.errors",
     "RunIdInUse": "keel.client.errors",
     "RunNotFound": "keel.client.errors",
+    "TemporalUnavailable": "keel.client.outages",
     "ToolCallRejected": "keel.client.errors",
     "ToolFailed": "keel.client.errors",
     "indexing_progress": "keel.client.indexing",
@@ -47,6 +48,7 @@ __all__ = [
     "RunNotFound",
     "RunReset",
     "RunStatus",
+    "TemporalUnavailable",
     "ToolCallRejected",
     "ToolFailed",
     "indexing_progress",
@@ -70,6 +72,7 @@ if TYPE_CHECKING:
     )
     from keel.client.indexing import indexing_progress, indexing_result, start_indexing
     from keel.client.keel_client import KeelClient, Poller, RunInfo, RunStatus
+    from keel.client.outages import TemporalUnavailable
     from keel.client.reset import ResetRefused, RunReset, reset_run
 
 

@@ -11,6 +11,7 @@ Error tree::
      ├── InvalidRunInput
      ├── RunIdInUse
      ├── NoWorker
+     ├── TemporalUnavailable     (keel.client.outages: the server, or the way to it, away)
      ├── QueueInUse
      ├── ResetRefused            (keel.client.reset: no such step, a step in flight, a thread that went on)
      ├── ToolCallRejected

@@ -66,6 +66,7 @@ from keel.client.errors import (
     ToolCallRejected,
     ToolFailed,
 )
+from keel.client.outages import TemporalUnavailable, is_away
 from keel.client.visibility import quoted
 from keel.client.with_start import execute_update_with_start
 from keel.protocol import names
@@ -346,14 +347,29 @@ class KeelClient:
             raise NoWorker(queue, signal_hint=signal_hint)
 
     async def wait_for_worker(self, seconds: float = 3.0) -> None:
-        """`require_worker`, allowing a worker that has just started `seconds` to poll for the first time."""
+        """`require_worker`, allowing a worker that has just started `seconds` to poll for the first time. An
+        answer lost on the way (the server away, the connection dropped) is asked for again, at least once;
+        still lost at the end: `TemporalUnavailable`."""
         if time.monotonic() - self._worker_seen_at < WORKER_SEEN_RECENTLY:
             return
-        for _ in range(max(1, int(seconds / 0.1))):
-            if await self.workers():
-                self._worker_seen_at = time.monotonic()
-                return
+        deadline = time.monotonic() + seconds
+        lost: RPCError | None = None
+        while True:
+            retried = lost is not None
+            try:
+                if await self.workers():
+                    self._worker_seen_at = time.monotonic()
+                    return
+                lost = None
+            except RPCError as err:
+                if not is_away(err):
+                    raise
+                lost = err
+            if time.monotonic() >= deadline and (lost is None or retried):
+                break
             await asyncio.sleep(0.1)
+        if lost is not None:
+            raise TemporalUnavailable(lost)
         raise NoWorker(self.task_queue)
 
     async def run_task_queue(self, run_id: str) -> str:

@@ -13,13 +13,12 @@ repeated after the caller's process died, never runs the tool twice.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.common import (
@@ -32,6 +31,7 @@ from temporalio.exceptions import TerminatedError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from keel.client.errors import CallIdInUse, InvalidRunInput, KeelClientError, RunNotFound
+from keel.client.outages import through_outages
 from keel.protocol import args_digest, names
 from keel.workflows.search_attributes import KEEL_KIND, KEEL_STATUS
 
@@ -39,8 +39,6 @@ if TYPE_CHECKING:
     from keel.app import Tool
     from keel.client.keel_client import KeelClient
     from keel.workflows.contracts import ToolCallOutcome, ToolCallRequest
-
-T = TypeVar("T")
 
 CALL_MEMO = "keelCall"
 """The memo of a call's execution: the agent, tool and argument digest the call id was first used for."""
@@ -122,7 +120,7 @@ class ToolCalls:
 
         # Made again while the server is away: the call's id is its execution's, so a start that reached the
         # server before it went attaches to that execution. A definite refusal is raised as the server gave it.
-        await _through_outages(start, lambda err: err)
+        await through_outages(start, lambda err: err)
         return StartedToolCall(workflow_id, call_id, tool.id, request.requires_approval)
 
     async def _start(
@@ -182,7 +180,7 @@ class ToolCalls:
             except WorkflowFailureError as err:
                 return self._ended_without_outcome(call, err)
 
-        return await _through_outages(outcome, lambda err: self._rpc_error(call.workflow_id, err))
+        return await through_outages(outcome, lambda err: self._rpc_error(call.workflow_id, err))
 
     async def closed(self, call: StartedToolCall) -> bool:
         """Whether the call's execution has closed (asked again while the server is away)."""
@@ -191,7 +189,7 @@ class ToolCalls:
         async def status() -> WorkflowExecutionStatus | None:
             return (await self.keel.temporal.get_workflow_handle(call.workflow_id).describe()).status
 
-        found = await _through_outages(status, lambda err: self._rpc_error(call.workflow_id, err))
+        found = await through_outages(status, lambda err: self._rpc_error(call.workflow_id, err))
         return found not in (None, WorkflowExecutionStatus.RUNNING)
 
     @staticmethod
@@ -209,36 +207,6 @@ class ToolCalls:
         if err.status == RPCStatusCode.NOT_FOUND:
             return RunNotFound(workflow_id)
         return KeelClientError(f"Temporal error for tool call {workflow_id!r}: {err.message}")
-
-
-async def _through_outages(ask: Callable[[], Awaitable[T]], definite: Callable[[RPCError], Exception]) -> T:
-    """`ask()`, made again (the pause growing to `OUTAGE_POLL_SECONDS`) while the server is away: until it
-    answers, or answers a definite `RPCError`, raised as `definite(err)`. The caller gives up by cancelling."""
-    delay = 0.5
-    while True:
-        try:
-            return await ask()
-        except RPCError as err:
-            if err.status in _DEFINITE:
-                raise definite(err) from None
-        await asyncio.sleep(delay)  # the server is away (a restart, a network cut): ask again
-        delay = min(delay * 2, OUTAGE_POLL_SECONDS)
-
-
-OUTAGE_POLL_SECONDS = 5.0
-"""How often a call's result is asked for again while the Temporal server does not answer."""
-_DEFINITE = frozenset(
-    {
-        RPCStatusCode.NOT_FOUND,
-        RPCStatusCode.INVALID_ARGUMENT,
-        RPCStatusCode.PERMISSION_DENIED,
-        RPCStatusCode.UNAUTHENTICATED,
-        RPCStatusCode.FAILED_PRECONDITION,
-        RPCStatusCode.UNIMPLEMENTED,
-    }
-)
-"""Answers that end the wait; any other failure (UNAVAILABLE, a dropped connection's UNKNOWN `transport error`,
-a deadline) is the server or the way to it being away, and the result is asked for again."""
 
 
 __all__ = ["CALL_ID", "StartedToolCall", "ToolCalls"]

@@ -11,6 +11,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from temporalio.service import RPCError
 
 from keel.app import AppError, UnknownAgent, UnknownTool
 from keel.app.workflow_checks import InvalidDefinition
@@ -25,6 +26,7 @@ from keel.client.errors import (
     ToolCallRejected,
     ToolFailed,
 )
+from keel.client.outages import TemporalUnavailable, is_away
 from keel.client.workflows import ResumeRefused, WorkflowNotFound
 
 log = logging.getLogger("keel.api")
@@ -60,6 +62,7 @@ STATUS_OF: tuple[tuple[type[Exception], int], ...] = (
     (ResumeRefused, 409),
     (ToolFailed, 400),
     (NoWorker, 503),
+    (TemporalUnavailable, 503),
     (AppError, 400),
     (KeelClientError, 400),
 )
@@ -91,6 +94,12 @@ def install(api: FastAPI) -> None:
 
     for kind, status in STATUS_OF:
         api.add_exception_handler(kind, _mapped(status))
+
+    @api.exception_handler(RPCError)
+    async def _temporal(request: Request, err: RPCError) -> JSONResponse:
+        if is_away(err):  # the server, or the way to it, is away: worth asking again later
+            return JSONResponse(body(str(TemporalUnavailable(err))), status_code=503)
+        return await _unexpected(request, err)
 
     @api.exception_handler(Exception)
     async def _unexpected(request: Request, err: Exception) -> JSONResponse:

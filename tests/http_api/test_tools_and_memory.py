@@ -4,6 +4,11 @@ listed, on the storage layer."""
 
 from __future__ import annotations
 
+import httpx
+import pytest
+from temporalio.service import RPCError, RPCStatusCode
+
+from keel.client import Poller
 from tests.http_api.conftest import Api
 
 
@@ -52,3 +57,41 @@ async def test_threads_and_messages(api: Api) -> None:
     assert [m["content"]["parts"][0]["text"] for m in clone["clonedMessages"]] == ["hi"]
     assert {t["id"] for t in out["listed"]["threads"]} == {"t-1", "t-2"}
     assert out["deleted"] == {"result": "Thread deleted"} and out["gone"] == 404
+
+
+async def test_a_worker_check_whose_answer_is_lost_on_the_way_is_asked_again(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Red once in CI (the OpenAPI fuzz, on a loaded machine): the check that a worker polls, made before a tool
+    runs, lost its answer when the connection to the Temporal server dropped ('operation was canceled'), and the
+    route answered 500 with the `RPCError`. A check is a read: it is made again."""
+    lost = [RPCError("operation was canceled", RPCStatusCode.CANCELLED, b"")]
+    workers = api.keel.workers
+
+    async def losing_once(task_queue: str | None = None) -> list[Poller]:
+        if lost:
+            raise lost.pop()
+        return await workers(task_queue)
+
+    monkeypatch.setattr(api.keel, "workers", losing_once)
+    monkeypatch.setattr(api.keel, "_worker_seen_at", float("-inf"))  # no check skipped for a recent one
+    async with httpx.AsyncClient(base_url=api.url, timeout=30) as http:
+        answer = await http.post("/api/tools/double/execute", json={"data": {"n": 4}})
+    assert (answer.status_code, answer.json(), lost) == (200, {"n": 8}, [])
+
+
+async def test_a_temporal_server_that_does_not_answer_is_a_503_that_says_so(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not a 500 'Internal error' with an `RPCError` in it: the server (or the way to it) is away, which is
+    worth retrying later (`@mastra/client-js` retries a 5xx), and the message says what did not answer."""
+
+    async def away(task_queue: str | None = None) -> list[Poller]:
+        raise RPCError("tcp connect error", RPCStatusCode.UNAVAILABLE, b"")
+
+    monkeypatch.setattr(api.keel, "workers", away)
+    monkeypatch.setattr(api.keel, "_worker_seen_at", float("-inf"))
+    async with httpx.AsyncClient(base_url=api.url, timeout=30) as http:
+        answer = await http.post("/api/tools/double/execute", json={"data": {"n": 4}})
+    assert answer.status_code == 503, answer.text
+    assert answer.json() == {"error": "The Temporal server did not answer: tcp connect error"}
