@@ -4,16 +4,24 @@ VENV := .venv
 PY := $(VENV)/bin/python
 KEEL := $(VENV)/bin/keel
 
-.PHONY: install pgvector bwrap qemu demo dev test lint bench chaos record-histories clean
+.PHONY: install test-tools pgvector bwrap qemu chromium demo dev test lint bench chaos record-histories clean
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml tests/pgvector_build.py
+$(PY):
 	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.installed: pyproject.toml tests/pgvector_build.py | $(PY)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
 	$(PY) -m pip install --quiet --disable-pip-version-check torch==2.13.0  # the CPU build, before sentence-transformers
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]'
 	$(MAKE) --no-print-directory pgvector
+	touch $@
+
+test-tools: $(VENV)/tools/.installed  ## the tests' Phoenix and schemathesis, each in a virtualenv of its own (tests/tool_envs.py)
+
+$(VENV)/tools/.installed: tests/tool_envs.py keel/client/phoenix_server.py | $(PY)
+	$(PY) -m tests.tool_envs
 	touch $@
 
 pgvector:  ## pgvector for the tests' PostgreSQL, built for any x86-64 (the wheel's needs AVX-512): tests/pgvector_build.py
@@ -25,7 +33,9 @@ demo: install  ## the demo end to end: local Temporal, worker, one approved and 
 dev: install  ## the whole stack in the foreground (Temporal dev server + UI, worker, HTTP API on :4111); Ctrl-C stops all
 	$(KEEL) dev
 
-test: install bwrap qemu chromium  ## every test; the tests start their own Temporal dev server and PostgreSQL
+test:  ## every test; the tests start their own Temporal dev server and PostgreSQL
+	@$(MAKE) --no-print-directory -j2 install test-tools  # the tests' tools install beside the main install
+	@$(MAKE) --no-print-directory bwrap qemu chromium  # one after another: apt takes one at a time
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy

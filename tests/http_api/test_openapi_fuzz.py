@@ -7,29 +7,19 @@ route answers on purpose, `GET .../om` (501: no observational memory), is left o
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from keel.storage import Storage
 from tests.http_api.conftest import Api
-
-SCHEMATHESIS_VERSION = "4.32.5"
-TOOLS = Path(sys.prefix) / "tools" / "schemathesis"
-"""A virtualenv of its own (inside .venv): schemathesis needs a newer `rich` than LiteLLM's proxy pins."""
+from tests.tool_envs import install_schemathesis
 
 
 @pytest.fixture(scope="session")
 def schemathesis() -> str:
-    """The `schemathesis` command, installed from PyPI into its own virtualenv on first use."""
-    command = TOOLS / "bin" / "schemathesis"
-    if not command.exists():
-        subprocess.run([sys.executable, "-m", "venv", str(TOOLS)], check=True, timeout=120)
-        pip = [str(TOOLS / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
-        subprocess.run([*pip, f"schemathesis=={SCHEMATHESIS_VERSION}"], check=True, timeout=600)
-    return str(command)
+    """The `schemathesis` command (`make test` installs it; installed here when missing)."""
+    return str(install_schemathesis())
 
 
 KNOWN_IDS = """
