@@ -9,7 +9,9 @@ an event on screen: the events are read from the last offset printed.
 
 One loop handles everything, in order: the session's events (read by a task into the same inbox), the lines the
 user types (read by a thread), Ctrl-C. The prompt is shown when that inbox is empty: `> ` when no turn runs, the
-question of the first call the session waits on otherwise.
+question of the first call the session waits on otherwise. Piped input is read a line per prompt, so a script
+answers the approvals and questions it expects (in `printf 'hello\\ny\\n' | keel chat ...`, `y` approves what
+`hello` led to) and sees each turn through; it leaves at the end of its input.
 """
 
 from __future__ import annotations
@@ -276,7 +278,6 @@ class Chat:
         self.asked: tuple[str, str] | None = None
         self.running = False
         self.aborting = False
-        self.leave_when_idle = False
         self.ours: set[str] = set()
         self.streaming: str | None = None
         self.catching_up = True
@@ -284,6 +285,9 @@ class Chat:
         self.thread_id: str | None = None
         self.awaited: tuple[frozenset[str], float] | None = None
         """Event types a change just made will write, and until when the prompt waits for one of them."""
+        self.line_wanted = threading.Semaphore(0)
+        """Piped input is read a line per prompt (a scripted `y` answers the approval it follows, not sent on)."""
+        self.line_asked = False
         self._tasks: set[asyncio.Future[Any]] = set()
 
     # --- the loop ---------------------------------------------------------------------------------------------
@@ -311,9 +315,10 @@ class Chat:
                     except TimeoutError:
                         continue
                 else:
-                    if self.leave_when_idle and (not self.running or self._question() is not None):
-                        return 0
-                    self._prompt()
+                    asking = self._prompt()
+                    if asking and not self.interactive and not self.line_asked:
+                        self.line_asked = True
+                        self.line_wanted.release()
                     item = await self.inbox.get()
                 code = await self._handle(item)
                 if code is not None:
@@ -338,8 +343,11 @@ class Chat:
         return None
 
     def _read_lines(self, loop: asyncio.AbstractEventLoop) -> None:
-        """The input thread: each line into the inbox, then None at the end of the input (Ctrl-D)."""
+        """The input thread: each line into the inbox, then None at the end of the input (Ctrl-D). Piped input: a
+        line when the chat asks for one."""
         while True:
+            if not self.interactive:
+                self.line_wanted.acquire()
             line = sys.stdin.readline()
             loop.call_soon_threadsafe(self.inbox.put_nowait, ("line", line or None))
             if not line:
@@ -441,17 +449,21 @@ class Chat:
     def _question(self) -> Question | None:
         return None if self.catching_up else next(iter(self.questions.values()), None)
 
-    def _prompt(self) -> None:
-        """With nothing left to print: ask the first question, or show `> ` when no turn runs."""
+    def _prompt(self) -> bool:
+        """With nothing left to print: ask the first question, or show `> ` when no turn runs. Whether it asks."""
         question = self._question()
         if question is not None:
             if self.screen.prompted != question.key:
                 lines, ask = question.prompt()
                 self.screen.prompt(question.key, lines, ask)
                 self.asked = question.key
-        elif not self.running and self.screen.prompted != "input":
+            return True
+        if self.running:
+            return False
+        if self.screen.prompted != "input":
             self.screen.prompt("input", [], "> ")
             self.asked = None
+        return True
 
     # --- what comes in ----------------------------------------------------------------------------------------
 
@@ -460,6 +472,7 @@ class Chat:
         if kind == "event":
             await self._event(item[1], item[2])
         elif kind == "line":
+            self.line_asked = False
             self.screen.typed(item[1])
             return await self._line(item[1])
         elif kind == "interrupt":
@@ -476,9 +489,6 @@ class Chat:
 
     async def _line(self, raw: str | None) -> int | None:
         if raw is None:
-            if not self.interactive and self.running and self._question() is None:
-                self.leave_when_idle = True  # piped input: see the last turn through
-                return None
             return 0
         line = raw.strip()
         if not line:

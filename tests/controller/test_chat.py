@@ -279,7 +279,29 @@ def test_piped_lines_are_sent_and_the_last_turn_is_seen_through(stack: Stack, tm
     assert proc.returncode == 0, proc.stderr
     assert "\x1b[" not in proc.stdout  # no colours off a terminal
     left = f"left the session (it stays; `keel chat {CONTROLLER} --resource {who} --app {APP}` comes back to it)"
-    assert proc.stdout.splitlines()[2:] == ["> text piped", "echo: text piped", left]  # the lines read, as typed
+    assert proc.stdout.splitlines()[2:] == ["> text piped", "echo: text piped", "> ", left]  # a transcript
+
+
+def test_piped_lines_answer_what_the_session_asks_in_turn(stack: Stack, tmp_path: Path) -> None:
+    """Found from outside: every piped line was read at once and sent as a message, so a script could not answer
+    an approval (`y` went to the model as a new message, queued behind the turn that waited for it). Piped
+    input is read a line at a time, when the chat asks: the message prompt or the question."""
+    who = resource()
+    args = [sys.executable, "-m", "keel.cli", "chat", CONTROLLER, "--resource", who, "--app", APP]
+    env = {k: v for k, v in stack.env.items() if k != "KEEL_APP"} | {"KEEL_DATA_DIR": str(tmp_path)}
+    piped = 'tool save_note {"text": "milk"}\ny\ntext after\n'
+    proc = subprocess.run(args, input=piped, env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[2:-1] == [
+        '> tool save_note {"text": "milk"}',
+        '  -> save_note({"text": "milk"})',
+        '? approve save_note({"text": "milk"})? [y]es/[n]o/[a]lways for this category (edit) y',
+        '  <- save_note: {"saved": "milk"}',
+        'got: {"saved": "milk"}',
+        "> text after",
+        "echo: text after",
+        "> ",
+    ]
 
 
 async def test_keel_sessions_lists_the_open_session(stack: Stack) -> None:
