@@ -537,15 +537,17 @@ async def cmd_sessions(args: argparse.Namespace) -> int:
     return 0
 
 
-async def until_interrupted() -> None:
-    """Wait for Ctrl-C or SIGTERM."""
+async def until_interrupted(banner: str) -> None:
+    """Print `banner` (what runs, and that Ctrl-C stops it), then wait for Ctrl-C, SIGTERM or SIGHUP (the terminal
+    closed). The signals are caught before the banner: a Ctrl-C as soon as it shows is a stop like any other."""
     import asyncio
     import signal
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         loop.add_signal_handler(sig, stop.set)
+    print(banner, flush=True)
     await stop.wait()
 
 
@@ -571,8 +573,7 @@ async def cmd_serve(args: argparse.Namespace) -> int:
     try:
         keel = await connect_client(args, app)
         async with serving(api_for_settings(app, keel, storage, settings), settings.api_host, settings.api_port) as url:
-            print(f"{api_banner(url)}; Temporal at {settings.temporal_address}; Ctrl-C stops it", flush=True)
-            await until_interrupted()
+            await until_interrupted(f"{api_banner(url)}; Temporal at {settings.temporal_address}; Ctrl-C stops it")
     finally:
         await storage.close()
     return 0

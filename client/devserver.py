@@ -226,12 +226,15 @@ class DevServer:
         self.proc: subprocess.Popen[bytes] | None = None
         self.owned = False
 
-    async def start(self, *, detach: bool = False, reuse: bool = True) -> DevServer:
+    async def start(self, *, detach: bool = False, reuse: bool = True, own_session: bool = False) -> DevServer:
         """Start the server (or reuse one already listening) and wait until it is ready.
 
         Args:
             detach: keep the server running after this process exits (pid file under the state dir).
             reuse: accept a server already listening on the port.
+            own_session: run it in a session of its own, out of the terminal's reach: a Ctrl-C typed there goes
+                to this process alone, which stops its worker before the server (`keel dev`; a server gone
+                first makes the worker's shutdown call fail, and the SDK warns).
         """
         cfg = self.cfg
         if is_listening(cfg.host, cfg.port):
@@ -248,7 +251,7 @@ class DevServer:
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
-                    start_new_session=detach,  # a detached server must not get the terminal's Ctrl-C
+                    start_new_session=detach or own_session,  # then the terminal's Ctrl-C does not reach it
                     env=server_env(),
                 )
             self.owned = True

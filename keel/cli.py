@@ -39,12 +39,10 @@ async def cmd_serve(args: argparse.Namespace) -> int:
         async with build_worker(keel.temporal, app, storage, task_queue=keel.task_queue):
             api = api_for_settings(app, keel, storage, settings)
             async with serving(api, settings.api_host, settings.api_port) as url:
-                print(
+                await client_cli.until_interrupted(
                     f"{client_cli.api_banner(url)}; worker on task queue {keel.task_queue!r}; Temporal at "
-                    f"{settings.temporal_address}; Ctrl-C stops both",
-                    flush=True,
+                    f"{settings.temporal_address}; Ctrl-C stops both"
                 )
-                await client_cli.until_interrupted()
     finally:
         await storage.close()
     return 0

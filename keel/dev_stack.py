@@ -32,7 +32,7 @@ async def with_stack(args: argparse.Namespace, body: StackBody, *, codec_endpoin
         print(f"metrics at {endpoint}", flush=True)
     app = load_app(getattr(args, "app", None))
     server = DevServer(DevServerConfig(codec_endpoint=codec_endpoint))
-    await server.start()
+    await server.start(own_session=True)  # stopped below, after the worker
     storage = open_storage()  # the stack's own storage: created and migrated here
     await storage.init()
     try:
@@ -135,8 +135,7 @@ async def _cmd_dev(args: argparse.Namespace) -> int:
             print(f"Temporal {origin} at {server.cfg.address}; UI {server.cfg.ui_url}", flush=True)
             print(f"worker on task queue {keel.task_queue!r}; agents: {', '.join(app.agents)}", flush=True)
             print(api_banner(url), flush=True)
-            print("Ctrl-C stops everything", flush=True)
-            await until_interrupted()
+            await until_interrupted("Ctrl-C stops everything")
         return 0
 
     return await with_stack(args, serve, codec_endpoint=f"http://{settings.api_host}:{settings.api_port}/codec")

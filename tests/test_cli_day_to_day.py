@@ -18,12 +18,13 @@ from temporalio.client import Client
 
 from keel.app import Agent, App
 from keel.client import KeelClient
-from keel.client.devserver import DevServer
+from keel.client.devserver import DevServer, is_listening
 from keel.model_providers import OpenAIChatModel
 from keel.storage import Storage
 from tests.apps import app as test_app
-from tests.conftest import running_worker
+from tests.conftest import free_port, running_worker
 from tests.fake_openai import FakeOpenAI
+from tests.terminal import Term
 from tests.test_agent_run import wait_for_pending
 
 KEEL = str(Path(sys.executable).parent / "keel")
@@ -283,6 +284,30 @@ async def test_a_failed_attempt_is_one_line_in_the_worker_log(tmp_path: Path, de
     [line] = [line for line in log.splitlines() if "Completing activity as failed" in line]
     assert "ModelRetryableError: rate limited, try again" in line
     assert "Traceback" not in log
+
+
+def test_ctrl_c_on_keel_dev_stops_its_worker_then_its_own_server_and_prints_no_warning(tmp_path: Path) -> None:
+    """Found in a new-user walkthrough: Ctrl-C on `keel dev` in a terminal reached the Temporal server it started
+    as well (one process group), which stopped under the running worker, and the SDK warned 'shutdown_worker rpc
+    errored during worker shutdown'. The server now runs out of the terminal's reach, and `keel dev` stops it
+    after the worker."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KEEL_", "OTEL_"))} | {
+        "KEEL_TEMPORAL_PORT": str(port),
+        "KEEL_UI_PORT": str(free_port()),
+        "KEEL_API_PORT": str(free_port()),
+        "KEEL_DATA_DIR": str(tmp_path),
+    }
+    term = Term(["dev"], env)
+    try:
+        term.expect("Ctrl-C stops everything", timeout=120)
+        term.key("c")
+        assert term.wait(60) == 0
+    finally:
+        term.close()
+    after = term.text[term.seen :]
+    assert "WARN" not in after and "rror" not in after, after
+    assert not is_listening("127.0.0.1", port)  # its server stopped with it
 
 
 def test_every_command_and_option_has_help() -> None:

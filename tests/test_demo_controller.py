@@ -24,7 +24,8 @@ from keel.storage import Storage
 from keel.worker import build_worker
 from keel.workflows.session_contracts import PendingItem
 from tests.conftest import env_for_subprocess, worker_subprocess
-from tests.controller.test_chat import PROMPT, Term
+from tests.controller.test_chat import PROMPT
+from tests.terminal import Term
 
 REQUEST = "write a script that greets the team"
 PLAN = "plans/write-a-script-that-greets-the-team.md"
