@@ -264,10 +264,20 @@ async def cmd_runs(args: argparse.Namespace) -> int:
         return 0
     if not runs:
         print("no runs")
+    rows = []
     for r in runs:
         started = r.started_at.strftime("%Y-%m-%d %H:%M:%S") if r.started_at else "-"
-        print(f"{r.run_id}  {r.status:<10} agent={r.agent_id}  thread={r.thread_id}  started={started}")
+        rows.append([r.run_id, r.status, f"agent={r.agent_id}", f"thread={r.thread_id}", f"started={started}"])
+    for line in aligned(rows):
+        print(line)
     return 0
+
+
+def aligned(rows: list[list[str]]) -> list[str]:
+    """`rows` as lines whose columns line up: each but the last padded to its widest, two spaces between."""
+    widths = [max(len(cell) for cell in column) for column in zip(*rows, strict=True)]
+    return ["  ".join(cell.ljust(width) for cell, width in zip(row[:-1], widths, strict=False)) + "  " + row[-1]
+            for row in rows]  # fmt: skip
 
 
 async def cmd_counts(args: argparse.Namespace) -> int:
@@ -529,11 +539,13 @@ async def cmd_sessions(args: argparse.Namespace) -> int:
         return 0
     if not sessions:
         print("no open sessions")
-    for s in sessions:
-        print(
-            f"{s['sessionId']}  {s['status'] or '-':<9}  controller={s['controllerId']}  resource={s['resourceId']}  "
-            f"thread={s['threadId']}"
-        )
+    rows = [
+        [s["sessionId"], s["status"] or "-", f"controller={s['controllerId']}", f"resource={s['resourceId']}",
+         f"thread={s['threadId']}"]
+        for s in sessions
+    ]  # fmt: skip
+    for line in aligned(rows):
+        print(line)
     return 0
 
 

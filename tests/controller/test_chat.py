@@ -243,3 +243,26 @@ async def test_keel_sessions_lists_the_open_session(stack: Stack) -> None:
         await asyncio.sleep(0.3)
     assert [(s["sessionId"], s["controllerId"], s["resourceId"]) for s in listed] == [(session.id, CONTROLLER, who)]
     assert listed[0]["threadId"] == thread and listed[0]["status"] == "idle"
+
+
+async def test_keel_sessions_prints_a_table_whose_columns_line_up(stack: Stack) -> None:
+    """Found from outside: each field followed the one before it by two spaces, so sessions of resources with
+    ids of different lengths printed their status, controller and thread at different columns."""
+    short_id, long_id = resource(), resource() + "-with-a-longer-name"
+    for who in (short_id, long_id):
+        await stack.controllers.create_session(who)
+    deadline = time.monotonic() + 15
+    while True:  # visibility follows the sessions' start shortly
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "keel.cli", "sessions", "--controller", CONTROLLER, env=stack.env, cwd=ROOT,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, err = await proc.communicate()
+        assert proc.returncode == 0, err.decode()
+        lines = [line for line in out.decode().splitlines() if short_id in line or long_id in line]
+        if len(lines) == 2 or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.3)
+    assert len(lines) == 2, out.decode()
+    for column in ("idle", "controller=", "thread="):
+        assert lines[0].index(column) == lines[1].index(column), lines
