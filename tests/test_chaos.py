@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-MINUTES = float(os.environ.get("KEEL_CHAOS_MINUTES", "3"))
+MINUTES = float(os.environ.get("KEEL_CHAOS_MINUTES", "2"))
 
 
 async def chaos(tmp_path: Path, *args: str, timeout: float) -> tuple[int, dict[str, Any], str]:
