@@ -369,7 +369,7 @@ class KeelClient:
                 break
             await asyncio.sleep(0.1)
         if lost is not None:
-            raise TemporalUnavailable(lost)
+            raise TemporalUnavailable(lost) from lost
         raise NoWorker(self.task_queue)
 
     async def run_task_queue(self, run_id: str) -> str:

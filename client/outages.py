@@ -20,6 +20,8 @@ T = TypeVar("T")
 DEFINITE = frozenset(
     {
         RPCStatusCode.NOT_FOUND,
+        RPCStatusCode.ALREADY_EXISTS,
+        RPCStatusCode.OUT_OF_RANGE,
         RPCStatusCode.INVALID_ARGUMENT,
         RPCStatusCode.PERMISSION_DENIED,
         RPCStatusCode.UNAUTHENTICATED,
@@ -38,6 +40,7 @@ class TemporalUnavailable(KeelClientError):
 
     def __init__(self, err: RPCError) -> None:
         super().__init__(f"The Temporal server did not answer: {err.message}")
+        self.err = err
 
 
 def is_away(err: RPCError) -> bool:
@@ -46,12 +49,15 @@ def is_away(err: RPCError) -> bool:
 
 
 async def through_outages(ask: Callable[[], Awaitable[T]], definite: Callable[[RPCError], Exception]) -> T:
-    """`ask()`, made again (the pause growing to `OUTAGE_POLL_SECONDS`) while the server is away: until it
-    answers, or answers a definite `RPCError`, raised as `definite(err)`. The caller gives up by cancelling."""
+    """`ask()`, made again (the pause growing to `OUTAGE_POLL_SECONDS`) while the server is away (an away
+    `RPCError`, or `TemporalUnavailable` from a step of `ask` that asked again itself): until it answers, or
+    answers a definite `RPCError`, raised as `definite(err)`. The caller gives up by cancelling."""
     delay = 0.5
     while True:
         try:
             return await ask()
+        except TemporalUnavailable:
+            pass
         except RPCError as err:
             if not is_away(err):
                 raise definite(err) from None

@@ -98,6 +98,7 @@ def install(api: FastAPI) -> None:
     @api.exception_handler(RPCError)
     async def _temporal(request: Request, err: RPCError) -> JSONResponse:
         if is_away(err):  # the server, or the way to it, is away: worth asking again later
+            log.warning("%s %s: the Temporal server did not answer: %s", request.method, request.url.path, err)
             return JSONResponse(body(str(TemporalUnavailable(err))), status_code=503)
         return await _unexpected(request, err)
 

@@ -325,13 +325,15 @@ async def test_a_call_whose_start_loses_the_server_midway_starts_once_it_is_back
     `NoWorker` for a call whose execution exists (and a caller retrying under a new id would run the tool twice)."""
     from temporalio.service import RPCError, RPCStatusCode
 
+    from keel.client.outages import TemporalUnavailable
     from keel.client.tool_calls import CALL_MEMO, ToolCalls
     from keel.protocol import args_digest
 
     args = {"text": "hi"}
     call = {"agentId": "demo", "toolName": "echo", "argsDigest": args_digest(args)}
-    failures = {
-        "workers": [RPCError("tcp connect error", RPCStatusCode.UNAVAILABLE, b"")],
+    failures: dict[str, list[Exception]] = {
+        # What `KeelClient.wait_for_worker` raises once its own second ask has lost its answer too.
+        "workers": [TemporalUnavailable(RPCError("tcp connect error", RPCStatusCode.UNAVAILABLE, b""))],
         "start": [RPCError("transport error", RPCStatusCode.UNKNOWN, b"")],
         "describe": [RPCError("tcp connect error", RPCStatusCode.UNKNOWN, b"")],
     }
