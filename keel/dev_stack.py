@@ -21,6 +21,9 @@ StackBody = Callable[["KeelClient", "App", "DevServer", "Storage"], Awaitable[in
 async def with_stack(args: argparse.Namespace, body: StackBody, *, codec_endpoint: str | None = None) -> int:
     """Run `body` with a dev server (started or reused) and an in-process worker; stop what was started. A server
     started here gets `codec_endpoint` as its UI's codec."""
+    import asyncio
+    import signal
+
     from keel.app import load_app
     from keel.client import metrics
     from keel.client.devserver import DevServer, DevServerConfig
@@ -31,19 +34,26 @@ async def with_stack(args: argparse.Namespace, body: StackBody, *, codec_endpoin
     if endpoint := metrics.configure():  # before the first client connects (`keel.client.metrics`)
         print(f"metrics at {endpoint}", flush=True)
     app = load_app(getattr(args, "app", None))
+    # The server runs out of the terminal's reach (its Ctrl-C and hang-up come here alone), so it is stopped by the
+    # `finally` below, after the worker: SIGTERM and SIGHUP stop the stack as Ctrl-C does, from the start.
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        loop.add_signal_handler(sig, signal.raise_signal, signal.SIGINT)
     server = DevServer(DevServerConfig(codec_endpoint=codec_endpoint))
-    await server.start(own_session=True)  # stopped below, after the worker
-    storage = open_storage()  # the stack's own storage: created and migrated here
-    await storage.init()
+    await server.start(own_session=True)
     try:
-        keel = await connect_client(args, app)
-        if not getattr(args, "join", False):
-            await check_queue_free(keel.temporal, keel.task_queue)
-        async with build_worker(keel.temporal, app, storage, task_queue=keel.task_queue):
-            return await body(keel, app, server, storage)
+        storage = open_storage()  # the stack's own storage: created and migrated here
+        await storage.init()
+        try:
+            keel = await connect_client(args, app)
+            if not getattr(args, "join", False):
+                await check_queue_free(keel.temporal, keel.task_queue)
+            async with build_worker(keel.temporal, app, storage, task_queue=keel.task_queue):
+                return await body(keel, app, server, storage)
+        finally:
+            await storage.close()
     finally:
-        await storage.close()
-        server.stop()
+        server.stop()  # not in a thread: it must run even when the loop is being cancelled
 
 
 async def cmd_dev(args: argparse.Namespace) -> int:
