@@ -417,8 +417,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--baseline",
         type=Path,
-        help="a checkout of an earlier commit, installed (`make test-install`): its worker and this one's, each in its "
-        "own process, are measured side by side in the same run",
+        help="a checkout of an earlier commit, installed (`make test-install`; `make install` before 530bc22): its "
+        "worker and this one's, each in its own process, are measured side by side in the same run",
     )
     parser.add_argument(
         "--sandboxed", action="store_true", help="run both workers' workflows in Temporal's sandbox (as the tests do)"
