@@ -28,7 +28,7 @@ $(VENV)/.installed-test: pyproject.toml tests/pgvector_build.py | $(PY)
 
 test-tools: $(VENV)/tools/.installed  ## the tests' Phoenix and schemathesis, each in a virtualenv of its own (tests/tool_envs.py)
 
-$(VENV)/tools/.installed: tests/tool_envs.py keel/client/phoenix_server.py | $(PY)
+$(VENV)/tools/.installed: tests/tool_envs.py keel/client/phoenix_server.py keel/client/tool_venv.py | $(PY)
 	$(PY) -m tests.tool_envs && touch $@ || echo "the tests' tools were not installed: the tests that use them install them"
 
 pgvector:  ## pgvector for the tests' PostgreSQL, built for any x86-64 (the wheel's needs AVX-512): tests/pgvector_build.py

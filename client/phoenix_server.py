@@ -26,6 +26,7 @@ from pathlib import Path
 
 from keel.client.errors import KeelClientError
 from keel.client.local_service import LocalService, environment, free_ports
+from keel.client.tool_venv import install_command, installed_command
 
 PHOENIX_VERSION = "20.26.1"
 DEFAULT_PORT = 6006
@@ -47,32 +48,24 @@ def tools_dir() -> Path:
 
 
 def phoenix_command() -> Path | None:
-    """The installed `phoenix` command (`$KEEL_PHOENIX` when set), or None."""
+    """The installed `phoenix` command (`$KEEL_PHOENIX` when set), or None (none, or one of another release)."""
     given = os.environ.get("KEEL_PHOENIX")
     if given:
         return Path(given)
-    command = tools_dir() / "bin" / "phoenix"
-    return command if command.exists() else None
+    return installed_command(tools_dir(), f"arize-phoenix=={PHOENIX_VERSION}", "phoenix")
 
 
 def install_phoenix(*, quiet: bool = True) -> Path:
-    """`arize-phoenix==PHOENIX_VERSION` in its own virtualenv (`tools_dir()`), made when missing; the command."""
-    command = phoenix_command()
-    if command is not None:
-        return command
-    target = tools_dir()
-    python = target / "bin" / "python"
+    """`arize-phoenix==PHOENIX_VERSION` in its own virtualenv (`tools_dir()`), made or brought to that release when
+    needed (`keel.client.tool_venv`); the command."""
+    given = os.environ.get("KEEL_PHOENIX")
+    if given:
+        return Path(given)
+    requirement = f"arize-phoenix=={PHOENIX_VERSION}"
     try:
-        if not python.exists():
-            subprocess.run([sys.executable, "-m", "venv", str(target)], check=True, timeout=120)
-        pip = [str(python), "-m", "pip", "install", "--disable-pip-version-check", *(["--quiet"] if quiet else [])]
-        subprocess.run([*pip, f"arize-phoenix=={PHOENIX_VERSION}"], check=True, timeout=INSTALL_SECONDS)
+        return install_command(tools_dir(), requirement, "phoenix", timeout=INSTALL_SECONDS, quiet=quiet)
     except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as err:
-        raise PhoenixError(f"Could not install arize-phoenix=={PHOENIX_VERSION} into {target}: {err}") from err
-    command = target / "bin" / "phoenix"
-    if not command.exists():
-        raise PhoenixError(f"arize-phoenix=={PHOENIX_VERSION} installed into {target} without a `phoenix` command")
-    return command
+        raise PhoenixError(f"Could not install {requirement} into {tools_dir()}: {err}") from err
 
 
 @dataclass(frozen=True)

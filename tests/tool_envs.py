@@ -7,25 +7,19 @@ main install's instead of holding up a test worker."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
 from keel.client.phoenix_server import install_phoenix
+from keel.client.tool_venv import install_command
 
 SCHEMATHESIS_VERSION = "4.32.5"
 SCHEMATHESIS_ENV = Path(sys.prefix) / "tools" / "schemathesis"
 
 
 def install_schemathesis() -> Path:
-    """The `schemathesis` command, installed from PyPI into its own virtualenv when missing."""
-    command = SCHEMATHESIS_ENV / "bin" / "schemathesis"
-    if not command.exists():
-        subprocess.run([sys.executable, "-m", "venv", str(SCHEMATHESIS_ENV)], check=True, timeout=120)
-        python = SCHEMATHESIS_ENV / "bin" / "python"
-        pip = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
-        subprocess.run([*pip, f"schemathesis=={SCHEMATHESIS_VERSION}"], check=True, timeout=600)
-    return command
+    """The `schemathesis` command, installed from PyPI into its own virtualenv when missing (or of another release)."""
+    return install_command(SCHEMATHESIS_ENV, f"schemathesis=={SCHEMATHESIS_VERSION}", "schemathesis", timeout=600)
 
 
 def main() -> None:
