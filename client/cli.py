@@ -1032,7 +1032,7 @@ def main(argv: Sequence[str] | None = None, commands: dict[str, Command] | None 
     except _reported_errors() as err:
         print(f"error: {one_line(str(err))}{_data_dir_hint(err, args)}", file=sys.stderr)
         code = exit_code(err)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, asyncio.CancelledError):  # Ctrl-C, or SIGTERM / SIGHUP (`stopped_by_signals`)
         code = 130
     except BrokenPipeError:  # `keel runs --json | head`: the reader has what it wanted
         with contextlib.suppress(OSError):

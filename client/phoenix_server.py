@@ -3,7 +3,8 @@ stack's exporters over OTLP/HTTP.
 
 Phoenix (PyPI `arize-phoenix`, pinned to `PHOENIX_VERSION`) pins many packages of its own, so it lives in a
 virtualenv of its own inside Keel's: `$VIRTUAL_ENV/tools/phoenix`, made on first use (`install_phoenix`: about a
-minute from PyPI, ~850 MB; nothing is downloaded after that; `$KEEL_PHOENIX` names another `phoenix` command).
+minute from PyPI, ~850 MB; nothing is downloaded after that until `PHOENIX_VERSION` moves; `$KEEL_PHOENIX` names
+another `phoenix` command).
 `LocalPhoenix.start()` runs `phoenix serve` on 127.0.0.1: the UI, its REST and GraphQL APIs and OTLP/HTTP
 (`/v1/traces`) on the port asked for (default 6006), OTLP/gRPC on a free one; its SQLite database and log in the
 working directory given (`keel dev`: `$KEEL_DATA_DIR/phoenix`, kept from one start to the next); its own telemetry

@@ -30,6 +30,7 @@ def install_command(target: Path, requirement: str, command: str, *, timeout: fl
     found = installed_command(target, requirement, command)
     if found is not None:
         return found
+    (target / STAMP).unlink(missing_ok=True)  # an install cut short is no install of anything
     python = target / "bin" / "python"
     if not python.exists():
         subprocess.run([sys.executable, "-m", "venv", str(target)], check=True, timeout=120)

@@ -21,9 +21,6 @@ StackBody = Callable[["KeelClient", "App", "DevServer", "Storage"], Awaitable[in
 async def with_stack(args: argparse.Namespace, body: StackBody, *, codec_endpoint: str | None = None) -> int:
     """Run `body` with a dev server (started or reused) and an in-process worker; stop what was started. A server
     started here gets `codec_endpoint` as its UI's codec."""
-    import asyncio
-    import signal
-
     from keel.app import load_app
     from keel.client import metrics
     from keel.client.devserver import DevServer, DevServerConfig
@@ -34,11 +31,8 @@ async def with_stack(args: argparse.Namespace, body: StackBody, *, codec_endpoin
     if endpoint := metrics.configure():  # before the first client connects (`keel.client.metrics`)
         print(f"metrics at {endpoint}", flush=True)
     app = load_app(getattr(args, "app", None))
-    # The server runs out of the terminal's reach (its Ctrl-C and hang-up come here alone), so it is stopped by the
-    # `finally` below, after the worker: SIGTERM and SIGHUP stop the stack as Ctrl-C does, from the start.
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        loop.add_signal_handler(sig, signal.raise_signal, signal.SIGINT)
+    # The server runs out of the terminal's reach (its Ctrl-C and hang-up come here alone: `stopped_by_signals`),
+    # so the `finally` below stops it, after the worker.
     server = DevServer(DevServerConfig(codec_endpoint=codec_endpoint))
     await server.start(own_session=True)
     try:
@@ -56,9 +50,24 @@ async def with_stack(args: argparse.Namespace, body: StackBody, *, codec_endpoin
         server.stop()  # not in a thread: it must run even when the loop is being cancelled
 
 
+def stopped_by_signals() -> None:
+    """From now on SIGTERM and SIGHUP (the terminal closed) stop the command as Ctrl-C does: its task is cancelled,
+    so the `finally` blocks stop what it started (the servers run in sessions of their own, out of the terminal's
+    reach), and it exits 130. Directly, not by raising SIGINT, which a shell may have set to be ignored (`keel dev
+    &`). `until_interrupted` takes them over once the stack is up."""
+    import asyncio
+    import signal
+
+    loop, task = asyncio.get_running_loop(), asyncio.current_task()
+    assert task is not None
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        loop.add_signal_handler(sig, task.cancel)
+
+
 async def cmd_dev(args: argparse.Namespace) -> int:
     from functools import partial
 
+    stopped_by_signals()  # before Phoenix and S3 start too
     run: Callable[[argparse.Namespace], Awaitable[int]] = _cmd_dev
     if getattr(args, "s3", False):
         run = partial(with_local_s3, run=run)
@@ -76,7 +85,7 @@ async def with_local_phoenix(args: argparse.Namespace, run: Callable[[argparse.N
     from keel.client.phoenix_server import PHOENIX_VERSION, LocalPhoenix, install_phoenix, phoenix_command, tools_dir
 
     if phoenix_command() is None:
-        print(f"installing arize-phoenix=={PHOENIX_VERSION} into {tools_dir()} (first use only)", flush=True)
+        print(f"installing arize-phoenix=={PHOENIX_VERSION} into {tools_dir()} (first use, or a new pin)", flush=True)
         await asyncio.to_thread(install_phoenix)
     server = LocalPhoenix(settings_of(args).data_dir / "phoenix", args.phoenix_port)
     try:
@@ -157,6 +166,7 @@ async def cmd_demo(args: argparse.Namespace) -> int:
     async def demo(keel: KeelClient, app: App, server: DevServer, storage: Storage) -> int:
         return await run_demo(keel, app, server)
 
+    stopped_by_signals()
     return await with_stack(args, demo)
 
 

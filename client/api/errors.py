@@ -11,7 +11,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from keel.app import AppError, UnknownAgent, UnknownTool
 from keel.app.workflow_checks import InvalidDefinition
@@ -62,7 +62,6 @@ STATUS_OF: tuple[tuple[type[Exception], int], ...] = (
     (ResumeRefused, 409),
     (ToolFailed, 400),
     (NoWorker, 503),
-    (TemporalUnavailable, 503),
     (AppError, 400),
     (KeelClientError, 400),
 )
@@ -98,9 +97,15 @@ def install(api: FastAPI) -> None:
     @api.exception_handler(RPCError)
     async def _temporal(request: Request, err: RPCError) -> JSONResponse:
         if is_away(err):  # the server, or the way to it, is away: worth asking again later
-            log.warning("%s %s: the Temporal server did not answer: %s", request.method, request.url.path, err)
-            return JSONResponse(body(str(TemporalUnavailable(err))), status_code=503)
+            return await _away(request, TemporalUnavailable(err))
+        if err.status == RPCStatusCode.ALREADY_EXISTS:
+            return JSONResponse(body(err.message), status_code=409)
         return await _unexpected(request, err)
+
+    @api.exception_handler(TemporalUnavailable)
+    async def _away(request: Request, err: TemporalUnavailable) -> JSONResponse:
+        log.warning("%s %s: %s", request.method, request.url.path, err)
+        return JSONResponse(body(str(err)), status_code=503)
 
     @api.exception_handler(Exception)
     async def _unexpected(request: Request, err: Exception) -> JSONResponse:

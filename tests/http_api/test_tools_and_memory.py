@@ -95,3 +95,16 @@ async def test_a_temporal_server_that_does_not_answer_is_a_503_that_says_so(
         answer = await http.post("/api/tools/double/execute", json={"data": {"n": 4}})
     assert answer.status_code == 503, answer.text
     assert answer.json() == {"error": "The Temporal server did not answer: tcp connect error"}
+
+
+async def test_a_temporal_answer_that_something_already_exists_is_a_409_not_a_retried_5xx(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def exists(task_queue: str | None = None) -> list[Poller]:
+        raise RPCError("already exists", RPCStatusCode.ALREADY_EXISTS, b"")
+
+    monkeypatch.setattr(api.keel, "workers", exists)
+    monkeypatch.setattr(api.keel, "_worker_seen_at", float("-inf"))
+    async with httpx.AsyncClient(base_url=api.url, timeout=30) as http:
+        answer = await http.post("/api/tools/double/execute", json={"data": {"n": 4}})
+    assert (answer.status_code, answer.json()) == (409, {"error": "already exists"})
