@@ -59,6 +59,26 @@ async def test_threads_and_messages(api: Api) -> None:
     assert out["deleted"] == {"result": "Thread deleted"} and out["gone"] == 404
 
 
+async def execute_with_temporal_failing(
+    api: Api, monkeypatch: pytest.MonkeyPatch, failures: list[RPCError], *, then_answer: bool = False
+) -> httpx.Response:
+    """`POST /api/tools/double/execute` while the worker check before it fails with each of `failures` in turn
+    (the last one for good unless `then_answer`: then the server answers after them)."""
+    workers = api.keel.workers
+
+    async def failing(task_queue: str | None = None) -> list[Poller]:
+        if len(failures) > 1 or (failures and then_answer):
+            raise failures.pop(0)
+        if failures:
+            raise failures[0]
+        return await workers(task_queue)
+
+    monkeypatch.setattr(api.keel, "workers", failing)
+    monkeypatch.setattr(api.keel, "_worker_seen_at", float("-inf"))  # no check skipped for a recent one
+    async with httpx.AsyncClient(base_url=api.url, timeout=30) as http:
+        return await http.post("/api/tools/double/execute", json={"data": {"n": 4}})
+
+
 async def test_a_worker_check_whose_answer_is_lost_on_the_way_is_asked_again(
     api: Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -66,17 +86,7 @@ async def test_a_worker_check_whose_answer_is_lost_on_the_way_is_asked_again(
     runs, lost its answer when the connection to the Temporal server dropped ('operation was canceled'), and the
     route answered 500 with the `RPCError`. A check is a read: it is made again."""
     lost = [RPCError("operation was canceled", RPCStatusCode.CANCELLED, b"")]
-    workers = api.keel.workers
-
-    async def losing_once(task_queue: str | None = None) -> list[Poller]:
-        if lost:
-            raise lost.pop()
-        return await workers(task_queue)
-
-    monkeypatch.setattr(api.keel, "workers", losing_once)
-    monkeypatch.setattr(api.keel, "_worker_seen_at", float("-inf"))  # no check skipped for a recent one
-    async with httpx.AsyncClient(base_url=api.url, timeout=30) as http:
-        answer = await http.post("/api/tools/double/execute", json={"data": {"n": 4}})
+    answer = await execute_with_temporal_failing(api, monkeypatch, lost, then_answer=True)
     assert (answer.status_code, answer.json(), lost) == (200, {"n": 8}, [])
 
 
@@ -85,14 +95,8 @@ async def test_a_temporal_server_that_does_not_answer_is_a_503_that_says_so(
 ) -> None:
     """Not a 500 'Internal error' with an `RPCError` in it: the server (or the way to it) is away, which is
     worth retrying later (`@mastra/client-js` retries a 5xx), and the message says what did not answer."""
-
-    async def away(task_queue: str | None = None) -> list[Poller]:
-        raise RPCError("tcp connect error", RPCStatusCode.UNAVAILABLE, b"")
-
-    monkeypatch.setattr(api.keel, "workers", away)
-    monkeypatch.setattr(api.keel, "_worker_seen_at", float("-inf"))
-    async with httpx.AsyncClient(base_url=api.url, timeout=30) as http:
-        answer = await http.post("/api/tools/double/execute", json={"data": {"n": 4}})
+    away = [RPCError("tcp connect error", RPCStatusCode.UNAVAILABLE, b"")]
+    answer = await execute_with_temporal_failing(api, monkeypatch, away)
     assert answer.status_code == 503, answer.text
     assert answer.json() == {"error": "The Temporal server did not answer: tcp connect error"}
 
@@ -100,11 +104,6 @@ async def test_a_temporal_server_that_does_not_answer_is_a_503_that_says_so(
 async def test_a_temporal_answer_that_something_already_exists_is_a_409_not_a_retried_5xx(
     api: Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async def exists(task_queue: str | None = None) -> list[Poller]:
-        raise RPCError("already exists", RPCStatusCode.ALREADY_EXISTS, b"")
-
-    monkeypatch.setattr(api.keel, "workers", exists)
-    monkeypatch.setattr(api.keel, "_worker_seen_at", float("-inf"))
-    async with httpx.AsyncClient(base_url=api.url, timeout=30) as http:
-        answer = await http.post("/api/tools/double/execute", json={"data": {"n": 4}})
+    exists = [RPCError("already exists", RPCStatusCode.ALREADY_EXISTS, b"")]
+    answer = await execute_with_temporal_failing(api, monkeypatch, exists)
     assert (answer.status_code, answer.json()) == (409, {"error": "already exists"})
