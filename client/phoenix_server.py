@@ -59,9 +59,9 @@ def phoenix_command() -> Path | None:
 def install_phoenix(*, quiet: bool = True) -> Path:
     """`arize-phoenix==PHOENIX_VERSION` in its own virtualenv (`tools_dir()`), made or brought to that release when
     needed (`keel.client.tool_venv`); the command."""
-    given = os.environ.get("KEEL_PHOENIX")
-    if given:
-        return Path(given)
+    command = phoenix_command()
+    if command is not None:
+        return command
     requirement = f"arize-phoenix=={PHOENIX_VERSION}"
     try:
         return install_command(tools_dir(), requirement, "phoenix", timeout=INSTALL_SECONDS, quiet=quiet)
