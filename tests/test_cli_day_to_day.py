@@ -304,6 +304,9 @@ def test_ctrl_c_on_keel_dev_stops_its_worker_then_its_own_server_and_prints_no_w
         term.key("c")
         assert term.wait(60) == 0
     finally:
+        if term.proc.poll() is None:  # failed above: SIGTERM still stops its server (a SIGKILL would leave it)
+            term.proc.terminate()
+            term.wait(60)
         term.close()
     after = term.text[term.seen :]
     assert "WARN" not in after and "rror" not in after, after
