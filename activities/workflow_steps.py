@@ -114,6 +114,7 @@ class WorkflowSteps:
                 local_tool_steps=True,
                 temporal_retry_rule=True,
                 foreach_lanes=True,
+                start_budget=True,
                 reset_origin_goes_on=True,
             )
 

@@ -382,12 +382,25 @@ LoopEntry.model_rebuild()
 WorkflowDefinition.model_rebuild()
 
 
+MAX_PROBLEMS = 20
+MAX_PROBLEM_CHARS = 300
+"""`schema_problems` says at most this much: its lines become error messages (a run's failure, an HTTP 400),
+and jsonschema's quote the value, which may be megabytes."""
+
+
 def schema_problems(schema: Any, value: Any) -> list[str]:
-    """What is wrong with `value` under the JSON Schema `schema`, one line each at its JSON path."""
+    """What is wrong with `value` under the JSON Schema `schema`, one line each at its JSON path: the first
+    `MAX_PROBLEMS`, each cut at `MAX_PROBLEM_CHARS`, then how many more there are."""
     if schema in (None, {}, True):
         return []
     errors = sorted(Draft202012Validator(schema).iter_errors(value), key=lambda e: list(e.absolute_path))
-    return [
-        "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in e.absolute_path) + f": {e.message}"
-        for e in errors
-    ]
+    lines = []
+    for e in errors[:MAX_PROBLEMS]:
+        message, quoted = e.message, repr(e.instance)
+        if len(quoted) > 80 and quoted in message:  # "<the value> is not of type 'object'": keep what it says
+            message = message.replace(quoted, f"{quoted[:60]}… ({len(quoted)} characters)")
+        line = "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in e.absolute_path) + f": {message}"
+        lines.append(line if len(line) <= MAX_PROBLEM_CHARS else f"{line[: MAX_PROBLEM_CHARS - 1]}…")
+    if len(errors) > MAX_PROBLEMS:
+        lines.append(f"and {len(errors) - MAX_PROBLEMS} more")
+    return lines

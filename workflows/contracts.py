@@ -656,6 +656,11 @@ class LoadDefinitionResult(Contract):
     """Whether a foreach runs its items in lanes (each lane starts its next item in the coroutine that ended the
     last), so its events come in one order live and replayed. Runs that loaded a definition before this field
     woke each item through a semaphore."""
+    start_budget: bool = False
+    """Whether a step's activity or child run starts only when the workflow task has room for its input
+    (`TASK_INPUT_BYTES`) and fewer than `MAX_IN_FLIGHT` run (else it waits for a later task). Runs that loaded a
+    definition before this field started every step at once: a wide foreach of large items was terminated (its
+    task's completion over Temporal's 4 MiB), one of over 2,000 items had its workflow task fail for ever."""
     reset_origin_goes_on: bool = False
     """Whether a run whose `keel.reset_origin` failed every attempt goes on as a plain reset (or with a time
     travel signalled to it) rather than failing. Runs that loaded a definition before this field ask the patch

@@ -22,7 +22,10 @@ the `time_travel` signal with the step's new input and what the steps before it 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import contextlib
+import functools
+import json
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -75,6 +78,18 @@ TOOL_HEARTBEAT = timedelta(seconds=10)
 MAX_LOCAL_STEPS_PER_TASK = 4
 """Local tool steps a run chains before it runs one as an activity: their results travel in one workflow task
 completion, so a foreach over many items still crosses workflow tasks (and sees a continue-as-new suggestion)."""
+TASK_INPUT_BYTES = 2 * 1024 * 1024
+"""What the inputs of the activities and child runs one workflow task starts may add up to (their JSON): a step
+that would pass it waits for the run's next task. Temporal refuses a task's completion over 4 MiB and terminates
+the run (`GrpcMessageTooLarge`); the rest of that room is the local steps' markers (at most
+`MAX_LOCAL_STEPS_PER_TASK` results, each stored by reference from 256 KiB) and the task's other commands."""
+MAX_IN_FLIGHT = 500
+"""Activities and child runs a run has running at once, whatever the foreach's `concurrency`: Temporal's server
+fails every workflow task that would pass 2,000 pending activities (or child runs), again and again. Well under
+it, as the more end while a workflow task runs, the more often the server closes that task to hand it what it
+buffered (`FORCE_CLOSE_COMMAND`, redone at once): 8 times in a 2,500-item foreach at 1,000."""
+REFERENCED_BYTES = 256 * 1024
+"""From this size a payload goes to the payload store and only a reference travels (`PAYLOAD_SIZE_THRESHOLD`)."""
 LOCAL_RETRY_DELAY = timedelta(seconds=1)
 """After a tool step's local attempt fails: the wait before it is retried as an activity."""
 TEMPORAL_RETRY_RULE_PATCH = "keel-local-tool-step-temporal-retry-rule"
@@ -86,6 +101,11 @@ their suspended steps: check `temporal workflow count --query "KeelKind='workflo
 for runs started before the release that carries it). Runs that load their definition now take the rule from the
 load result (`LoadDefinitionResult.temporal_retry_rule`) and never ask it."""
 LOAD_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
+
+
+def _history_past(length: int) -> bool:
+    """Whether the workflow task now running is a later one than the one that saw `length` events."""
+    return workflow.info().get_current_history_length() != length
 
 
 class StepFailed(Exception):
@@ -103,6 +123,10 @@ class DefinitionRun(TimeTravelling, Resumable):
         self._temporal_retry_rule = False
         self._foreach_lanes = False
         self._local_in_task = 0  # local tool steps since the run last waited on the server
+        self._start_budget = False
+        self._task_at = -1  # the history length of the workflow task `_task_bytes` counts for
+        self._task_bytes = 0  # the inputs the current workflow task starts, in JSON bytes
+        self._in_flight = 0  # activities and child runs started and not ended
         self._tool_calls = 0  # tool step calls so far (each call's storage key)
 
     # --- the run ----------------------------------------------------------------------------------------
@@ -131,6 +155,7 @@ class DefinitionRun(TimeTravelling, Resumable):
             self._local_tool_steps = loaded.local_tool_steps
             self._temporal_retry_rule = loaded.temporal_retry_rule
             self._foreach_lanes = loaded.foreach_lanes
+            self._start_budget = loaded.start_budget
             self._reset_origin_goes_on = loaded.reset_origin_goes_on
             self._state.version, self._state.hash = loaded.version, loaded.hash
             if loaded.memo_version or workflow.memo_value("definitionHash", default=None) != loaded.hash:
@@ -329,15 +354,16 @@ class DefinitionRun(TimeTravelling, Resumable):
                 attempts -= result is None  # the local attempt counts
             if result is None:
                 try:
-                    result = await workflow.execute_activity(
-                        names.WORKFLOW_TOOL_STEP,
-                        step_input,
-                        result_type=WorkflowToolResult,
-                        start_to_close_timeout=TOOL_TIMEOUT,
-                        heartbeat_timeout=TOOL_HEARTBEAT,
-                        retry_policy=RetryPolicy(maximum_attempts=attempts),
-                        summary=summary,
-                    )
+                    async with self._starting(value):
+                        result = await workflow.execute_activity(
+                            names.WORKFLOW_TOOL_STEP,
+                            step_input,
+                            result_type=WorkflowToolResult,
+                            start_to_close_timeout=TOOL_TIMEOUT,
+                            heartbeat_timeout=TOOL_HEARTBEAT,
+                            retry_policy=RetryPolicy(maximum_attempts=attempts),
+                            summary=summary,
+                        )
                 except ActivityError as err:
                     if not isinstance(err.cause, TemporalTimeout):
                         raise
@@ -357,36 +383,64 @@ class DefinitionRun(TimeTravelling, Resumable):
             root, _, path = step.state.path.partition(".")
             state = get_path(data.roots().get(root), path) if root in data.roots() else None
         attempts = (step.options.retries if step.options and step.options.retries else 0) + 1
-        return await workflow.execute_activity(
-            names.WORKFLOW_CLASSIFIER_STEP,
-            ClassifierStepInput(
-                run_id=workflow.info().workflow_id,
-                workflow_id=workflow.info().workflow_type,
-                step_id=step.id,
-                classifier_id=step.classifier_id,
-                state=None if state is MISSING else state,
-                request_context=self._request_context or None,
-            ),
-            start_to_close_timeout=TOOL_TIMEOUT,
-            heartbeat_timeout=TOOL_HEARTBEAT,
-            retry_policy=RetryPolicy(maximum_attempts=attempts),
-            summary=f"{step.id}: {step.classifier_id}",
-        )
+        async with self._starting(state):
+            return await workflow.execute_activity(
+                names.WORKFLOW_CLASSIFIER_STEP,
+                ClassifierStepInput(
+                    run_id=workflow.info().workflow_id,
+                    workflow_id=workflow.info().workflow_type,
+                    step_id=step.id,
+                    classifier_id=step.classifier_id,
+                    state=None if state is MISSING else state,
+                    request_context=self._request_context or None,
+                ),
+                start_to_close_timeout=TOOL_TIMEOUT,
+                heartbeat_timeout=TOOL_HEARTBEAT,
+                retry_policy=RetryPolicy(maximum_attempts=attempts),
+                summary=f"{step.id}: {step.classifier_id}",
+            )
 
     async def _agent(self, step: AgentEntry, value: Any) -> Any:
         prompt = value.get("prompt") if isinstance(value, dict) else value
         if not isinstance(prompt, str) or not prompt:
             raise StepFailed(f"Step {step.id!r}: an agent step takes {{prompt: string}}, got {_kind(value)}")
-        result: AgentRunResult = await workflow.execute_child_workflow(
-            names.AGENT_RUN,
-            AgentRunInput(agent_id=step.agent_id, messages=prompt),
-            id=self._child_id(step.id),
-            result_type=AgentRunResult,
-        )
+        async with self._starting(prompt):
+            result: AgentRunResult = await workflow.execute_child_workflow(
+                names.AGENT_RUN,
+                AgentRunInput(agent_id=step.agent_id, messages=prompt),
+                id=self._child_id(step.id),
+                result_type=AgentRunResult,
+            )
         return {"text": result.text}
 
     async def _nested(self, step: NestedWorkflowEntry, value: Any) -> Any:
-        return await workflow.execute_child_workflow(step.workflow_id, value, id=self._child_id(step.id))
+        async with self._starting(value):
+            return await workflow.execute_child_workflow(step.workflow_id, value, id=self._child_id(step.id))
+
+    @contextlib.asynccontextmanager
+    async def _starting(self, value: Any) -> AsyncIterator[None]:
+        """Around an activity or child run whose input is `value`: it starts once the current workflow task has
+        room for its input (`TASK_INPUT_BYTES`) and fewer than `MAX_IN_FLIGHT` are running; else it waits for a
+        later task (one that something running ends: the first start of a task always has room). Runs that loaded
+        their definition before `LoadDefinitionResult.start_budget` started every step at once."""
+        if not self._start_budget:
+            yield
+            return
+        size = len(json.dumps(value, separators=(",", ":"), default=str))
+        size = min(size, 1024) if size >= REFERENCED_BYTES else size
+        while True:
+            if (at := workflow.info().get_current_history_length()) != self._task_at:
+                self._task_at, self._task_bytes = at, 0
+            room = self._task_bytes == 0 or self._task_bytes + size <= TASK_INPUT_BYTES
+            if room and self._in_flight < MAX_IN_FLIGHT:
+                break
+            await workflow.wait_condition(functools.partial(_history_past, at))
+        self._task_bytes += size
+        self._in_flight += 1
+        try:
+            yield
+        finally:
+            self._in_flight -= 1
 
     def _child_id(self, step_id: str) -> str:
         self._children += 1

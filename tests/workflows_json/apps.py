@@ -43,6 +43,17 @@ async def numbers(args: Count, ctx: ToolContext) -> list[dict[str, int]]:
     return [{"n": i} for i in range(1, args.count + 1)]
 
 
+class Texts(BaseModel):
+    count: int
+    size: int
+
+
+@tool("texts")
+async def texts(args: Texts, ctx: ToolContext) -> list[dict[str, str]]:
+    """`count` texts of `size` characters each, as [{text}, ...]."""
+    return [{"text": f"{i:06d}".ljust(args.size, "x")} for i in range(args.count)]
+
+
 @tool("echo")
 async def echo(args: Text, ctx: ToolContext) -> dict[str, str]:
     """The text back."""
@@ -106,7 +117,7 @@ async def triage(state: Any, ctx: ToolContext) -> dict[str, Any]:
 writer = Agent(id="writer", model=ScriptedModel(writer_script, name="writer"))
 app = App.of(
     writer,
-    tools=(double, inc, numbers, echo, record, send, stumble),
+    tools=(double, inc, numbers, texts, echo, record, send, stumble),
     classifiers=(Classifier("triage", triage, "Is it urgent?"),),
 )
 

@@ -7,23 +7,28 @@ import asyncio
 import gc
 import json
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
 from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
+from temporalio.worker import Replayer
 
 from keel.app.workflow_checks import Known, check_definition
 from keel.client import keel_client
-from keel.client.devserver import DevServer
+from keel.client.connection import connect
+from keel.client.devserver import DevServer, DevServerConfig
 from keel.client.errors import NoWorker
 from keel.client.keel_client import KeelClient
 from keel.client.temporal_reset import reset_to_task
 from keel.client.workflows import Workflows
+from keel.plugin import KeelPlugin
 from keel.protocol import names
 from keel.storage import Storage
+from keel.workflows import definition_run
 from keel.workflows.contracts import ResumeStep, WorkflowRunState
 from keel.workflows.search_attributes import KEEL_WORKFLOW_ID
-from tests.conftest import running_worker
+from tests.conftest import free_port, running_worker
 from tests.test_temporal_cli import temporal
 from tests.workflows_json.apps import ASK, CHILD, EVERYTHING, app, definition, mapping, tool_step
 
@@ -439,3 +444,89 @@ async def test_settle_follows_a_run_reset_while_it_waited(client: Client, storag
         assert settled.state.status == "suspended"
         assert settled.state.steps["human"].suspend_payload == {"question": "Go on?"}
         assert (await handle.describe()).run_id != first
+
+
+def wide_foreach(workflow_id: str, output_schema: dict[str, Any]) -> dict[str, Any]:
+    """60 items of 100 KB, all at once (6 MB: no workflow task may start them all, Temporal refuses a task's
+    completion over 4 MiB)."""
+    return definition(
+        workflow_id,
+        [
+            mapping("howmany", {"count": {"value": 60}, "size": {"value": 100_000}}),
+            tool_step("make", "texts"),
+            {"type": "foreach", "step": tool_step("each", "echo"), "opts": {"concurrency": 60}},
+        ],
+        outputSchema=output_schema,
+    )
+
+
+async def test_a_wide_foreach_over_large_items_completes(client: Client, storage: Storage, task_queue: str) -> None:
+    await save(storage, wide_foreach("wide", {"type": "array"}))
+    async with running_worker(client, app, storage, task_queue):
+        handle = await start(client, "wide", task_queue, {})
+        result = await asyncio.wait_for(handle.result(), 60)
+        history = await handle.fetch_history()
+    assert [item["echo"][:6] for item in result] == [f"{i:06d}" for i in range(60)]
+    assert all(len(item["echo"]) == 100_000 for item in result)
+    # The items waited for later workflow tasks, and the run replays so (its waits read the history's length)
+    tasks = [e for e in history.events if e.HasField("workflow_task_completed_event_attributes")]
+    assert len(tasks) >= 4
+    await Replayer(workflows=[], plugins=[KeelPlugin()]).replay_workflow(history)
+
+
+async def test_a_large_output_that_fails_its_schema_fails_the_run_saying_so_in_short(
+    client: Client, storage: Storage, task_queue: str
+) -> None:
+    await save(storage, wide_foreach("wide-object", {"type": "object"}))
+    async with running_worker(client, app, storage, task_queue):
+        handle = await start(client, "wide-object", task_queue, {})
+        with pytest.raises(WorkflowFailureError) as caught:
+            await asyncio.wait_for(handle.result(), 60)
+    message = str(caught.value.cause)
+    assert "is not of type 'object'" in message and "(6000840 characters)" in message, message[:500]
+    assert len(message) < 1000
+
+
+async def test_a_foreach_wider_than_temporal_lets_a_run_have_pending_completes(
+    storage: Storage, task_queue: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server that allows 20 pending activities (Temporal's default is 2,000, `MAX_IN_FLIGHT` 500): a foreach of
+    60 at once would have every workflow task failed for ever (PENDING_ACTIVITIES_LIMIT_EXCEEDED)."""
+    # Unsandboxed (the suite sandboxes Keel's workflows, which re-imports their modules for each run): the worker
+    # reads the module's constants as patched.
+    monkeypatch.setattr(definition_run, "MAX_IN_FLIGHT", 10)
+    monkeypatch.setattr(definition_run, "MAX_LOCAL_STEPS_PER_TASK", 0)  # every item an activity
+    cfg = DevServerConfig(
+        port=free_port(),
+        ui_port=free_port(),
+        state_dir=tmp_path / "temporal",
+        extra_dynamic_config={"limit.numPendingActivities.error": "20"},
+    )
+    server = await DevServer(cfg).start(reuse=False)
+    try:
+        client = await connect(cfg.address)
+        wide = definition(
+            "wide-many",
+            [
+                mapping("howmany", {"count": {"value": 60}}),
+                tool_step("list", "range"),
+                {"type": "foreach", "step": tool_step("each", "double"), "opts": {"concurrency": 60}},
+            ],
+            outputSchema={"type": "array"},
+        )
+        await save(storage, wide)
+        async with running_worker(client, app, storage, task_queue, sandboxed=False):
+            handle = await start(client, "wide-many", task_queue, {})
+            result = await asyncio.wait_for(handle.result(), 60)
+            history = await handle.fetch_history()
+    finally:
+        server.stop()
+    assert result == [{"n": 2 * i} for i in range(1, 61)]
+    pending, most = 0, 0  # activities scheduled and not ended, through the history
+    for event in history.events:
+        if event.HasField("activity_task_scheduled_event_attributes"):
+            pending += 1
+            most = max(most, pending)
+        elif event.HasField("activity_task_completed_event_attributes"):
+            pending -= 1
+    assert most == 10  # as many as it may, never more
