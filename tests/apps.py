@@ -321,6 +321,32 @@ async def hold(args: Nothing, ctx: ToolContext) -> dict[str, bool]:
 bulky = Agent(id="bulky", model=ScriptedModel(bulky_script, name="bulky"), tools=(blob, hold), max_steps=200)
 
 
+class PostInput(BaseModel):
+    text: str
+
+
+@tool("post", idempotent=False)
+async def post(args: PostInput, ctx: ToolContext) -> int:
+    """Post a text (not idempotent: each call an activity of its own); its length."""
+    return len(args.text)
+
+
+def poster_script(request: ModelRequest) -> ModelResponse:
+    """`posts=P size=B`: one step of P parallel `post` calls, each with B bytes of arguments, then the lengths."""
+    spec = dict(re.findall(r"(\w+)=(\d+)", last_user_text(request)))
+    results = tool_results_since_last_user(request)
+    if not results:
+        size = int(spec["size"])
+        texts = [f"{i:05d}".ljust(size, "p") for i in range(int(spec["posts"]))]
+        return ModelResponse(
+            tool_calls=[ModelToolCall(id=f"p{i}", name="post", args={"text": t}) for i, t in enumerate(texts)]
+        )
+    return ModelResponse(text=f"posted {len(results)} texts of {sorted({r.result for r in results})} bytes")
+
+
+poster = Agent(id="poster", model=ScriptedModel(poster_script, name="poster"), tools=(post,))
+
+
 def listener_script(request: ModelRequest) -> ModelResponse:
     """'hold' -> the `hold` call (waits for approval); anything else -> every user message of the thread."""
     if last_user_text(request) == "hold" and not tool_results_since_last_user(request):
@@ -423,7 +449,7 @@ search_workspace = Workspace(
 
 app = dataclasses.replace(App.of(
     demo, multi, listener, asker, ledger, once, napper, mistakes, payer, reuser, bulky, flaky, workspace_agent, tallier,
-    drawler, stumbler, holder, slow_payer,
+    drawler, stumbler, holder, slow_payer, poster,
     definition_apps.writer,
     tools=definition_apps.app.tools.values(), classifiers=definition_apps.app.classifiers.values(),
     controllers=[controller_apps.controller],

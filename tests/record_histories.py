@@ -92,15 +92,17 @@ _SCENARIOS: dict[str, Callable[[KeelClient, str], Awaitable[str]]] = {
 
 TASK_QUEUE = "record"
 
-GENERATIONS = ["", "_tools_then_model", "_pinned", "_fused_local", "_local_budget", "_gen2"]
+GENERATIONS = ["", "_tools_then_model", "_pinned", "_fused_local", "_local_budget", "_gen2", "_gen3"]
 """One set of files per guarded workflow change, named with its suffix: the files of every generation must keep
 replaying. "": each tool call and model step its own activity; "_tools_then_model": a step's tools and the next
 model call fused (`workflow.patched`); "_pinned": the run shape recorded as a marker at the start;
 "_fused_local": a fused step run as a local activity, and the search attributes set at start not upserted
 (`keelSearchAttributesAtStart` in the memo); "_local_budget": 16 local steps per workflow task (and at most 1
 MiB of their results) pinned with the run's shape, tool results over 256 bytes by reference; "_gen2": the run's
-rules in its shape (`RunShape.generation` 2), no patch asked mid-run. Files of other scenarios recorded before
-"_gen2" hold generation-1 shapes and keep replaying as such."""
+rules in its shape (`RunShape.generation` 2), no patch asked mid-run; "_gen3": a step's tool calls that run as
+activities of their own started as their arguments fit in a workflow task (`RunShape.generation` 3). Files of
+other scenarios recorded before "_gen2" hold generation-1 shapes, and those recorded before "_gen3" generation-2
+ones, and keep replaying as such."""
 
 SHAPE_SCENARIOS = ["approved", "multi_step"]
 """Recorded once per run shape other than the default, for the replay tests with other worker settings."""

@@ -7,10 +7,13 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import History
 from temporalio.client import Client, WorkflowFailureError, WorkflowHistory
 from temporalio.service import RPCError
+from temporalio.worker import Replayer
 
 from keel.client import KeelClient, RunFailed
 from keel.client.converter import data_converter
 from keel.client.devserver import DevServer
+from keel.plugin import KeelPlugin
+from keel.protocol import names
 from keel.storage import DirectoryBlobStore, Storage
 from tests.apps import app as test_app
 from tests.conftest import running_worker
@@ -32,6 +35,26 @@ async def test_a_step_with_three_900_kib_results_completes(client: Client, stora
         result = await keel.result(await keel.start_run("bulky", f"parallel=3 size={900 * 1024}"))
     assert result.text == f"saw 3 results of [{900 * 1024}] bytes"
     assert [len(r.payload.result) for r in result.tool_results] == [900 * 1024] * 3
+
+
+async def test_a_step_whose_parallel_calls_carry_5_mb_of_arguments_completes(
+    client: Client, storage: Storage, task_queue: str
+) -> None:
+    """40 calls of a tool that is not idempotent (each an activity of its own) with 120 KB of arguments each:
+    started at once, their 4.8 MB would be one workflow task's completion, which Temporal refuses over 4 MiB
+    (the run was terminated). They start as they fit, and the run replays so."""
+    async with running_worker(client, test_app, storage, task_queue) as keel:
+        run_id = await keel.start_run("poster", "posts=40 size=120000")
+        result = await keel.result(run_id)
+        executions = [e.run_id async for e in client.list_workflows(f"WorkflowId='{run_id}'")]
+        histories = [await client.get_workflow_handle(run_id, run_id=e).fetch_history() for e in executions]
+    assert result.text == "posted 40 texts of [120000] bytes"
+    events = [e for history in histories for e in history.events]  # the step's history is large: it continues as new
+    tasks = [e for e in events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED]
+    calls = [e for e in events if e.activity_task_scheduled_event_attributes.activity_type.name == names.TOOL_CALL]
+    assert len(calls) == 40 and len(tasks) >= 4  # at most 17 started per workflow task
+    for history in histories:
+        await Replayer(workflows=[], plugins=[KeelPlugin()]).replay_workflow(history)
 
 
 async def test_a_20_mb_tool_result_reaches_the_model_and_the_history_holds_only_a_reference(

@@ -49,7 +49,7 @@ async def test_recorded_history_replays_with_the_current_workflow(path: Path, sa
 @pytest.mark.parametrize("worker_shape", ALL_SHAPES, ids=lambda s: s.marker().split(":")[1])
 @pytest.mark.parametrize(
     "path",
-    [p for p in HISTORIES if "_shape_" in p.stem or p.stem.endswith(("_pinned", "_gen2"))],
+    [p for p in HISTORIES if "_shape_" in p.stem or p.stem.endswith(("_pinned", "_gen2", "_gen3"))],
     ids=lambda p: p.stem,
 )
 async def test_a_worker_with_other_run_shape_settings_replays_a_run_as_it_began(

@@ -45,6 +45,7 @@ from keel.workflows.contracts import (
     LOCAL_STEP_BYTES_PER_TASK,
     MAX_FILE_READS,
     MAX_PROCESSES,
+    RUN_GENERATION,
     AgentRunInput,
     AgentRunResult,
     ApprovalAccepted,
@@ -83,6 +84,7 @@ from keel.workflows.search_attributes import (
     KEEL_STATUS,
     KEEL_THREAD_ID,
 )
+from keel.workflows.task_budget import TaskBudget, input_bytes
 
 KEEL_RUN_ATTRIBUTES = (KEEL_KIND, KEEL_STATUS, KEEL_AGENT_ID, KEEL_THREAD_ID, KEEL_RESOURCE_ID)
 RUN_ID_REUSED = "RunIdReused"
@@ -147,6 +149,10 @@ rule comes with a new generation (`RUN_GENERATION`). The generation-1 branches m
 once no run pinned before generation 2 is open (runs waiting on a person may be open for days: keep them a
 release or two)."""
 
+TOOL_BUDGET_GENERATION = 3
+"""From this `RunShape.generation` a step's tool calls that run as activities of their own start as their
+arguments fit in the workflow task (`RUN_GENERATION`)."""
+
 LEGACY_SHAPE = RunShape(model_as_local_activity=True, fuse_tools_with_next_model_step=True)
 """What every worker ran before shapes were pinned (fusing still gated by `FUSED_STEPS_PATCH`)."""
 
@@ -185,6 +191,7 @@ class AgentRun:
         # with one, reached without an await. Signals and updates of the first activation are handled first.
         self._begun = False
         self._early_turn: TurnConfig | None = None  # a `turn_config` that came before `run` began
+        self._budget = TaskBudget()  # the tool calls' arguments started in the current workflow task
 
     # --- handlers ------------------------------------------------------------------------------------
 
@@ -884,6 +891,8 @@ class _Loop:
         tool_input = self._tool_input(call)
         if resume_data is not None:
             tool_input.resume_data = resume_data
+        if self.shape.generation >= TOOL_BUDGET_GENERATION:  # see RUN_GENERATION
+            await self.wf._budget.room_for(input_bytes(call.args) + input_bytes(resume_data))
         try:
             result: ToolCallResult = await workflow.execute_activity(
                 names.TOOL_CALL,
@@ -1092,11 +1101,16 @@ def _pin_shape(preferred: RunShape) -> RunShape | None:
 
     A run's first workflow task records the starting worker's `preferred` shape as a `workflow.patched` marker.
     Replaying, `patched` is true only for the marker the history holds and adds no command for the others, so a
-    worker that prefers another shape finds the recorded one and issues the same commands. Shapes of generation 1
-    (`RunShape.generation`) are looked for last: only runs started before generation 2 hold them.
+    worker that prefers another shape finds the recorded one and issues the same commands. Shapes of earlier
+    generations (`RunShape.generation`) are looked for after the current one's, the newest first: only runs started
+    before the current generation hold them.
     """
-    generation_1 = (s.model_copy(update={"generation": 1}) for s in (preferred, *ALL_SHAPES))
-    candidates = dict.fromkeys((preferred, *ALL_SHAPES, *generation_1))  # the preferred (any budget) first
+    earlier = (
+        s.model_copy(update={"generation": generation})
+        for generation in range(RUN_GENERATION - 1, 0, -1)
+        for s in (preferred, *ALL_SHAPES)
+    )
+    candidates = dict.fromkeys((preferred, *ALL_SHAPES, *earlier))  # the preferred (any budget) first
     return next((s for s in candidates if workflow.patched(s.marker())), None)
 
 

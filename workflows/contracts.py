@@ -76,8 +76,8 @@ class RunShape(Contract):
     """Which of the run's rules its shape decides. Generation 1 (runs pinned before this field existed) asked a
     `workflow.patched` for each later rule when it first needed it, which can be in reaction to a local step's
     result, where a replay may meet it a workflow task early and fail; from generation 2 the shape holds the
-    rules of `workflows/agent_run.py`'s `RULES_IN_SHAPE` (a later rule takes generation 3, and so on). Not the
-    same counter as `SessionCarry.generation`, a session's."""
+    rules of `workflows/agent_run.py`'s `RULES_IN_SHAPE` (a later rule takes generation 3, and so on: see
+    `RUN_GENERATION`). Not the same counter as `SessionCarry.generation`, a session's."""
 
     def marker(self) -> str:
         """The id of the `workflow.patched` marker that records this shape (visible in the UI's history)."""
@@ -96,8 +96,11 @@ class RunShape(Contract):
         return self.model_as_local_activity or self.fused_step_as_local_activity
 
 
-RUN_GENERATION = 2
-"""The `RunShape.generation` of runs started now."""
+RUN_GENERATION = 3
+"""The `RunShape.generation` of runs started now. Generation 3 starts a step's tool calls that run as activities
+of their own only as their arguments fit in a workflow task (`keel.workflows.task_budget`): at generation 2 all
+at once, and a step whose calls' arguments passed 4 MiB ended the run terminated. Generation-2 runs keep doing
+so (their branch may go once none is open: runs waiting on a person may be open for days, so a release or two)."""
 
 ALL_SHAPES = tuple(
     RunShape(

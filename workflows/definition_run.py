@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
-import json
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -68,6 +66,7 @@ from keel.workflows.graph_values import MISSING, RunData, get_path, holds, map_v
 from keel.workflows.local_attempt import once_locally, retryable
 from keel.workflows.resumable import Resumable, bounded_value
 from keel.workflows.search_attributes import KEEL_STATUS
+from keel.workflows.task_budget import TaskBudget, input_bytes
 from keel.workflows.time_travel import TimeTravelling, entry_step_ids
 
 MAX_LOOP_ITERATIONS = 1_000
@@ -78,18 +77,11 @@ TOOL_HEARTBEAT = timedelta(seconds=10)
 MAX_LOCAL_STEPS_PER_TASK = 4
 """Local tool steps a run chains before it runs one as an activity: their results travel in one workflow task
 completion, so a foreach over many items still crosses workflow tasks (and sees a continue-as-new suggestion)."""
-TASK_INPUT_BYTES = 2 * 1024 * 1024
-"""What the inputs of the activities and child runs one workflow task starts may add up to (their JSON): a step
-that would pass it waits for the run's next task. Temporal refuses a task's completion over 4 MiB and terminates
-the run (`GrpcMessageTooLarge`); the rest of that room is the local steps' markers (at most
-`MAX_LOCAL_STEPS_PER_TASK` results, each stored by reference from 256 KiB) and the task's other commands."""
 MAX_IN_FLIGHT = 500
 """Activities and child runs a run has running at once, whatever the foreach's `concurrency`: Temporal's server
 fails every workflow task that would pass 2,000 pending activities (or child runs), again and again. Well under
 it, as the more end while a workflow task runs, the more often the server closes that task to hand it what it
 buffered (`FORCE_CLOSE_COMMAND`, redone at once): 8 times in a 2,500-item foreach at 1,000."""
-REFERENCED_BYTES = 256 * 1024
-"""From this size a payload goes to the payload store and only a reference travels (`PAYLOAD_SIZE_THRESHOLD`)."""
 LOCAL_RETRY_DELAY = timedelta(seconds=1)
 """After a tool step's local attempt fails: the wait before it is retried as an activity."""
 TEMPORAL_RETRY_RULE_PATCH = "keel-local-tool-step-temporal-retry-rule"
@@ -101,11 +93,6 @@ their suspended steps: check `temporal workflow count --query "KeelKind='workflo
 for runs started before the release that carries it). Runs that load their definition now take the rule from the
 load result (`LoadDefinitionResult.temporal_retry_rule`) and never ask it."""
 LOAD_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
-
-
-def _history_past(length: int) -> bool:
-    """Whether the workflow task now running is a later one than the one that saw `length` events."""
-    return workflow.info().get_current_history_length() != length
 
 
 class StepFailed(Exception):
@@ -124,8 +111,7 @@ class DefinitionRun(TimeTravelling, Resumable):
         self._foreach_lanes = False
         self._local_in_task = 0  # local tool steps since the run last waited on the server
         self._start_budget = False
-        self._task_at = -1  # the history length of the workflow task `_task_bytes` counts for
-        self._task_bytes = 0  # the inputs the current workflow task starts, in JSON bytes
+        self._budget = TaskBudget()
         self._in_flight = 0  # activities and child runs started and not ended
         self._tool_calls = 0  # tool step calls so far (each call's storage key)
 
@@ -420,22 +406,16 @@ class DefinitionRun(TimeTravelling, Resumable):
     @contextlib.asynccontextmanager
     async def _starting(self, value: Any) -> AsyncIterator[None]:
         """Around an activity or child run whose input is `value`: it starts once the current workflow task has
-        room for its input (`TASK_INPUT_BYTES`) and fewer than `MAX_IN_FLIGHT` are running; else it waits for a
-        later task (one that something running ends: the first start of a task always has room). Runs that loaded
-        their definition before `LoadDefinitionResult.start_budget` started every step at once."""
+        room for its input (`keel.workflows.task_budget`) and fewer than `MAX_IN_FLIGHT` are running; else it waits
+        for a later task. Runs that loaded their definition before `LoadDefinitionResult.start_budget` started
+        every step at once."""
         if not self._start_budget:
             yield
             return
-        size = len(json.dumps(value, separators=(",", ":"), default=str))
-        size = min(size, 1024) if size >= REFERENCED_BYTES else size
-        while True:
-            if (at := workflow.info().get_current_history_length()) != self._task_at:
-                self._task_at, self._task_bytes = at, 0
-            room = self._task_bytes == 0 or self._task_bytes + size <= TASK_INPUT_BYTES
-            if room and self._in_flight < MAX_IN_FLIGHT:
-                break
-            await workflow.wait_condition(functools.partial(_history_past, at))
-        self._task_bytes += size
+        size = input_bytes(value)
+        while not (self._budget.fits(size) and self._in_flight < MAX_IN_FLIGHT):
+            await self._budget.next_task()
+        self._budget.spend(size)
         self._in_flight += 1
         try:
             yield

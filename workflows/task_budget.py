@@ -1,0 +1,70 @@
+"""What one workflow task may send the server, the rule `AgentRun` and `DefinitionRun` share.
+
+Temporal refuses a workflow task's completion over 4 MiB (the SDK then fails the task with `GrpcMessageTooLarge`
+and the server terminates the run), and every activity or child run the task starts carries its input in it, up
+to the 256 KiB from which the payload store keeps a payload and a reference travels instead. So a step that
+starts many at once (a wide `foreach`, a model step's parallel tool calls) starts those whose inputs fit in
+`TASK_INPUT_BYTES`; the others wait for a later workflow task, which the ones started bring when they end (the
+first start of a task always fits, so there is always one).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from typing import Any
+
+from temporalio import workflow
+
+TASK_INPUT_BYTES = 2 * 1024 * 1024
+"""What the inputs one workflow task starts may add up to, as JSON. The rest of the 4 MiB is for the local steps'
+markers (each run bounds those: at most 1 MiB for an agent run's, 4 results for a definition run's) and the
+task's other commands."""
+REFERENCED_BYTES = 256 * 1024
+"""From this size a payload goes to the payload store and only a reference travels (`PAYLOAD_SIZE_THRESHOLD`)."""
+REFERENCE_BYTES = 1024
+"""What a reference to a stored payload counts for."""
+
+
+def input_bytes(value: Any) -> int:
+    """What `value`, an activity's or child run's input, adds to its workflow task's completion."""
+    size = len(json.dumps(value, separators=(",", ":"), default=str))
+    return REFERENCE_BYTES if size >= REFERENCED_BYTES else size
+
+
+def _history_past(length: int) -> bool:
+    """Whether the workflow task now running is a later one than the one that saw `length` events."""
+    return workflow.info().get_current_history_length() != length
+
+
+class TaskBudget:
+    """The inputs started in the current workflow task (told apart by the history's length, which only a new
+    task changes, live and in replay alike)."""
+
+    def __init__(self) -> None:
+        self._task_at = -1
+        self._spent = 0
+
+    def _now(self) -> int:
+        if (at := workflow.info().get_current_history_length()) != self._task_at:
+            self._task_at, self._spent = at, 0
+        return at
+
+    def fits(self, size: int) -> bool:
+        """Whether an input of `size` bytes fits in the current task (the first always does)."""
+        self._now()
+        return self._spent == 0 or self._spent + size <= TASK_INPUT_BYTES
+
+    def spend(self, size: int) -> None:
+        self._now()
+        self._spent += size
+
+    async def next_task(self) -> None:
+        """Wait for a later workflow task than the current one."""
+        await workflow.wait_condition(functools.partial(_history_past, self._now()))
+
+    async def room_for(self, size: int) -> None:
+        """Wait until an input of `size` bytes fits, and count it."""
+        while not self.fits(size):
+            await self.next_task()
+        self.spend(size)
