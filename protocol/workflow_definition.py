@@ -9,6 +9,7 @@ Graph entries, told apart by `type`: `agent`, `tool`, `classifier`, `mapping`, `
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from datetime import datetime
@@ -393,7 +394,11 @@ def schema_problems(schema: Any, value: Any) -> list[str]:
     `MAX_PROBLEMS`, each cut at `MAX_PROBLEM_CHARS`, then how many more there are."""
     if schema in (None, {}, True):
         return []
-    errors = sorted(Draft202012Validator(schema).iter_errors(value), key=lambda e: list(e.absolute_path))
+    # Only as many as it says are made: jsonschema quotes the value in each, and there may be one per item.
+    found = list(itertools.islice(Draft202012Validator(schema).iter_errors(value), MAX_PROBLEMS + 1))
+    errors = sorted(
+        found, key=lambda e: [(0, p, "") if isinstance(p, int) else (1, 0, str(p)) for p in e.absolute_path]
+    )
     lines = []
     for e in errors[:MAX_PROBLEMS]:
         message, quoted = e.message, repr(e.instance)
@@ -402,5 +407,5 @@ def schema_problems(schema: Any, value: Any) -> list[str]:
         line = "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in e.absolute_path) + f": {message}"
         lines.append(line if len(line) <= MAX_PROBLEM_CHARS else f"{line[: MAX_PROBLEM_CHARS - 1]}…")
     if len(errors) > MAX_PROBLEMS:
-        lines.append(f"and {len(errors) - MAX_PROBLEMS} more")
+        lines.append("and more")
     return lines

@@ -150,8 +150,8 @@ once no run pinned before generation 2 is open (runs waiting on a person may be 
 release or two)."""
 
 TOOL_BUDGET_GENERATION = 3
-"""From this `RunShape.generation` a step's tool calls that run as activities of their own start as their
-arguments fit in the workflow task (`RUN_GENERATION`)."""
+"""From this `RunShape.generation` a step's tool calls that run as activities of their own, and its subagents'
+child runs, start as their inputs fit in the workflow task (`RUN_GENERATION`)."""
 
 LEGACY_SHAPE = RunShape(model_as_local_activity=True, fuse_tools_with_next_model_step=True)
 """What every worker ran before shapes were pinned (fusing still gated by `FUSED_STEPS_PATCH`)."""
@@ -811,6 +811,8 @@ class _Loop:
             request_context=self.input.request_context,
             turn=sub_turn,
         )
+        if self.shape.generation >= TOOL_BUDGET_GENERATION:
+            await self.wf._budget.room_for(input_bytes(child))
         try:
             result: AgentRunResult = await workflow.execute_child_workflow(
                 names.AGENT_RUN,
@@ -892,7 +894,7 @@ class _Loop:
         if resume_data is not None:
             tool_input.resume_data = resume_data
         if self.shape.generation >= TOOL_BUDGET_GENERATION:  # see RUN_GENERATION
-            await self.wf._budget.room_for(input_bytes(call.args) + input_bytes(resume_data))
+            await self.wf._budget.room_for(input_bytes(tool_input))
         try:
             result: ToolCallResult = await workflow.execute_activity(
                 names.TOOL_CALL,

@@ -322,13 +322,18 @@ class DefinitionRun(TimeTravelling, Resumable):
             )
             summary = f"{key}: {step.tool_id}"
             result: WorkflowToolResult | None = None
+            locals_before = self._budget.locals() if self._start_budget else self._local_in_task
             if (
                 self._local_tool_steps
                 and idempotent
                 and resume_data is None
-                and self._local_in_task < MAX_LOCAL_STEPS_PER_TASK
+                and locals_before < MAX_LOCAL_STEPS_PER_TASK
             ):
+                # Counted per workflow task from `start_budget` on; before, since the run's last activity ended,
+                # which let a task that several activities' ends woke run that many more.
                 self._local_in_task += 1
+                if self._start_budget:
+                    self._budget.count_local()
                 # The run's details name its definition version: the UI's Pending Activities say the rest.
                 result = await once_locally(
                     names.WORKFLOW_TOOL_STEP, step_input, WorkflowToolResult, TOOL_TIMEOUT, summary,
@@ -340,7 +345,7 @@ class DefinitionRun(TimeTravelling, Resumable):
                 attempts -= result is None  # the local attempt counts
             if result is None:
                 try:
-                    async with self._starting(value):
+                    async with self._starting(step_input):
                         result = await workflow.execute_activity(
                             names.WORKFLOW_TOOL_STEP,
                             step_input,
@@ -369,17 +374,18 @@ class DefinitionRun(TimeTravelling, Resumable):
             root, _, path = step.state.path.partition(".")
             state = get_path(data.roots().get(root), path) if root in data.roots() else None
         attempts = (step.options.retries if step.options and step.options.retries else 0) + 1
-        async with self._starting(state):
+        step_input = ClassifierStepInput(
+            run_id=workflow.info().workflow_id,
+            workflow_id=workflow.info().workflow_type,
+            step_id=step.id,
+            classifier_id=step.classifier_id,
+            state=None if state is MISSING else state,
+            request_context=self._request_context or None,
+        )
+        async with self._starting(step_input):
             return await workflow.execute_activity(
                 names.WORKFLOW_CLASSIFIER_STEP,
-                ClassifierStepInput(
-                    run_id=workflow.info().workflow_id,
-                    workflow_id=workflow.info().workflow_type,
-                    step_id=step.id,
-                    classifier_id=step.classifier_id,
-                    state=None if state is MISSING else state,
-                    request_context=self._request_context or None,
-                ),
+                step_input,
                 start_to_close_timeout=TOOL_TIMEOUT,
                 heartbeat_timeout=TOOL_HEARTBEAT,
                 retry_policy=RetryPolicy(maximum_attempts=attempts),
@@ -390,10 +396,11 @@ class DefinitionRun(TimeTravelling, Resumable):
         prompt = value.get("prompt") if isinstance(value, dict) else value
         if not isinstance(prompt, str) or not prompt:
             raise StepFailed(f"Step {step.id!r}: an agent step takes {{prompt: string}}, got {_kind(value)}")
-        async with self._starting(prompt):
+        child = AgentRunInput(agent_id=step.agent_id, messages=prompt)
+        async with self._starting(child):
             result: AgentRunResult = await workflow.execute_child_workflow(
                 names.AGENT_RUN,
-                AgentRunInput(agent_id=step.agent_id, messages=prompt),
+                child,
                 id=self._child_id(step.id),
                 result_type=AgentRunResult,
             )
@@ -405,8 +412,8 @@ class DefinitionRun(TimeTravelling, Resumable):
 
     @contextlib.asynccontextmanager
     async def _starting(self, value: Any) -> AsyncIterator[None]:
-        """Around an activity or child run whose input is `value`: it starts once the current workflow task has
-        room for its input (`keel.workflows.task_budget`) and fewer than `MAX_IN_FLIGHT` are running; else it waits
+        """Around an activity or child run whose whole input is `value`: it starts once the current workflow task
+        has room for it (`keel.workflows.task_budget`) and fewer than `MAX_IN_FLIGHT` are running; else it waits
         for a later task. Runs that loaded their definition before `LoadDefinitionResult.start_budget` started
         every step at once."""
         if not self._start_budget:

@@ -14,6 +14,7 @@ import functools
 import json
 from typing import Any
 
+from pydantic import BaseModel
 from temporalio import workflow
 
 TASK_INPUT_BYTES = 2 * 1024 * 1024
@@ -27,8 +28,12 @@ REFERENCE_BYTES = 1024
 
 
 def input_bytes(value: Any) -> int:
-    """What `value`, an activity's or child run's input, adds to its workflow task's completion."""
-    size = len(json.dumps(value, separators=(",", ":"), default=str))
+    """What `value`, an activity's or child run's input (a contract model, or a JSON value), adds to its workflow
+    task's completion: its UTF-8 JSON, as the data converter writes it."""
+    if isinstance(value, BaseModel):
+        size = len(value.model_dump_json().encode())  # as pydantic's `to_json` (the converter's) writes it
+    else:
+        size = len(json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str).encode())
     return REFERENCE_BYTES if size >= REFERENCED_BYTES else size
 
 
@@ -44,11 +49,21 @@ class TaskBudget:
     def __init__(self) -> None:
         self._task_at = -1
         self._spent = 0
+        self._locals = 0
 
     def _now(self) -> int:
         if (at := workflow.info().get_current_history_length()) != self._task_at:
-            self._task_at, self._spent = at, 0
+            self._task_at, self._spent, self._locals = at, 0, 0
         return at
+
+    def locals(self) -> int:
+        """Local steps started in the current task (their results travel in its completion as markers)."""
+        self._now()
+        return self._locals
+
+    def count_local(self) -> None:
+        self._now()
+        self._locals += 1
 
     def fits(self, size: int) -> bool:
         """Whether an input of `size` bytes fits in the current task (the first always does)."""

@@ -46,12 +46,13 @@ async def numbers(args: Count, ctx: ToolContext) -> list[dict[str, int]]:
 class Texts(BaseModel):
     count: int
     size: int
+    fill: str = "x"
 
 
 @tool("texts")
 async def texts(args: Texts, ctx: ToolContext) -> list[dict[str, str]]:
-    """`count` texts of `size` characters each, as [{text}, ...]."""
-    return [{"text": f"{i:06d}".ljust(args.size, "x")} for i in range(args.count)]
+    """`count` texts of `size` characters each (`fill` after a number), as [{text}, ...]."""
+    return [{"text": f"{i:06d}".ljust(args.size, args.fill)} for i in range(args.count)]
 
 
 @tool("echo")

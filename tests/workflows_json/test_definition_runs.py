@@ -446,13 +446,15 @@ async def test_settle_follows_a_run_reset_while_it_waited(client: Client, storag
         assert (await handle.describe()).run_id != first
 
 
-def wide_foreach(workflow_id: str, output_schema: dict[str, Any]) -> dict[str, Any]:
-    """60 items of 100 KB, all at once (6 MB: no workflow task may start them all, Temporal refuses a task's
-    completion over 4 MiB)."""
+def wide_foreach(
+    workflow_id: str, output_schema: dict[str, Any], fill: str = "x", size: int = 100_000
+) -> dict[str, Any]:
+    """60 items of `size` characters, all at once (6 MB or more: no workflow task may start them all, Temporal
+    refuses a task's completion over 4 MiB)."""
     return definition(
         workflow_id,
         [
-            mapping("howmany", {"count": {"value": 60}, "size": {"value": 100_000}}),
+            mapping("howmany", {"count": {"value": 60}, "size": {"value": size}, "fill": {"value": fill}}),
             tool_step("make", "texts"),
             {"type": "foreach", "step": tool_step("each", "echo"), "opts": {"concurrency": 60}},
         ],
@@ -460,14 +462,18 @@ def wide_foreach(workflow_id: str, output_schema: dict[str, Any]) -> dict[str, A
     )
 
 
-async def test_a_wide_foreach_over_large_items_completes(client: Client, storage: Storage, task_queue: str) -> None:
-    await save(storage, wide_foreach("wide", {"type": "array"}))
+@pytest.mark.parametrize(("fill", "size"), [("x", 100_000), ("字", 50_000)], ids=["ascii", "cjk"])
+async def test_a_wide_foreach_over_large_items_completes(
+    client: Client, storage: Storage, task_queue: str, fill: str, size: int
+) -> None:
+    """50,000 CJK characters are 150 KB of UTF-8 in a payload (and 300 KB as escaped JSON)."""
+    await save(storage, wide_foreach("wide", {"type": "array"}, fill, size))
     async with running_worker(client, app, storage, task_queue):
         handle = await start(client, "wide", task_queue, {})
         result = await asyncio.wait_for(handle.result(), 60)
         history = await handle.fetch_history()
     assert [item["echo"][:6] for item in result] == [f"{i:06d}" for i in range(60)]
-    assert all(len(item["echo"]) == 100_000 for item in result)
+    assert all(len(item["echo"]) == size and item["echo"].endswith(fill) for item in result)
     # The items waited for later workflow tasks, and the run replays so (its waits read the history's length)
     tasks = [e for e in history.events if e.HasField("workflow_task_completed_event_attributes")]
     assert len(tasks) >= 4
