@@ -663,7 +663,10 @@ class LoadDefinitionResult(Contract):
     """Whether a step's activity or child run starts only when the workflow task has room for its input
     (`TASK_INPUT_BYTES`) and fewer than `MAX_IN_FLIGHT` run (else it waits for a later task). Runs that loaded a
     definition before this field started every step at once: a wide foreach of large items was terminated (its
-    task's completion over Temporal's 4 MiB), one of over 2,000 items had its workflow task fail for ever."""
+    task's completion over Temporal's 4 MiB), one of over 2,000 items had its workflow task fail for ever. Their
+    branch (`DefinitionRun._starting` with the flag off) may go once none of them is open: definition runs stay
+    open only while a step is suspended, so check `KeelKind='workflow' AND ExecutionStatus='Running'` for runs
+    started before the release that carries this field."""
     reset_origin_goes_on: bool = False
     """Whether a run whose `keel.reset_origin` failed every attempt goes on as a plain reset (or with a time
     travel signalled to it) rather than failing. Runs that loaded a definition before this field ask the patch
