@@ -322,18 +322,16 @@ class DefinitionRun(TimeTravelling, Resumable):
             )
             summary = f"{key}: {step.tool_id}"
             result: WorkflowToolResult | None = None
-            locals_before = self._budget.locals() if self._start_budget else self._local_in_task
             if (
                 self._local_tool_steps
                 and idempotent
                 and resume_data is None
-                and locals_before < MAX_LOCAL_STEPS_PER_TASK
+                and self._local_in_task < MAX_LOCAL_STEPS_PER_TASK
             ):
-                # Counted per workflow task from `start_budget` on; before, since the run's last activity ended,
-                # which let a task that several activities' ends woke run that many more.
+                # Not counted per workflow task (by the history's length): a replay may resolve a local step in
+                # the task after the one that ran it live (when that task was completed while the step ran), and
+                # then decide another step differently (a nondeterminism error, found by a kill -9 test).
                 self._local_in_task += 1
-                if self._start_budget:
-                    self._budget.count_local()
                 # The run's details name its definition version: the UI's Pending Activities say the rest.
                 result = await once_locally(
                     names.WORKFLOW_TOOL_STEP, step_input, WorkflowToolResult, TOOL_TIMEOUT, summary,

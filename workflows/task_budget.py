@@ -49,21 +49,11 @@ class TaskBudget:
     def __init__(self) -> None:
         self._task_at = -1
         self._spent = 0
-        self._locals = 0
 
     def _now(self) -> int:
         if (at := workflow.info().get_current_history_length()) != self._task_at:
-            self._task_at, self._spent, self._locals = at, 0, 0
+            self._task_at, self._spent = at, 0
         return at
-
-    def locals(self) -> int:
-        """Local steps started in the current task (their results travel in its completion as markers)."""
-        self._now()
-        return self._locals
-
-    def count_local(self) -> None:
-        self._now()
-        self._locals += 1
 
     def fits(self, size: int) -> bool:
         """Whether an input of `size` bytes fits in the current task (the first always does)."""
