@@ -391,7 +391,7 @@ and jsonschema's quote the value, which may be megabytes."""
 
 def schema_problems(schema: Any, value: Any) -> list[str]:
     """What is wrong with `value` under the JSON Schema `schema`, one line each at its JSON path: the first
-    `MAX_PROBLEMS`, each cut at `MAX_PROBLEM_CHARS`, then how many more there are."""
+    `MAX_PROBLEMS` found, each cut at `MAX_PROBLEM_CHARS`, then "and more" if there are."""
     if schema in (None, {}, True):
         return []
     # Only as many as it says are made: jsonschema quotes the value in each, and there may be one per item.

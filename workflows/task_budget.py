@@ -19,8 +19,9 @@ from temporalio import workflow
 
 TASK_INPUT_BYTES = 2 * 1024 * 1024
 """What the inputs one workflow task starts may add up to, as JSON. The rest of the 4 MiB is for the local steps'
-markers (each run bounds those: at most 1 MiB for an agent run's, 4 results for a definition run's) and the
-task's other commands."""
+markers and the task's other commands. An agent run bounds its markers to 1 MiB a task; a definition run chains 4
+local steps before an activity, but restarts that count when an activity ends, so a task that several activities'
+ends woke can record a few more (each result under 256 KiB)."""
 REFERENCED_BYTES = 256 * 1024
 """From this size a payload goes to the payload store and only a reference travels (`PAYLOAD_SIZE_THRESHOLD`)."""
 REFERENCE_BYTES = 1024
