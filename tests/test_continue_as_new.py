@@ -11,10 +11,13 @@ from pathlib import Path
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
+from keel.app import Agent, App
 from keel.client.connection import connect
 from keel.client.devserver import DevServer, DevServerConfig
+from keel.model_providers import ScriptedModel
 from keel.storage import Storage
 from tests.apps import app as test_app
+from tests.apps import echo, steps_script
 from tests.conftest import free_port, running_worker
 
 
@@ -90,3 +93,25 @@ async def test_a_client_settling_a_long_run_does_not_hold_back_its_continue_as_n
     assert len(carried) >= 2, "the run did not continue as new twice"
     assert settled.ended and not settled.continued
     assert result.text == "done after 40 tool calls"
+
+
+async def test_every_message_a_run_took_while_it_continued_as_new_reaches_its_thread(
+    storage: Storage, task_queue: str, tmp_path: Path
+) -> None:
+    """Messages delivered all along a run that continues as new every few steps: each one the run took (its
+    delivery answered) is in the thread once, whichever execution took it."""
+    chatty = Agent(id="chatty", model=ScriptedModel(steps_script, name="steps"), tools=(echo,), max_steps=10_000)
+    async with server_suggesting_continue_as_new(tmp_path) as client:
+        async with running_worker(client, App.of(chatty), storage, task_queue) as keel:
+            run_id = await keel.start_run("chatty", "steps=1000", thread_id="t-deliver")
+            taken = []
+            for n in range(60):  # each message but the last asks for 1,000 more steps: the run outlives them
+                content = f"steps={2 if n == 59 else 1000} m{n}"
+                taken.append(await keel.deliver(run_id, content, message_id=f"m{n}"))
+                await asyncio.sleep(0.02)
+            await keel.result(run_id)
+            carried = await carried_bytes(client, run_id)
+    messages, _ = await storage.list_messages("t-deliver")
+    heard = [str(m.content).split()[-1] for m in messages if m.role == "user"][1:]
+    assert len(carried) >= 2, "the run did not continue as new twice"
+    assert sorted(heard, key=lambda m: int(m[1:])) == taken

@@ -589,6 +589,7 @@ class _Loop:
                     await self._persist_pending()
                 self.wf._continuing = True
                 await workflow.wait_condition(workflow.all_handlers_finished)
+                self._drain_inbox()  # delivered while the writes were stored: the next execution stores them
                 workflow.continue_as_new(self.input.model_copy(update={"carry": c, "turn": self.wf._turn}))
 
     def takes(self, rule: str) -> bool:
