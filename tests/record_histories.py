@@ -351,6 +351,32 @@ async def _session_goal_aborted(keel: KeelClient, name: str) -> str:
     return session.id
 
 
+async def _session_pending_overflow(keel: KeelClient, name: str) -> str:
+    """A turn waited on an approval; a `turn_waiting` of that turn brought more calls than the session keeps
+    waiting (`MAX_PENDING`): the session kept what fits and declined the rest at once (generation 7). The turn was
+    then aborted."""
+    from keel.client.controller import ControllerClient
+    from keel.workflows.agent_session import MAX_PENDING
+    from keel.workflows.session_contracts import PendingItem, TurnWaiting
+
+    session = await ControllerClient(keel, _STORAGE[0], "assistant-controller").create_session(name)
+    await session.send_message('tool save_note {"text": "kept"}', wait=False)
+    while not (await session.snapshot()).pending:
+        await asyncio.sleep(0.05)
+    turn = (await session.snapshot()).run_id
+    assert turn is not None
+    more = [
+        PendingItem(kind="approval", run_id=turn, tool_call_id=f"call_more_{n}", tool_name="save_note")
+        for n in range(MAX_PENDING + 1)
+    ]
+    await keel.temporal.get_workflow_handle(session.id).signal(names.TURN_WAITING_SIGNAL, TurnWaiting(items=more))
+    while len((await session.snapshot()).pending) < MAX_PENDING:
+        await asyncio.sleep(0.05)
+    await session.abort()
+    await session.settled()
+    return session.id
+
+
 async def _thread_turns(keel: KeelClient, thread: str) -> tuple[str, str]:
     """A thread's turns: 'hold' wakes a run, a message is delivered into it, one is queued, the run is
     approved, the queued message starts the next run. Returns the first run's id and the entity's."""
@@ -523,6 +549,9 @@ WORKFLOW_IDS = {
     "session_late_waiting_gen4": names.session_workflow_id("assistant-controller", "session_late_waiting_gen4", None),
     "session_busy_gen5": names.session_workflow_id("assistant-controller", "session_busy_gen5", None),
     "session_goal_aborted_gen6": names.session_workflow_id("assistant-controller", "session_goal_aborted_gen6", None),
+    "session_pending_overflow_gen7": names.session_workflow_id(
+        "assistant-controller", "session_pending_overflow_gen7", None
+    ),
     "tool_call_approved": "keel-tool-call-listener-hold-tool_call_approved",  # `tool_call_workflow_id`
 }
 """Histories whose workflow id is not their file's name (a session's id is derived from its controller,
@@ -652,6 +681,7 @@ SCENARIOS: dict[str, Scenario] = {
         _session_busy, DEFAULT_SHAPE, CONTINUE_AS_NEW_SERVER, ends=False, turn_then_continue=True
     ),
     "session_goal_aborted_gen6": Scenario(_session_goal_aborted, DEFAULT_SHAPE, ends=False),
+    "session_pending_overflow_gen7": Scenario(_session_pending_overflow, DEFAULT_SHAPE, ends=False),
     # Approvals that reached the run while the (regular) model step asking for the call ran.
     "approved_while_stepping": Scenario(_approved_while_stepping, ACTIVITY_STEPS_SHAPE),
     "signalled_while_stepping": Scenario(_signalled_while_stepping, ACTIVITY_STEPS_SHAPE),

@@ -109,6 +109,11 @@ while its end is handled (its goal judged included) stops the goal's loop: the j
 `aborted` where it said continue) and no turn is queued for it; an abort during the end answers at once. Before
 it, the abort waited for the judge, found no turn to stop, and the goal's next turn ran. The old branch may go
 once no session begun before it is open."""
+GENERATION_7 = "keel-session-generation-7"
+"""Asked as `GENERATION_2` is, by sessions below generation 7. From 7 a turn's calls waiting for approval past
+`MAX_PENDING` are declined at once (the reason told to the model, an `info` event to the session); before it they
+were dropped, and the turn waited for decisions the session could not take. The old branch may go once no
+session begun before it is open."""
 CONTINUING = "SessionContinuing"
 """The error type of a `settled` that was waiting when its execution continued as new: ask again."""
 MAX_DELIVERED = 100
@@ -145,6 +150,8 @@ class AgentSession:
             self._c.generation = 5
         if self._c.generation < 6 and workflow.patched(GENERATION_6):
             self._c.generation = 6
+        if self._c.generation < 7 and workflow.patched(GENERATION_7):
+            self._c.generation = 7
         self._leaving = False  # continuing as new: `settled` calls still waiting end (`CONTINUING`)
         self._turns_here = 0  # turns this execution started (one at least before it continues as new with a queue)
         self._ready = input.carry is not None and input.carry.config is not None
@@ -818,9 +825,18 @@ class AgentSession:
         async with self._lock:
             known = {p.tool_call_id for p in self._c.pending}
             items = [i for i in waiting.items if self._c.generation < 4 or self._of_running_turn(i.run_id)]
-            new = [i for i in items if i.tool_call_id not in known][: MAX_PENDING - len(self._c.pending)]
+            new = [i for i in items if i.tool_call_id not in known]
+            over = self._past_pending(new) if self._c.generation >= 7 else []
+            if self._c.generation >= 7:
+                new = [i for i in new if i not in over]
+            else:  # dropped (see `GENERATION_7`)
+                new = new[: MAX_PENDING - len(self._c.pending)]
             self._c.pending.extend(new)
-            events = []
+            events: list[dict[str, Any]] = []
+            reason = f"Declined: {MAX_PENDING} tool calls already wait for a decision in this session"
+            if over:
+                tools = ", ".join(dict.fromkeys(i.tool_name for i in over[:20]))
+                events.append({"type": "info", "message": f"{reason} ({len(over)} calls of {tools})"})
             granted = []
             for item in new:
                 if item.kind == "suspension":
@@ -846,7 +862,16 @@ class AgentSession:
             await self._emit(events)
             for item in granted:
                 await self._decide(item, approved=True)
+            for item in over:
+                await self._decide(item, approved=False, reason=reason)
             self._status()
+
+    def _past_pending(self, new: list[PendingItem]) -> list[PendingItem]:
+        """The approvals of `new` past the room `MAX_PENDING` leaves (generation 7): declined, not kept. Suspensions
+        are always kept (one cannot be declined; a step suspends a few calls at most)."""
+        approvals = [i for i in new if i.kind == "approval"]
+        room = MAX_PENDING - len(self._c.pending) - (len(new) - len(approvals))
+        return approvals[max(room, 0) :]
 
     def _of_running_turn(self, run_id: str) -> bool:
         """Whether `run_id` is the running turn's or one of its subagents' (`<turn>-...`)."""

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -16,7 +17,16 @@ from tests.controller.apps import app, controller
 @pytest.fixture
 async def ctl(client: Client, storage: Storage, task_queue: str) -> AsyncIterator[AgentController]:
     """The test controller, with a worker for its app, bound to the test's storage and task queue."""
-    async with build_worker(client, app, storage, task_queue=task_queue):
+    async with bound_controller(client, storage, task_queue) as bound:
+        yield bound
+
+
+@asynccontextmanager
+async def bound_controller(
+    client: Client, storage: Storage, task_queue: str, **worker_options: Any
+) -> AsyncIterator[AgentController]:
+    """`ctl`, with options for its worker (`sandboxed=False` to patch a workflow module's limits)."""
+    async with build_worker(client, app, storage, task_queue=task_queue, **worker_options):
         bound = AgentController.__new__(AgentController)
         bound.__dict__.update(controller.__dict__)
         bound._client = None

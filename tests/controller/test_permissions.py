@@ -10,9 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio.client import Client
 
 from keel import AgentController
 from keel.client.controller import Session
+from keel.storage import Storage
+from keel.workflows import agent_session
+from tests.controller.conftest import bound_controller
 from tests.controller.test_sessions import user, wait_pending
 
 CATEGORY_TOOLS = {
@@ -217,3 +221,29 @@ async def test_yolo_runs_without_asking_but_a_tool_deny_still_refuses(ctl: Agent
     await session.respond_to_tool_approval(pending.tool_call_id, "decline")
     await session.settled()
     assert ran(data_dir) == ["free_echo", "mcp_lookup", "save_note"]
+
+
+async def test_calls_past_what_a_session_keeps_waiting_are_declined_saying_so(
+    client: Client, storage: Storage, task_queue: str, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session keeps at most `MAX_PENDING` calls waiting for a decision. A step asking for more has the rest
+    declined at once, the reason told to the model, instead of waiting for a decision nobody can give (the
+    session shows no event for them and refuses an approval of their ids)."""
+    monkeypatch.setattr(agent_session, "MAX_PENDING", 2)
+    async with bound_controller(client, storage, task_queue, sandboxed=False) as ctl:
+        session = await ctl.create_session(user())
+        await probe(session, {name: probed(category) for category, name in CATEGORY_TOOLS.items()})
+        pending = await wait_pending(session)
+        assert len(pending) == 2
+        for item in pending:
+            await session.respond_to_tool_approval(item.tool_call_id, "approve")
+        await asyncio.wait_for(session.settled(), 30)
+        got = await report(session)
+        found = await events(session, 1)
+    approved = sorted(p.tool_name for p in pending)
+    assert ran(data_dir) == approved
+    assert len(asked(found)) == 2
+    assert [e["message"] for e in found if e["type"] == "info" and "Declined" in e["message"]]
+    for name in set(CATEGORY_TOOLS.values()) - set(approved):
+        declined = got["results"][name]
+        assert declined["denied"] and "2 tool calls already wait for a decision" in declined["result"], declined
