@@ -327,7 +327,17 @@ class PostInput(BaseModel):
 
 @tool("post", idempotent=False)
 async def post(args: PostInput, ctx: ToolContext) -> int:
-    """Post a text (not idempotent: each call an activity of its own); its length."""
+    """Post a text (not idempotent: each call an activity of its own); its length. With KEEL_TEST_POST_SECONDS,
+    each post takes that long and says so in `posted.log`."""
+    seconds = float(os.environ.get("KEEL_TEST_POST_SECONDS", "0"))
+    if seconds:
+        log = data_dir() / "posted.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "a") as f:
+            f.write(f"start {ctx.tool_call_id} attempt={ctx.attempt}\n")
+        await asyncio.sleep(seconds)
+        with open(log, "a") as f:
+            f.write(f"done {ctx.tool_call_id}\n")
     return len(args.text)
 
 
@@ -341,7 +351,9 @@ def poster_script(request: ModelRequest) -> ModelResponse:
         return ModelResponse(
             tool_calls=[ModelToolCall(id=f"p{i}", name="post", args={"text": t}) for i, t in enumerate(texts)]
         )
-    return ModelResponse(text=f"posted {len(results)} texts of {sorted({r.result for r in results})} bytes")
+    lengths = sorted({r.result for r in results if isinstance(r.result, int)})
+    failed = sum(not isinstance(r.result, int) for r in results)
+    return ModelResponse(text=f"posted {len(results)} texts of {lengths} bytes" + (f", {failed} failed" * bool(failed)))
 
 
 poster = Agent(id="poster", model=ScriptedModel(poster_script, name="poster"), tools=(post,))

@@ -13,11 +13,13 @@ from typing import Any
 
 import pytest
 from temporalio.client import Client
+from temporalio.worker import Replayer
 
 from keel.client import KeelClient
 from keel.client.connection import connect
 from keel.client.devserver import DevServer, DevServerConfig
 from keel.client.run_events import follow, read
+from keel.plugin import KeelPlugin
 from keel.protocol import names
 from keel.storage import Storage
 from tests.apps import app as test_app
@@ -219,3 +221,34 @@ async def test_killed_dev_server_keeps_a_suspended_run_on_restart(
         assert "Tool result" in result.text
     finally:
         server.stop()
+
+
+async def test_a_step_whose_calls_start_as_they_fit_survives_a_kill_9_between_its_starts(
+    client: Client, dev_server: DevServer, task_queue: str, tmp_path: Path, data_dir: Path
+) -> None:
+    """40 calls of a non-idempotent tool with 120 KB of arguments each start over several workflow tasks (what
+    one task starts stays under 2 MiB). A worker killed after the first ones started: the next worker starts the
+    rest, no call runs twice, the run completes, and each of its executions replays."""
+    env = {"KEEL_TEST_POST_SECONDS": "3"}
+    keel = KeelClient(client, task_queue=task_queue, app=test_app)
+    with worker_subprocess(dev_server, task_queue, tmp_path, data_dir, env=env) as worker:
+        run_id = await keel.start_run("poster", "posts=40 size=120000")
+        await wait_for_file_lines(data_dir / "posted.log", 5)
+        kill9(worker)
+    before = {line.split()[1] for line in (data_dir / "posted.log").read_text().splitlines()}
+    with worker_subprocess(dev_server, task_queue, tmp_path, data_dir, env=env):
+        async with asyncio.timeout(120):
+            result = await keel.result(run_id)
+    started = [line.split()[1] for line in (data_dir / "posted.log").read_text().splitlines() if "start" in line]
+    assert len(before) < 40  # killed between the step's starts
+    assert len(started) == len(set(started))  # no call ran twice
+    assert sorted(r.payload.tool_call_id for r in result.tool_results) == sorted(f"p{i}" for i in range(40))
+    posted = {r.payload.tool_call_id for r in result.tool_results if r.payload.result == 120000}
+    lost = [r for r in result.tool_results if r.payload.result != 120000]  # taken by the worker that died
+    assert posted <= set(started) - before and len(lost) >= len(before)
+    assert all("did not complete" in str(r.payload.result) for r in lost), lost[:1]
+    assert result.text == f"posted 40 texts of [120000] bytes, {len(lost)} failed"
+    executions = [e.run_id async for e in client.list_workflows(f"WorkflowId='{run_id}'")]
+    for execution in executions:
+        history = await client.get_workflow_handle(run_id, run_id=execution).fetch_history()
+        await Replayer(workflows=[], plugins=[KeelPlugin()]).replay_workflow(history)
