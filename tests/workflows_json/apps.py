@@ -57,7 +57,14 @@ async def texts(args: Texts, ctx: ToolContext) -> list[dict[str, str]]:
 
 @tool("echo")
 async def echo(args: Text, ctx: ToolContext) -> dict[str, str]:
-    """The text back."""
+    """The text back. With KEEL_TEST_ECHO_SECONDS, after that long, `echoed.log` saying when it started."""
+    seconds = float(os.environ.get("KEEL_TEST_ECHO_SECONDS", "0"))
+    if seconds:
+        data = Path(os.environ.get("KEEL_DATA_DIR", ".keel"))
+        data.mkdir(parents=True, exist_ok=True)
+        with (data / "echoed.log").open("a") as log:
+            log.write(f"{args.text[:6]} attempt={ctx.attempt}\n")
+        await asyncio.sleep(seconds)
     return {"echo": args.text}
 
 

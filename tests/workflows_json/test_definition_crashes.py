@@ -13,12 +13,15 @@ from typing import Any
 import pytest
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.service import RPCError
+from temporalio.worker import Replayer
 
 from keel.client.devserver import DevServer
+from keel.plugin import KeelPlugin
 from keel.storage import SQLiteStorage
 from keel.workflows.contracts import WorkflowRunState
 from tests.conftest import worker_subprocess
 from tests.workflows_json.apps import FOREACH_AND_SLEEP, SEND
+from tests.workflows_json.test_definition_runs import wide_foreach
 
 
 @contextmanager
@@ -97,3 +100,27 @@ async def test_kill_9_under_a_step_of_a_tool_that_is_not_idempotent_fails_the_st
         "and has no retries is not started again)"
     )
     assert (data_dir / "sent.log").read_text().splitlines() == ["start 7 attempt=1"]
+
+
+async def test_kill_9_while_a_wide_foreach_of_large_items_starts_them_over_several_tasks_completes_it(
+    client: Client, dev_server: DevServer, task_queue: str, tmp_path: Path, data_dir: Path
+) -> None:
+    """60 items of 100 KB at once start over several workflow tasks (one task starts 2 MiB of inputs at most). A
+    worker killed after the first started: the next one starts the rest, the run completes, and it replays."""
+    storage = SQLiteStorage(tmp_path / "keel.db")
+    await storage.init()
+    await storage.save_definition("wide", wide_foreach("wide", {"type": "array"}))
+    await storage.close()
+    app, env = "tests.workflows_json.apps:app", {"KEEL_TEST_ECHO_SECONDS": "2"}
+    with worker_subprocess(dev_server, task_queue, tmp_path, data_dir, app=app, env=env):  # SIGKILL on leaving
+        handle = await client.start_workflow("wide", {}, id=f"wide-{uuid.uuid4()}", task_queue=task_queue)
+        before = await lines(data_dir / "echoed.log", 5)
+    with worker_subprocess(dev_server, task_queue, tmp_path, data_dir, app=app, env=env):
+        result = await asyncio.wait_for(handle.result(), 90)
+        history = await handle.fetch_history()
+    assert len(before) < 60  # killed between the foreach's starts
+    assert [item["echo"][:6] for item in result] == [f"{i:06d}" for i in range(60)]
+    assert all(len(item["echo"]) == 100_000 for item in result)
+    echoed = [line.split()[0] for line in (data_dir / "echoed.log").read_text().splitlines()]
+    assert set(echoed) == {f"{i:06d}" for i in range(60)}
+    await Replayer(workflows=[], plugins=[KeelPlugin()]).replay_workflow(history)
