@@ -27,7 +27,8 @@ from temporalio.converter import (
 )
 from temporalio.exceptions import ApplicationError
 
-from keel.client.payload_driver import MAX_PAYLOAD_BYTES, PAYLOAD_SIZE_THRESHOLD, KeelPayloadDriver
+from keel.client.payload_driver import MAX_PAYLOAD_BYTES, KeelPayloadDriver
+from keel.protocol.payloads import PAYLOAD_SIZE_THRESHOLD
 from keel.storage import BlobStore
 
 

@@ -20,9 +20,6 @@ from temporalio.exceptions import ApplicationError
 from keel.storage import BlobStore, blob_key
 from keel.storage.blobs import workflow_owner
 
-PAYLOAD_SIZE_THRESHOLD = 256 * 1024
-"""Payloads of this size or more are stored by reference (temporalio's default, well under the 2 MB limit)."""
-
 MAX_PAYLOAD_BYTES = 256 * 1024 * 1024
 """The largest single payload Keel stores: larger fails at once, without retries (it would fail again)."""
 

@@ -17,13 +17,13 @@ from typing import Any
 from pydantic import BaseModel
 from temporalio import workflow
 
+from keel.protocol.payloads import PAYLOAD_SIZE_THRESHOLD
+
 TASK_INPUT_BYTES = 2 * 1024 * 1024
 """What the inputs one workflow task starts may add up to, as JSON. The rest of the 4 MiB is for the local steps'
 markers and the task's other commands. An agent run bounds its markers to 1 MiB a task; a definition run chains 4
 local steps before an activity, but restarts that count when an activity ends, so a task that several activities'
 ends woke can record a few more (each result under 256 KiB)."""
-REFERENCED_BYTES = 256 * 1024
-"""From this size a payload goes to the payload store and only a reference travels (`PAYLOAD_SIZE_THRESHOLD`)."""
 REFERENCE_BYTES = 1024
 """What a reference to a stored payload counts for."""
 
@@ -35,7 +35,7 @@ def input_bytes(value: Any) -> int:
         size = len(value.model_dump_json().encode())  # as pydantic's `to_json` (the converter's) writes it
     else:
         size = len(json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str).encode())
-    return REFERENCE_BYTES if size >= REFERENCED_BYTES else size
+    return REFERENCE_BYTES if size >= PAYLOAD_SIZE_THRESHOLD else size
 
 
 def _history_past(length: int) -> bool:

@@ -1,0 +1,8 @@
+"""The payload size both sides agree on: the client's payload store keeps a payload of this size or more and
+sends a reference, and the workflows count such a payload as its reference when they bound what one workflow
+task sends (`keel.workflows.task_budget`)."""
+
+from __future__ import annotations
+
+PAYLOAD_SIZE_THRESHOLD = 256 * 1024
+"""Payloads of this size or more are stored by reference (the Temporal SDK's default, well under the 2 MB limit)."""
