@@ -236,8 +236,35 @@ class Session:
         from keel.workflows.session_contracts import Accepted, ToolApprovalResponse
 
         response = ToolApprovalResponse(tool_call_id=tool_call_id, decision=decision, reason=reason)
-        result: Accepted = await self._update(names.SESSION_APPROVAL_UPDATE, response, Accepted)
+        try:
+            result: Accepted = await self._update(names.SESSION_APPROVAL_UPDATE, response, Accepted)
+        except SessionError as err:
+            if err.kind != UPDATE_LIMIT or decision == "always_allow_category":
+                raise
+            return await self._decide_on_turn(tool_call_id, approved=decision == "approve", reason=reason)
         return result
+
+    async def _decide_on_turn(self, tool_call_id: str, *, approved: bool, reason: str | None) -> Accepted:
+        """The decision as the `tool_approval` signal to the turn waiting for it (as the `temporal` CLI would send
+        it), for a session that takes no more updates: the turn tells the session the call is decided."""
+        from keel.workflows.contracts import ToolApproval
+        from keel.workflows.session_contracts import Accepted
+
+        waiting = [p for p in (await self.snapshot()).pending if p.kind == "approval"]
+        item = next((p for p in waiting if p.tool_call_id == tool_call_id), None)
+        if item is None:
+            known = ", ".join(p.tool_call_id for p in waiting) or "none"
+            raise SessionError(
+                f"No tool call {tool_call_id!r} is waiting for approval (pending: {known})", "UnknownToolCall"
+            )
+        approval = ToolApproval(tool_call_id=tool_call_id, approved=approved, reason=reason)
+        try:
+            await self.controller.keel.temporal.get_workflow_handle(item.run_id).signal(
+                names.TOOL_APPROVAL_SIGNAL, approval
+            )
+        except RPCError as err:
+            raise _unanswered(item.run_id, err) from None
+        return Accepted(run_id=item.run_id)
 
     async def respond_to_tool_suspension(self, tool_call_id: str, resume_data: Any) -> Accepted:
         from keel.workflows.session_contracts import Accepted, ToolSuspensionResponse
@@ -591,9 +618,19 @@ class _Goal:
 def _unanswered(session_id: str, err: RPCError) -> KeelClientError:
     if err.status == RPCStatusCode.NOT_FOUND:
         return SessionNotFound(f"Session {session_id}: {err.message}")
+    if "limit on the total number of distinct updates" in err.message:
+        return SessionError(
+            f"Session {session_id} takes no more changes until its turn ends: it has reached Temporal's limit on "
+            "updates per execution (history.maxTotalUpdates), and continues as new between turns. The turn's "
+            "calls can still be approved or declined.",
+            UPDATE_LIMIT,
+        )
     return KeelClientError(f"Session {session_id}: {err.message}")
 
 
+UPDATE_LIMIT = "UpdateLimit"
+"""`SessionError.kind` of a change refused because the session's execution took Temporal's most updates: the
+session continues as new after its turn. An approval or a decline then goes to the turn as a signal."""
 CONTINUING = "SessionContinuing"
 """The session's failure type for a `settled` that waited as the session continued as new (`keel.workflows.
 agent_session.CONTINUING`; not imported from there: this module loads no workflow code)."""

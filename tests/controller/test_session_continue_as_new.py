@@ -8,15 +8,20 @@ import asyncio
 import uuid
 from pathlib import Path
 
+import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from keel import AgentController
 from keel.client import KeelClient
 from keel.client import controller as client_side
+from keel.client.connection import connect
+from keel.client.controller import SessionError
+from keel.client.devserver import DevServer, DevServerConfig
 from keel.storage import Storage
 from keel.worker import build_worker
 from keel.workflows import agent_session as session_side
+from tests.conftest import free_port
 from tests.controller.apps import app, controller
 from tests.controller.test_sessions import wait_pending
 from tests.test_continue_as_new import server_suggesting_continue_as_new
@@ -151,3 +156,43 @@ async def test_settled_on_a_turn_whose_unread_message_got_a_turn_waits_for_that_
             assert "text unread" in said
             after = messages[[m.get("content") for m in messages].index("text unread") + 1 :]
             assert any(m["role"] == "assistant" for m in after), "settled returned before the message's turn ended"
+
+
+async def test_a_turns_call_is_still_decided_once_the_session_took_as_many_updates_as_temporal_allows(
+    storage: Storage, task_queue: str, tmp_path: Path, data_dir: Path
+) -> None:
+    """Temporal refuses an execution's updates past `history.maxTotalUpdates`, and a session continues as new
+    only between turns. Past the limit during a turn, a change is refused saying so, and an approval or a decline
+    still reaches the turn (as a signal to it): the turn does not wait for good."""
+    cfg = DevServerConfig(
+        port=free_port(),
+        ui_port=free_port(),
+        state_dir=tmp_path,
+        extra_dynamic_config={"history.maxTotalUpdates": "6"},
+    )
+    server = await DevServer(cfg).start(reuse=False)
+    try:
+        client = await connect(cfg.address)
+        async with build_worker(client, app, storage, task_queue=task_queue):
+            ctl = await attached(client, storage, task_queue)
+            session = await ctl.create_session(f"full-{uuid.uuid4().hex[:6]}")
+            await session.send_message('tool save_note {"text": "one"}', wait=False)
+            [pending] = await wait_pending(session)
+            with pytest.raises(SessionError, match="limit on updates") as refused:
+                for n in range(10):
+                    await session.state.set({"n": n})
+            assert refused.value.kind == "UpdateLimit"
+            await session.respond_to_tool_approval(pending.tool_call_id, "approve")
+            async with asyncio.timeout(30):
+                while (snapshot := await session.snapshot()).running or snapshot.pending:
+                    await asyncio.sleep(0.1)
+                while True:  # the turn over, the session continues as new and takes changes again
+                    try:
+                        await session.state.set({"after": "the turn"})
+                        break
+                    except SessionError:
+                        await asyncio.sleep(0.1)
+            assert (await session.state.get())["after"] == "the turn"
+    finally:
+        server.stop()
+    assert (data_dir / "notes.log").read_text() == "one\n"  # approved: the call ran
