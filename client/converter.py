@@ -8,7 +8,9 @@ activity input fails that activity without retries.
 
 A payload of 256 KiB or more (an activity result with large tool outputs, a large run input or result) is
 written to the payload store (`keel.storage.open_payload_store`) and only a reference goes into the history, so
-nothing nears Temporal's 2 MB payload limit. Every process that reads such a history needs the same store.
+nothing nears Temporal's 2 MB payload limit; so is a definition run's local tool step result of 8 KiB or more, so
+that the markers of the many local steps one workflow task may run stay far under its 4 MiB. Every process that
+reads such a history needs the same store.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import functools
 from typing import Any
 
 import temporalio.api.common.v1
+from temporalio import activity
 from temporalio.converter import (
     CompositePayloadConverter,
     DataConverter,
@@ -24,11 +27,14 @@ from temporalio.converter import (
     EncodingPayloadConverter,
     ExternalStorage,
     JSONPlainPayloadConverter,
+    StorageDriver,
+    StorageDriverSelectContext,
 )
 from temporalio.exceptions import ApplicationError
 
 from keel.client.payload_driver import MAX_PAYLOAD_BYTES, KeelPayloadDriver
-from keel.protocol.payloads import PAYLOAD_SIZE_THRESHOLD
+from keel.protocol import names
+from keel.protocol.payloads import LOCAL_STEP_RESULT_THRESHOLD, PAYLOAD_SIZE_THRESHOLD
 from keel.storage import BlobStore
 
 
@@ -84,11 +90,23 @@ class KeelPayloadConverter(CompositePayloadConverter):
 
 
 def external_storage(payloads: BlobStore, *, max_payload_bytes: int = MAX_PAYLOAD_BYTES) -> ExternalStorage:
-    """Values of 256 KiB or more in `payloads`, by reference; more than `max_payload_bytes` is refused."""
-    return ExternalStorage(
-        drivers=[KeelPayloadDriver(payloads, max_payload_bytes=max_payload_bytes)],
-        payload_size_threshold=PAYLOAD_SIZE_THRESHOLD,
-    )
+    """Values of 256 KiB or more in `payloads`, by reference, and a definition run's local tool step results of
+    8 KiB or more (`LOCAL_STEP_RESULT_THRESHOLD`); more than `max_payload_bytes` is refused."""
+    driver = KeelPayloadDriver(payloads, max_payload_bytes=max_payload_bytes)
+
+    def select(context: StorageDriverSelectContext, payload: temporalio.api.common.v1.Payload) -> StorageDriver | None:
+        return driver if payload.ByteSize() >= PAYLOAD_SIZE_THRESHOLD or _local_step_result() else None
+
+    return ExternalStorage(drivers=[driver], driver_selector=select, payload_size_threshold=LOCAL_STEP_RESULT_THRESHOLD)
+
+
+def _local_step_result() -> bool:
+    """Whether the payload being stored is the result of a definition run's local tool step (encoded by the
+    worker that ran it, in its context)."""
+    if not activity.in_activity():
+        return False
+    info = activity.info()
+    return info.is_local and info.activity_type == names.WORKFLOW_TOOL_STEP
 
 
 def data_converter(payloads: BlobStore | None, *, max_payload_bytes: int = MAX_PAYLOAD_BYTES) -> DataConverter:

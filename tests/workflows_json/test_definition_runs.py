@@ -447,16 +447,16 @@ async def test_settle_follows_a_run_reset_while_it_waited(client: Client, storag
 
 
 def wide_foreach(
-    workflow_id: str, output_schema: dict[str, Any], fill: str = "x", size: int = 100_000
+    workflow_id: str, output_schema: dict[str, Any], fill: str = "x", size: int = 100_000, concurrency: int = 60
 ) -> dict[str, Any]:
-    """60 items of `size` characters, all at once (6 MB or more: no workflow task may start them all, Temporal
-    refuses a task's completion over 4 MiB)."""
+    """60 items of `size` characters, `concurrency` at once (6 MB or more: no workflow task may start them all,
+    Temporal refuses a task's completion over 4 MiB)."""
     return definition(
         workflow_id,
         [
             mapping("howmany", {"count": {"value": 60}, "size": {"value": size}, "fill": {"value": fill}}),
             tool_step("make", "texts"),
-            {"type": "foreach", "step": tool_step("each", "echo"), "opts": {"concurrency": 60}},
+            {"type": "foreach", "step": tool_step("each", "echo"), "opts": {"concurrency": concurrency}},
         ],
         outputSchema=output_schema,
     )
@@ -477,6 +477,25 @@ async def test_a_wide_foreach_over_large_items_completes(
     # The items waited for later workflow tasks, and the run replays so (its waits read the history's length)
     tasks = [e for e in history.events if e.HasField("workflow_task_completed_event_attributes")]
     assert len(tasks) >= 4
+    await Replayer(workflows=[], plugins=[KeelPlugin()]).replay_workflow(history)
+
+
+async def test_a_foreach_whose_items_end_together_and_run_again_locally_completes(
+    client: Client, storage: Storage, task_queue: str
+) -> None:
+    """60 items of 200 KB, 16 at once, of a tool that may run as a local step: four run locally, the others as
+    activities; when these end together, each one's end lets the next item run locally in the same workflow
+    task, and 16 results of 200 KB were one task's completion (over 4 MiB: the run failed, GrpcMessageTooLarge).
+    Local steps' large results go to the payload store: a task's completion holds their references."""
+    await save(storage, wide_foreach("together", {"type": "array"}, size=200_000, concurrency=16))
+    async with running_worker(client, app, storage, task_queue):
+        handle = await start(client, "together", task_queue, {})
+        result = await asyncio.wait_for(handle.result(), 60)
+        history = await handle.fetch_history()
+    assert [item["echo"][:6] for item in result] == [f"{i:06d}" for i in range(60)]
+    assert all(len(item["echo"]) == 200_000 for item in result)
+    markers = [e for e in history.events if e.HasField("marker_recorded_event_attributes")]
+    assert markers and max(e.ByteSize() for e in markers) < 8 * 1024
     await Replayer(workflows=[], plugins=[KeelPlugin()]).replay_workflow(history)
 
 
