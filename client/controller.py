@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -20,7 +21,7 @@ from temporalio.client import WithStartWorkflowOperation, WorkflowUpdateFailedEr
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
-from keel.client.errors import KeelClientError
+from keel.client.errors import KeelClientError, RunClosed, ToolCallRejected
 from keel.client.run_events import follow, read
 from keel.client.visibility import quoted
 from keel.client.with_start import execute_update_with_start
@@ -201,7 +202,15 @@ class Session:
     async def abort(self) -> Accepted:
         from keel.workflows.session_contracts import Accepted
 
-        result: Accepted = await self._update(names.SESSION_ABORT_UPDATE, None, Accepted)
+        try:
+            result: Accepted = await self._update(names.SESSION_ABORT_UPDATE, None, Accepted)
+        except SessionError as err:
+            if err.kind != UPDATE_LIMIT:
+                raise
+            turn = (await self.snapshot()).run_id  # the turn is canceled: the session ends it as aborted
+            if turn is not None:
+                await self.controller.keel.cancel(turn)
+            return Accepted(run_id=turn)
         return result
 
     async def settled(self, run_id: str | None = None) -> SessionSnapshot:
@@ -241,37 +250,51 @@ class Session:
         except SessionError as err:
             if err.kind != UPDATE_LIMIT or decision == "always_allow_category":
                 raise
-            return await self._decide_on_turn(tool_call_id, approved=decision == "approve", reason=reason)
+            run_id = await self._run_of(tool_call_id)
+            keel = self.controller.keel
+            asked = next((c for c in await keel.pending_tool_calls(run_id) if c.tool_call_id == tool_call_id), None)
+            with _as_session_error():
+                await keel.approve(
+                    run_id,
+                    tool_call_id,
+                    approved=decision == "approve",
+                    reason=reason,
+                    step=asked.step if asked else None,
+                    args_digest=asked.args_digest if asked else None,
+                )
+            return Accepted(run_id=run_id)
         return result
-
-    async def _decide_on_turn(self, tool_call_id: str, *, approved: bool, reason: str | None) -> Accepted:
-        """The decision as the `tool_approval` signal to the turn waiting for it (as the `temporal` CLI would send
-        it), for a session that takes no more updates: the turn tells the session the call is decided."""
-        from keel.workflows.contracts import ToolApproval
-        from keel.workflows.session_contracts import Accepted
-
-        waiting = [p for p in (await self.snapshot()).pending if p.kind == "approval"]
-        item = next((p for p in waiting if p.tool_call_id == tool_call_id), None)
-        if item is None:
-            known = ", ".join(p.tool_call_id for p in waiting) or "none"
-            raise SessionError(
-                f"No tool call {tool_call_id!r} is waiting for approval (pending: {known})", "UnknownToolCall"
-            )
-        approval = ToolApproval(tool_call_id=tool_call_id, approved=approved, reason=reason)
-        try:
-            await self.controller.keel.temporal.get_workflow_handle(item.run_id).signal(
-                names.TOOL_APPROVAL_SIGNAL, approval
-            )
-        except RPCError as err:
-            raise _unanswered(item.run_id, err) from None
-        return Accepted(run_id=item.run_id)
 
     async def respond_to_tool_suspension(self, tool_call_id: str, resume_data: Any) -> Accepted:
         from keel.workflows.session_contracts import Accepted, ToolSuspensionResponse
 
         response = ToolSuspensionResponse(tool_call_id=tool_call_id, resume_data=resume_data)
-        result: Accepted = await self._update(names.SESSION_SUSPENSION_UPDATE, response, Accepted)
+        try:
+            result: Accepted = await self._update(names.SESSION_SUSPENSION_UPDATE, response, Accepted)
+        except SessionError as err:
+            if err.kind != UPDATE_LIMIT:
+                raise
+            snapshot = await self.snapshot()
+            item = next((p for p in snapshot.pending if p.tool_call_id == tool_call_id), None)
+            if item is not None and item.tool_name in SESSION_SIDE_TOOLS:  # its answer changes the session
+                message = f"{err} `{item.tool_name}` is answered by the session: abort the turn"
+                raise SessionError(message, UPDATE_LIMIT) from None
+            run_id = await self._run_of(tool_call_id)
+            with _as_session_error():
+                await self.controller.keel.resume_tool(run_id, tool_call_id, resume_data)
+            return Accepted(run_id=run_id)
         return result
+
+    async def _run_of(self, tool_call_id: str) -> str:
+        """The run (the turn, or a subagent's) whose call `tool_call_id` waits, for a decision sent to the run
+        itself once the session takes no more updates (`UPDATE_LIMIT`): there the run's own validated update
+        decides it, and the run tells the session the call is decided."""
+        snapshot = await self.snapshot()
+        item = next((p for p in snapshot.pending if p.tool_call_id == tool_call_id), None)
+        run_id = item.run_id if item is not None else snapshot.run_id  # one the session has not heard of yet
+        if run_id is None:
+            raise SessionError(f"No tool call {tool_call_id!r} is waiting: no turn is running", "UnknownToolCall")
+        return run_id
 
     async def snapshot(self) -> SessionSnapshot:
         """Everything the session holds now: thread, mode, model, permissions, state, pending calls."""
@@ -622,7 +645,7 @@ def _unanswered(session_id: str, err: RPCError) -> KeelClientError:
         return SessionError(
             f"Session {session_id} takes no more changes until its turn ends: it has reached Temporal's limit on "
             "updates per execution (history.maxTotalUpdates), and continues as new between turns. The turn's "
-            "calls can still be approved or declined.",
+            "calls can still be decided and resumed, and the turn aborted.",
             UPDATE_LIMIT,
         )
     return KeelClientError(f"Session {session_id}: {err.message}")
@@ -631,6 +654,8 @@ def _unanswered(session_id: str, err: RPCError) -> KeelClientError:
 UPDATE_LIMIT = "UpdateLimit"
 """`SessionError.kind` of a change refused because the session's execution took Temporal's most updates: the
 session continues as new after its turn. An approval or a decline then goes to the turn as a signal."""
+SESSION_SIDE_TOOLS = frozenset({"submit_plan", "request_access"})
+"""Built-in tools whose answer the session applies (a mode switch, a grant): not resumed on the run alone."""
 CONTINUING = "SessionContinuing"
 """The session's failure type for a `settled` that waited as the session continued as new (`keel.workflows.
 agent_session.CONTINUING`; not imported from there: this module loads no workflow code)."""
@@ -639,6 +664,19 @@ SETTLED_WAIT = timedelta(hours=1)
 have finished: milliseconds, unless storage is down and they retry)."""
 ENDED_BEFORE_ANSWERING = "AcceptedUpdateCompletedWorkflow"
 """Temporal's failure type for an accepted update whose execution ended first (closed, or reset)."""
+
+
+@contextlib.contextmanager
+def _as_session_error() -> Iterator[None]:
+    """A run's refusal of a decision sent to it (`ToolCallRejected`) as the session's would be."""
+    try:
+        yield
+    except ToolCallRejected as err:
+        message = str(err)
+        kind = "AlreadyDecided" if "already" in message else "InvalidResumeData" if "schema" in message else None
+        raise SessionError(message, kind or "UnknownToolCall") from None
+    except RunClosed as err:
+        raise SessionError(f"No tool call waits in run {err.run_id!r}: it has ended", "UnknownToolCall") from None
 
 
 def _refused(err: WorkflowUpdateFailedError) -> SessionError:

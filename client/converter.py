@@ -8,7 +8,7 @@ activity input fails that activity without retries.
 
 A payload of 256 KiB or more (an activity result with large tool outputs, a large run input or result) is
 written to the payload store (`keel.storage.open_payload_store`) and only a reference goes into the history, so
-nothing nears Temporal's 2 MB payload limit; so is a definition run's local tool step result of 8 KiB or more, so
+nothing nears Temporal's 2 MB payload limit; so is a definition run's local tool step result of 2 KiB or more, so
 that the markers of the many local steps one workflow task may run stay far under its 4 MiB. Every process that
 reads such a history needs the same store.
 """
@@ -29,6 +29,7 @@ from temporalio.converter import (
     JSONPlainPayloadConverter,
     StorageDriver,
     StorageDriverSelectContext,
+    StorageDriverWorkflowInfo,
 )
 from temporalio.exceptions import ApplicationError
 
@@ -91,22 +92,27 @@ class KeelPayloadConverter(CompositePayloadConverter):
 
 def external_storage(payloads: BlobStore, *, max_payload_bytes: int = MAX_PAYLOAD_BYTES) -> ExternalStorage:
     """Values of 256 KiB or more in `payloads`, by reference, and a definition run's local tool step results of
-    8 KiB or more (`LOCAL_STEP_RESULT_THRESHOLD`); more than `max_payload_bytes` is refused."""
+    2 KiB or more (`LOCAL_STEP_RESULT_THRESHOLD`); more than `max_payload_bytes` is refused."""
     driver = KeelPayloadDriver(payloads, max_payload_bytes=max_payload_bytes)
 
     def select(context: StorageDriverSelectContext, payload: temporalio.api.common.v1.Payload) -> StorageDriver | None:
-        return driver if payload.ByteSize() >= PAYLOAD_SIZE_THRESHOLD or _local_step_result() else None
+        return driver if payload.ByteSize() >= PAYLOAD_SIZE_THRESHOLD or _local_step_result(context) else None
 
     return ExternalStorage(drivers=[driver], driver_selector=select, payload_size_threshold=LOCAL_STEP_RESULT_THRESHOLD)
 
 
-def _local_step_result() -> bool:
-    """Whether the payload being stored is the result of a definition run's local tool step (encoded by the
-    worker that ran it, in its context)."""
+def _local_step_result(context: StorageDriverSelectContext) -> bool:
+    """Whether the payload being stored is the result of a definition run's local tool step: encoded by the
+    worker that ran it, in its context, for its workflow (not a call the tool makes with its own client)."""
     if not activity.in_activity():
         return False
     info = activity.info()
-    return info.is_local and info.activity_type == names.WORKFLOW_TOOL_STEP
+    return (
+        info.is_local
+        and info.activity_type == names.WORKFLOW_TOOL_STEP
+        and isinstance(context.target, StorageDriverWorkflowInfo)
+        and context.target.id == info.workflow_id
+    )
 
 
 def data_converter(payloads: BlobStore | None, *, max_payload_bytes: int = MAX_PAYLOAD_BYTES) -> DataConverter:

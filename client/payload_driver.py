@@ -47,10 +47,12 @@ def owner_of(context: StorageDriverStoreContext) -> str | None:
     continue-as-new input: the target has its run). None when other histories may hold it too or it is unknown
     (a client's start or signal input, a child's input, an activity's input, a standalone activity): such a blob
     is never swept."""
-    if activity.in_activity():
-        info = activity.info()
-        return workflow_owner(info.namespace, info.workflow_id) if info.workflow_id else None
     target = context.target
+    if activity.in_activity() and (target is None or isinstance(target, StorageDriverWorkflowInfo)):
+        info = activity.info()
+        if info.workflow_id and (target is None or target.id == info.workflow_id):  # not one its tool sends
+            return workflow_owner(info.namespace, info.workflow_id)
+        return None
     if isinstance(target, StorageDriverWorkflowInfo) and target.run_id and target.id:
         return workflow_owner(target.namespace, target.id)
     return None

@@ -828,7 +828,8 @@ class AgentSession:
             new = [i for i in items if i.tool_call_id not in known]
             over = self._past_pending(new) if self._c.generation >= 7 else []
             if self._c.generation >= 7:
-                new = [i for i in new if i not in over]
+                declined_ids = {i.tool_call_id for i in over}
+                new = [i for i in new if i.tool_call_id not in declined_ids]
             else:  # dropped (see `GENERATION_7`)
                 new = new[: MAX_PENDING - len(self._c.pending)]
             self._c.pending.extend(new)
@@ -862,16 +863,24 @@ class AgentSession:
             await self._emit(events)
             for item in granted:
                 await self._decide(item, approved=True)
-            for item in over:
-                await self._decide(item, approved=False, reason=reason)
+            # Together (one workflow task), and not in `decided`: no one was asked, and the ids a person decided
+            # stay there.
+            await asyncio.gather(*(self._decline_at_once(item, reason) for item in over))
             self._status()
 
+    async def _decline_at_once(self, item: PendingItem, reason: str) -> None:
+        approval = ToolApproval(tool_call_id=item.tool_call_id, approved=False, reason=reason)
+        await self._signal(item.run_id, names.TOOL_APPROVAL_SIGNAL, approval)
+
     def _past_pending(self, new: list[PendingItem]) -> list[PendingItem]:
-        """The approvals of `new` past the room `MAX_PENDING` leaves (generation 7): declined, not kept. Suspensions
-        are always kept (one cannot be declined; a step suspends a few calls at most)."""
-        approvals = [i for i in new if i.kind == "approval"]
-        room = MAX_PENDING - len(self._c.pending) - (len(new) - len(approvals))
-        return approvals[max(room, 0) :]
+        """The approvals of `new` to ask about past the room `MAX_PENDING` leaves (generation 7): declined, not
+        kept. Suspensions are always kept (one cannot be declined; a step suspends a few calls at most), and calls
+        allowed now are approved at once (they hold no place)."""
+        suspensions = sum(i.kind == "suspension" for i in new)
+        asks = [
+            i for i in new if i.kind == "approval" and self._c.permissions.resolve(i.tool_name, i.category) != "allow"
+        ]
+        return asks[max(MAX_PENDING - len(self._c.pending) - suspensions, 0) :]
 
     def _of_running_turn(self, run_id: str) -> bool:
         """Whether `run_id` is the running turn's or one of its subagents' (`<turn>-...`)."""

@@ -23,7 +23,7 @@ TASK_INPUT_BYTES = 2 * 1024 * 1024
 """What the inputs one workflow task starts may add up to, as JSON. The rest of the 4 MiB is for the local steps'
 markers and the task's other commands. An agent run bounds its markers to 1 MiB a task; a definition run chains 4
 local steps before an activity, but restarts that count when an activity ends, so a task that several activities'
-ends woke can record more, each a reference when its result is 8 KiB or more (`LOCAL_STEP_RESULT_THRESHOLD`)."""
+ends woke can record more, each a reference when its result is 2 KiB or more (`LOCAL_STEP_RESULT_THRESHOLD`)."""
 REFERENCE_BYTES = 1024
 """What a reference to a stored payload counts for."""
 

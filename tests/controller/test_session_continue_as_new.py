@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,7 @@ from keel.worker import build_worker
 from keel.workflows import agent_session as session_side
 from tests.conftest import free_port
 from tests.controller.apps import app, controller
+from tests.controller.conftest import collect
 from tests.controller.test_sessions import wait_pending
 from tests.test_continue_as_new import server_suggesting_continue_as_new
 
@@ -158,31 +161,50 @@ async def test_settled_on_a_turn_whose_unread_message_got_a_turn_waits_for_that_
             assert any(m["role"] == "assistant" for m in after), "settled returned before the message's turn ended"
 
 
+@asynccontextmanager
+async def server_allowing_updates(tmp_path: Path, updates: int) -> AsyncIterator[Client]:
+    """A dev server that takes at most `updates` updates per workflow execution (`history.maxTotalUpdates`)."""
+    cfg = DevServerConfig(
+        port=free_port(),
+        ui_port=free_port(),
+        state_dir=tmp_path,
+        extra_dynamic_config={"history.maxTotalUpdates": str(updates)},
+    )
+    server = await DevServer(cfg).start(reuse=False)
+    try:
+        yield await connect(cfg.address)
+    finally:
+        server.stop()
+
+
+async def used_up(session: client_side.Session) -> None:
+    """Changes until the session refuses one: its execution has taken all the updates it may."""
+    with pytest.raises(SessionError, match="limit on updates") as refused:
+        for n in range(10):
+            await session.state.set({"n": n})
+    assert refused.value.kind == "UpdateLimit"
+
+
 async def test_a_turns_call_is_still_decided_once_the_session_took_as_many_updates_as_temporal_allows(
     storage: Storage, task_queue: str, tmp_path: Path, data_dir: Path
 ) -> None:
     """Temporal refuses an execution's updates past `history.maxTotalUpdates`, and a session continues as new
     only between turns. Past the limit during a turn, a change is refused saying so, and an approval or a decline
-    still reaches the turn (as a signal to it): the turn does not wait for good."""
-    cfg = DevServerConfig(
-        port=free_port(),
-        ui_port=free_port(),
-        state_dir=tmp_path,
-        extra_dynamic_config={"history.maxTotalUpdates": "6"},
-    )
-    server = await DevServer(cfg).start(reuse=False)
-    try:
-        client = await connect(cfg.address)
+    still reaches the turn (the run's own update): the turn does not wait for good."""
+    async with server_allowing_updates(tmp_path, 6) as client:
         async with build_worker(client, app, storage, task_queue=task_queue):
             ctl = await attached(client, storage, task_queue)
             session = await ctl.create_session(f"full-{uuid.uuid4().hex[:6]}")
             await session.send_message('tool save_note {"text": "one"}', wait=False)
             [pending] = await wait_pending(session)
-            with pytest.raises(SessionError, match="limit on updates") as refused:
-                for n in range(10):
-                    await session.state.set({"n": n})
-            assert refused.value.kind == "UpdateLimit"
+            await used_up(session)
+            with pytest.raises(SessionError) as unknown:
+                await session.respond_to_tool_approval("call_nope", "approve")
+            assert unknown.value.kind == "UnknownToolCall"
             await session.respond_to_tool_approval(pending.tool_call_id, "approve")
+            with pytest.raises(SessionError) as again:
+                await session.respond_to_tool_approval(pending.tool_call_id, "decline")
+            assert again.value.kind in ("AlreadyDecided", "UnknownToolCall")  # (the turn may have ended)
             async with asyncio.timeout(30):
                 while (snapshot := await session.snapshot()).running or snapshot.pending:
                     await asyncio.sleep(0.1)
@@ -193,6 +215,45 @@ async def test_a_turns_call_is_still_decided_once_the_session_took_as_many_updat
                     except SessionError:
                         await asyncio.sleep(0.1)
             assert (await session.state.get())["after"] == "the turn"
-    finally:
-        server.stop()
     assert (data_dir / "notes.log").read_text() == "one\n"  # approved: the call ran
+
+
+async def test_a_turns_question_is_still_answered_once_the_session_took_as_many_updates_as_temporal_allows(
+    storage: Storage, task_queue: str, tmp_path: Path
+) -> None:
+    async with server_allowing_updates(tmp_path, 6) as client:
+        async with build_worker(client, app, storage, task_queue=task_queue):
+            ctl = await attached(client, storage, task_queue)
+            session = await ctl.create_session(f"full-{uuid.uuid4().hex[:6]}")
+            await session.state.set({"yolo": True})  # no approval first
+            await session.send_message("ask", wait=False)
+            [asked] = await wait_pending(session, "suspension")
+            await used_up(session)
+            with pytest.raises(SessionError, match="does not match its schema") as wrong:
+                await session.respond_to_tool_suspension(asked.tool_call_id, {"not": "an answer"})
+            assert wrong.value.kind == "InvalidResumeData"
+            await session.respond_to_tool_suspension(asked.tool_call_id, "SQLite")
+            async with asyncio.timeout(30):
+                while (snapshot := await session.snapshot()).running or snapshot.pending:
+                    await asyncio.sleep(0.1)
+            found = await collect(session.events(offset=0, display_state=False), "agent_end")
+    assert [e["reason"] for e in found if e["type"] == "agent_end"] == ["complete"]
+
+
+async def test_a_turn_is_still_aborted_once_the_session_took_as_many_updates_as_temporal_allows(
+    storage: Storage, task_queue: str, tmp_path: Path, data_dir: Path
+) -> None:
+    async with server_allowing_updates(tmp_path, 6) as client:
+        async with build_worker(client, app, storage, task_queue=task_queue):
+            ctl = await attached(client, storage, task_queue)
+            session = await ctl.create_session(f"full-{uuid.uuid4().hex[:6]}")
+            await session.send_message('tool save_note {"text": "never"}', wait=False)
+            await wait_pending(session)
+            await used_up(session)
+            await session.abort()
+            async with asyncio.timeout(30):
+                while (snapshot := await session.snapshot()).running or snapshot.pending:
+                    await asyncio.sleep(0.1)
+            found = await collect(session.events(offset=0, display_state=False), "agent_end")
+    assert [e["reason"] for e in found if e["type"] == "agent_end"] == ["aborted"]
+    assert not (data_dir / "notes.log").exists()

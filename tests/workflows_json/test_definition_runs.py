@@ -495,7 +495,7 @@ async def test_a_foreach_whose_items_end_together_and_run_again_locally_complete
     assert [item["echo"][:6] for item in result] == [f"{i:06d}" for i in range(60)]
     assert all(len(item["echo"]) == 200_000 for item in result)
     markers = [e for e in history.events if e.HasField("marker_recorded_event_attributes")]
-    assert markers and max(e.ByteSize() for e in markers) < 8 * 1024
+    assert markers and max(e.ByteSize() for e in markers) < 3 * 1024
     await Replayer(workflows=[], plugins=[KeelPlugin()]).replay_workflow(history)
 
 
