@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from keel.app.controller import ControllerDefinition
     from keel.client.keel_client import KeelClient
     from keel.storage import Storage
-    from keel.workflows.session_contracts import Accepted, SessionSnapshot, SessionThreadResult
+    from keel.workflows.session_contracts import Accepted, PendingItem, SessionSnapshot, SessionThreadResult
 
 Listener = Callable[[dict[str, Any]], Any]
 WAIT_SECONDS = 30.0
@@ -250,7 +250,7 @@ class Session:
         except SessionError as err:
             if err.kind != UPDATE_LIMIT or decision == "always_allow_category":
                 raise
-            run_id = await self._run_of(tool_call_id)
+            run_id, _ = await self._waiting_in(tool_call_id)
             keel = self.controller.keel
             asked = next((c for c in await keel.pending_tool_calls(run_id) if c.tool_call_id == tool_call_id), None)
             with _as_session_error():
@@ -274,27 +274,26 @@ class Session:
         except SessionError as err:
             if err.kind != UPDATE_LIMIT:
                 raise
-            snapshot = await self.snapshot()
-            item = next((p for p in snapshot.pending if p.tool_call_id == tool_call_id), None)
+            run_id, item = await self._waiting_in(tool_call_id)
             if item is not None and item.tool_name in SESSION_SIDE_TOOLS:  # its answer changes the session
                 message = f"{err} `{item.tool_name}` is answered by the session: abort the turn"
                 raise SessionError(message, UPDATE_LIMIT) from None
-            run_id = await self._run_of(tool_call_id)
             with _as_session_error():
                 await self.controller.keel.resume_tool(run_id, tool_call_id, resume_data)
             return Accepted(run_id=run_id)
         return result
 
-    async def _run_of(self, tool_call_id: str) -> str:
-        """The run (the turn, or a subagent's) whose call `tool_call_id` waits, for a decision sent to the run
-        itself once the session takes no more updates (`UPDATE_LIMIT`): there the run's own validated update
-        decides it, and the run tells the session the call is decided."""
+    async def _waiting_in(self, tool_call_id: str) -> tuple[str, PendingItem | None]:
+        """The run (the turn, or a subagent's) whose call `tool_call_id` waits, and the session's item for it
+        (None when the session has not heard of it yet: the turn's then), for a decision sent to the run itself
+        once the session takes no more updates (`UPDATE_LIMIT`): there the run's own validated update decides it,
+        and the run tells the session the call is decided."""
         snapshot = await self.snapshot()
         item = next((p for p in snapshot.pending if p.tool_call_id == tool_call_id), None)
-        run_id = item.run_id if item is not None else snapshot.run_id  # one the session has not heard of yet
+        run_id = item.run_id if item is not None else snapshot.run_id
         if run_id is None:
             raise SessionError(f"No tool call {tool_call_id!r} is waiting: no turn is running", "UnknownToolCall")
-        return run_id
+        return run_id, item
 
     async def snapshot(self) -> SessionSnapshot:
         """Everything the session holds now: thread, mode, model, permissions, state, pending calls."""
@@ -653,7 +652,8 @@ def _unanswered(session_id: str, err: RPCError) -> KeelClientError:
 
 UPDATE_LIMIT = "UpdateLimit"
 """`SessionError.kind` of a change refused because the session's execution took Temporal's most updates: the
-session continues as new after its turn. An approval or a decline then goes to the turn as a signal."""
+session continues as new after its turn. Until then an approval, a decline or a resume goes to the run's own
+update, and an abort cancels the turn."""
 SESSION_SIDE_TOOLS = frozenset({"submit_plan", "request_access"})
 """Built-in tools whose answer the session applies (a mode switch, a grant): not resumed on the run alone."""
 CONTINUING = "SessionContinuing"
