@@ -18,6 +18,7 @@ it, between turns, after storing a display-state snapshot so readers need not fo
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -114,6 +115,23 @@ GENERATION_7 = "keel-session-generation-7"
 `MAX_PENDING` are declined at once (the reason told to the model, an `info` event to the session); before it they
 were dropped, and the turn waited for decisions the session could not take. The old branch may go once no
 session begun before it is open."""
+MAX_STATE_BYTES = 256 * 1024
+"""The most a session's state may hold, as UTF-8 JSON with its permission rules (what `state_changed` events and
+every answer carry). A change past it is refused, unless it leaves the state smaller than it was."""
+MAX_MESSAGE_BYTES = 32 * 1024 * 1024
+"""The most a message sent to a session may hold (its content as UTF-8 JSON): a run's input takes as much."""
+MAX_WAITING_BYTES = 64 * 1024 * 1024
+"""The most the messages a session carries until their turn reads them (queued, or delivered into the running
+turn) may hold together."""
+MAX_OBJECTIVE_BYTES = 32 * 1024
+"""The most a goal's objective may hold (UTF-8): the judge reads it after each turn."""
+ROOMY_HISTORY_BYTES = 1024 * 1024
+"""A history under this is far from Temporal's limit (50 MB by default): changes during a turn are taken however
+early Temporal suggests continuing as new (it does by event count too, 4,096 by default, which the 2,000 updates
+an execution takes cannot bring near its limit of 51,200 events)."""
+UPDATE_LIMIT = "UpdateLimit"
+"""The error type of a change refused during a turn once Temporal suggests continuing as new (`_check_room`): the
+kind the client also gives Temporal's own refusal past its most updates per execution."""
 CONTINUING = "SessionContinuing"
 """The error type of a `settled` that was waiting when its execution continued as new: ask again."""
 MAX_DELIVERED = 100
@@ -159,6 +177,7 @@ class AgentSession:
         self._turn: ChildWorkflowHandle[Any, AgentRunResult] | None = None
         self._turn_id: str | None = None
         self._aborting = False
+        self._sizes: dict[str, int] = {}  # message id -> its size (`_message_bytes`)
         self._closing = False  # a turn's end is being handled (its events, its unread messages, its goal's judge)
         self._goal_stopped = False  # (generation 6) an abort came while a turn ran or its end was handled
         # Turns that ended in this execution, and (generation 3) an ended turn -> the turn its unread messages went
@@ -500,8 +519,31 @@ class AgentSession:
         if isinstance(message.content, str) and not message.content.strip():
             raise ApplicationError("A message needs content", type="InvalidInput", non_retryable=True)
         sent_before = self._c.generation >= 2 and any(sent.id == message.id for sent in self._c.sent)
-        if len(self._c.queued) >= MAX_QUEUED and not sent_before:  # a send made again gets its first answer
+        if sent_before:  # a send made again gets its first answer
+            return
+        self._check_room()
+        if len(self._c.queued) >= MAX_QUEUED:
             raise ApplicationError(f"{MAX_QUEUED} messages already wait for a turn", non_retryable=True)
+        size = _json_bytes(message.content)
+        if size > MAX_MESSAGE_BYTES:
+            raise ApplicationError(
+                f"A message holds at most {MAX_MESSAGE_BYTES} bytes of JSON: this one is {size}",
+                type="InvalidInput",
+                non_retryable=True,
+            )
+        waiting = sum(self._message_bytes(m) for m in [*self._c.queued, *self._c.delivered])
+        if waiting + size > MAX_WAITING_BYTES:
+            raise ApplicationError(
+                f"Messages of {waiting} bytes wait for a turn already, and a session carries at most "
+                f"{MAX_WAITING_BYTES} bytes of them: send this one once a turn has read them",
+                non_retryable=True,
+            )
+
+    def _message_bytes(self, message: QueuedMessage) -> int:
+        """The size of a message the session carries, measured once per execution."""
+        if message.id not in self._sizes:
+            self._sizes[message.id] = _json_bytes(message.content)
+        return self._sizes[message.id]
 
     @workflow.update(name=names.SESSION_SETTLED_UPDATE)
     async def settled(self, request: Settle) -> SessionSnapshot:
@@ -574,6 +616,7 @@ class AgentSession:
     def _check_mode(self, request: SwitchMode) -> None:
         if not self._ready:
             return
+        self._check_room()
         self._mode(request.mode_id)
 
     async def _switch_mode(self, mode_id: str) -> None:
@@ -606,6 +649,7 @@ class AgentSession:
     def _check_model(self, request: SwitchModel) -> None:
         if not self._ready:
             return
+        self._check_room()
         if request.mode_id is not None:
             self._mode(request.mode_id)
         known = self._config.models
@@ -628,6 +672,40 @@ class AgentSession:
                 await self._tell_turn()
         return self.snapshot()
 
+    def _check_state_bytes(self, after: dict[str, Any]) -> None:
+        """A change that leaves the state (rules included) past `MAX_STATE_BYTES`, and larger than it was, is
+        refused: the state is copied into every `state_changed` event and every answer."""
+        size = _json_bytes(after)
+        if size > MAX_STATE_BYTES and size > _json_bytes(self._state()):
+            raise ApplicationError(
+                f"A session's state holds at most {MAX_STATE_BYTES // 1024} KiB of JSON (its permission rules "
+                f"included): this change makes it {size} bytes",
+                type="InvalidState",
+                non_retryable=True,
+            )
+
+    def _check_room(self) -> None:
+        """A change during a turn, once Temporal suggests continuing as new and the history holds 1 MiB or more,
+        waits for the turn's end: a session continues as new only between turns, and each change adds to its
+        history, which Temporal ends the session at past its limit (50 MB by default), turn and pending calls with
+        it. The calls the turn waits on are still decided and resumed (those updates are not checked here), and the
+        turn may be aborted."""
+        info = workflow.info()
+        if (
+            self._turn_id is None
+            or not info.is_continue_as_new_suggested()
+            or info.get_current_history_size() < ROOMY_HISTORY_BYTES
+        ):
+            return
+        raise ApplicationError(
+            f"Session {self._id} takes no more changes until its turn ends: its history holds "
+            f"{info.get_current_history_length()} events ({info.get_current_history_size()} bytes), where "
+            "Temporal suggests continuing as new, and a session continues as new between turns. The turn's calls "
+            "can still be decided and resumed, and the turn aborted.",
+            type=UPDATE_LIMIT,
+            non_retryable=True,
+        )
+
     def _take_rules(self, values: dict[str, Any]) -> dict[str, Any]:
         """`values` without the keys Mastra keeps the permissions in (`permissionRules`, `yolo`), which become the
         session's rules: from `set_state`, and from the controller's `initial_state` for a new session."""
@@ -645,6 +723,8 @@ class AgentSession:
             return
         if not isinstance(request.updates, dict):
             raise ApplicationError("state updates must be a JSON object", type="InvalidState", non_retryable=True)
+        self._check_room()
+        self._check_state_bytes({**self._state(), **request.updates})
         schema = self._config.state_schema
         merged = {**self._c.state, **request.updates}
         merged.pop("permissionRules", None)
@@ -677,6 +757,11 @@ class AgentSession:
             raise ApplicationError(
                 "Set a policy for a category or for a tool (one of them)", type="InvalidInput", non_retryable=True
             )
+        self._check_room()
+        if request.tool_name is not None:
+            after = self._state()
+            after["permissionRules"]["tools"][request.tool_name] = request.policy
+            self._check_state_bytes(after)
 
     @workflow.update(name=names.SESSION_APPROVAL_UPDATE)
     async def respond_to_tool_approval(self, response: ToolApprovalResponse) -> Accepted:
@@ -753,6 +838,7 @@ class AgentSession:
     def _check_thread(self, change: ThreadChange) -> None:
         if not self._ready:
             return
+        self._check_room()
         if change.op in ("latest", "settings"):
             raise ApplicationError(f"Unknown thread operation {change.op!r}", type="InvalidInput", non_retryable=True)
         if change.op in ("switch", "delete") and not change.thread_id:
@@ -780,6 +866,7 @@ class AgentSession:
     def _check_subagent_model(self, request: SetSubagentModel) -> None:
         if not self._ready:
             return
+        self._check_room()
         if request.agent_type is not None and request.agent_type not in self._config.subagents:
             known = ", ".join(self._config.subagents) or "none"
             raise ApplicationError(
@@ -813,8 +900,16 @@ class AgentSession:
 
     @set_goal.validator
     def _check_goal(self, request: SetGoal) -> None:
+        if request.objective is not None and len(request.objective.encode()) > MAX_OBJECTIVE_BYTES:
+            raise ApplicationError(
+                f"A goal's objective holds at most {MAX_OBJECTIVE_BYTES // 1024} KiB: this one is "
+                f"{len(request.objective.encode())} bytes",
+                type="InvalidInput",
+                non_retryable=True,
+            )
         if not self._ready:
             return
+        self._check_room()
         if not request.clear and request.objective is None and self._c.goal is None:
             raise ApplicationError("The session has no goal to update: set one first", non_retryable=True)
 
@@ -1085,3 +1180,7 @@ class AgentSession:
             retry_policy=STORAGE,
             summary="display state snapshot before continuing as new",
         )
+
+
+def _json_bytes(value: Any) -> int:
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str).encode())

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
 
 from keel import AgentController
 from keel.client import KeelClient
@@ -257,3 +257,54 @@ async def test_a_turn_is_still_aborted_once_the_session_took_as_many_updates_as_
             found = await collect(session.events(offset=0, display_state=False), "agent_end")
     assert [e["reason"] for e in found if e["type"] == "agent_end"] == ["aborted"]
     assert not (data_dir / "notes.log").exists()
+
+
+@asynccontextmanager
+async def server_with_small_histories(tmp_path: Path) -> AsyncIterator[Client]:
+    """A dev server that suggests continue-as-new at 1 MiB of history and ends an execution at 8 MiB (Temporal's
+    defaults: 4 MiB and 50 MiB)."""
+    cfg = DevServerConfig(
+        port=free_port(),
+        ui_port=free_port(),
+        state_dir=tmp_path,
+        extra_dynamic_config={
+            "limit.historySize.suggestContinueAsNew": str(1024 * 1024),
+            "limit.historySize.error": str(8 * 1024 * 1024),
+        },
+    )
+    server = await DevServer(cfg).start(reuse=False)
+    try:
+        yield await connect(cfg.address)
+    finally:
+        server.stop()
+
+
+async def test_changes_during_a_long_turn_never_grow_the_session_past_temporals_history_limit(
+    storage: Storage, task_queue: str, tmp_path: Path, data_dir: Path
+) -> None:
+    """A session continues as new only between turns, and each change during a turn adds to its history. Once
+    Temporal suggests continuing as new, changes wait for the turn's end (refused, saying so), where before the
+    server ended the session at its history limit, its turn and pending call lost. The turn's call is still
+    decided, and after the turn the session takes changes again."""
+    async with server_with_small_histories(tmp_path) as client:
+        async with build_worker(client, app, storage, task_queue=task_queue):
+            ctl = await attached(client, storage, task_queue)
+            session = await ctl.create_session(f"long-{uuid.uuid4().hex[:6]}")
+            await session.send_message('tool save_note {"text": "kept"}', wait=False)
+            [pending] = await wait_pending(session)
+            large = "x" * 200_000
+            with pytest.raises(SessionError, match="until its turn ends") as refused:
+                for n in range(60):  # 60 x 3 copies of 200 KB: 36 MB, past the limit many times over
+                    await session.state.set({"large": f"{large}{n}"})
+            assert refused.value.kind == "UpdateLimit"
+            described = await client.get_workflow_handle(session.id).describe()
+            assert described.status == WorkflowExecutionStatus.RUNNING
+            await session.respond_to_tool_approval(pending.tool_call_id, "approve")
+            async with asyncio.timeout(30):
+                while (snapshot := await session.snapshot()).running or snapshot.pending:
+                    await asyncio.sleep(0.1)
+            await session.state.set({"after": "the turn"})
+            assert (await session.state.get())["after"] == "the turn"
+            found = await collect(session.events(offset=0, display_state=False), "agent_end")
+    assert [e["reason"] for e in found if e["type"] == "agent_end"] == ["complete"]
+    assert (data_dir / "notes.log").read_text() == "kept\n"

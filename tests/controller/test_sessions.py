@@ -9,17 +9,18 @@ from typing import Any
 
 import pytest
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import WorkflowExecutionStatus, WorkflowUpdateFailedError
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
 
 from keel import AgentController
 from keel.client.controller import Session, SessionError
 from keel.client.temporal_reset import reset_to_task
 from keel.protocol import names
 from keel.storage import Storage
+from keel.workflows import agent_session as session_side
 from keel.workflows.agent_session import MAX_DECIDED, MAX_QUEUED, MAX_SENT
 from keel.workflows.contracts import ToolResume
 from keel.workflows.session_contracts import Accepted, PendingItem, SendMessage, TurnDecided
-from tests.controller.conftest import collect
+from tests.controller.conftest import bound_controller, collect
 from tests.history_counts import patches_after_first_local_step
 
 
@@ -168,6 +169,28 @@ async def test_state_is_checked_against_the_schema_and_merged(ctl: AgentControll
         await session.state.set({"counter": "many"})
     state = await session.state.get()
     assert (state["project"], state["counter"]) == ("docs", 2)  # unchanged by the refused update
+
+
+async def test_a_state_or_goal_past_its_bound_is_refused_and_a_state_shrinking_is_taken(ctl: AgentController) -> None:
+    """A session's state is copied into every `state_changed` event and every answer: it holds at most
+    `MAX_STATE_BYTES` of JSON, the permission rules included. A goal's objective is bounded too."""
+    session = await ctl.create_session(user())
+    half = "x" * (session_side.MAX_STATE_BYTES // 2)
+    await session.state.set({"a": half})
+    with pytest.raises(SessionError, match="at most 256 KiB") as refused:
+        await session.state.set({"b": half})
+    assert refused.value.kind == "InvalidState"
+    with pytest.raises(SessionError, match="at most 256 KiB"):  # the rules count too
+        await session.state.set({"permissionRules": {"tools": {half: "allow"}}})
+    with pytest.raises(SessionError, match="at most 256 KiB"):
+        await session.permissions.set_for_tool(half, "allow")
+    state = await session.state.get()
+    assert "b" not in state and half not in state["permissionRules"]["tools"]  # unchanged by the refusals
+    await session.state.set({"a": "short", "b": "x" * 1000})
+    assert (await session.state.get())["a"] == "short"
+    with pytest.raises(SessionError, match="objective holds at most 32 KiB"):  # the judge reads it each turn
+        await session.goal.set("y" * (session_side.MAX_OBJECTIVE_BYTES + 1))
+    assert await session.goal.get() is None
 
 
 async def test_ask_user_suspends_and_the_answer_reaches_the_model(ctl: AgentController) -> None:
@@ -640,6 +663,31 @@ async def test_a_send_made_again_gets_its_first_answer_when_the_queue_is_full(ct
     assert "messages already wait for a turn" in str(refused.value.cause)
     assert await send(7, "again-7") == first[7]
     await session.abort()
+
+
+async def test_messages_waiting_for_a_turn_are_bounded_in_bytes(
+    client: Client, storage: Storage, task_queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session carries the messages that wait for a turn (and those delivered into the running one) until
+    their turn reads them: one message holds at most `MAX_MESSAGE_BYTES`, and all of them `MAX_WAITING_BYTES`.
+    Before, 100 messages of any size could wait (through the payload store, 256 MiB each)."""
+    monkeypatch.setattr(session_side, "MAX_MESSAGE_BYTES", 60_000)
+    monkeypatch.setattr(session_side, "MAX_WAITING_BYTES", 100_000)
+    async with bound_controller(client, storage, task_queue, sandboxed=False) as ctl:
+        session = await ctl.create_session(user())
+        await session.send_message('tool save_note {"text": "hold"}')
+        await wait_pending(session)
+        with pytest.raises(SessionError, match="holds at most 60000 bytes") as large:
+            await session.follow_up("text " + "x" * 70_000)
+        assert large.value.kind == "InvalidInput"
+        await session.follow_up("text " + "y" * 40_000)
+        await session.follow_up("text " + "z" * 40_000)
+        with pytest.raises(SessionError, match="wait for a turn already"):
+            await session.follow_up("text " + "w" * 40_000)
+        assert (await session.snapshot()).queued == 2
+        await session.abort()
+        await session.follow_up("text " + "v" * 40_000)  # the queue's turns ran: room again
+        await session.settled()
 
 
 async def test_a_session_remembers_its_last_200_decided_calls_and_no_more(ctl: AgentController) -> None:
