@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 _EXPORTS: dict[str, str] = {
     "InvalidRunInput": "keel.client.errors",
     "KeelClientError": "keel.client.errors",
+    "MessageRefused": "keel.client.errors",
     "NoWorker": "keel.client.errors",
     "QueueInUse": "keel.client.errors",
     "RunClosed": "keel.client.errors",
@@ -37,6 +38,7 @@ __all__ = [
     "InvalidRunInput",
     "KeelClient",
     "KeelClientError",
+    "MessageRefused",
     "NoWorker",
     "Poller",
     "QueueInUse",
@@ -61,6 +63,7 @@ if TYPE_CHECKING:
     from keel.client.errors import (
         InvalidRunInput,
         KeelClientError,
+        MessageRefused,
         NoWorker,
         QueueInUse,
         RunClosed,

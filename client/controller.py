@@ -107,7 +107,13 @@ class ControllerClient:
                 result_type=SessionSnapshot,
             )
         except WorkflowUpdateFailedError as err:
-            raise _refused(err) from None
+            refused = _refused(err)
+            if refused.kind != UPDATE_LIMIT:  # else the session is there, taking no changes until its turn ends
+                raise refused from None
+        except RPCError as err:
+            unanswered = _unanswered(session_id, err)
+            if not (isinstance(unanswered, SessionError) and unanswered.kind == UPDATE_LIMIT):
+                raise unanswered from None
         return Session(self, session_id, resource_id, scope)
 
     def session(self, resource_id: str, scope: str | None = None) -> Session:
@@ -225,6 +231,9 @@ class Session:
                 )
                 break
             except SessionError as err:
+                if err.kind == UPDATE_LIMIT:  # the session takes no more updates until its turn ends
+                    result = await self._settled_by_run(run_id)
+                    break
                 if err.kind == ENDED_BEFORE_ANSWERING and ended < 3:  # its execution ended (a reset): ask the new one
                     ended += 1
                 elif err.kind == CONTINUING and time.monotonic() < deadline:  # it is about to: ask it once it has
@@ -234,6 +243,23 @@ class Session:
                     raise
         await self._heard()
         return result
+
+    async def _settled_by_run(self, run_id: str | None) -> SessionSnapshot:
+        """`settled` for a session that takes no updates until its turn ends (`UPDATE_LIMIT`): its snapshot (a
+        query, which adds nothing to its history) is read until the turn has ended or waits on a person."""
+        deadline = time.monotonic() + SETTLED_WAIT.total_seconds()
+        snapshot = await self.snapshot()
+        turn = run_id or snapshot.run_id
+        while turn is not None and time.monotonic() < deadline:
+            running = snapshot.run_id
+            if running == turn and any(p.run_id == turn or p.run_id.startswith(f"{turn}-") for p in snapshot.pending):
+                break  # it waits on a person
+            queued = (running is None and snapshot.queued > 0) or _turn_number(turn) > _turn_number(running)
+            if running != turn and not queued:
+                break  # it has ended
+            await asyncio.sleep(0.1)
+            snapshot = await self.snapshot()
+        return snapshot
 
     async def respond_to_tool_approval(
         self,
@@ -651,9 +677,19 @@ def _unanswered(session_id: str, err: RPCError) -> KeelClientError:
 
 
 UPDATE_LIMIT = "UpdateLimit"
-"""`SessionError.kind` of a change refused because the session's execution took Temporal's most updates: the
-session continues as new after its turn. Until then an approval, a decline or a resume goes to the run's own
-update, and an abort cancels the turn."""
+"""`SessionError.kind` of a change refused during a turn because the session's execution took Temporal's most
+updates, or because its history nears Temporal's limit (the session's own refusal): the session continues as new
+after its turn. Until then an approval, a decline or a resume goes to the run's own update when the session
+refuses it too, an abort cancels the turn, `settled` reads the session's snapshot, and `create_session` opens the
+session without asking it."""
+
+
+def _turn_number(run_id: str | None) -> int:
+    """N of a session's turn `<session>-turn-N` (0 for none): later turns have larger numbers."""
+    number = (run_id or "").rpartition("-turn-")[2]
+    return int(number) if number.isdigit() else 0
+
+
 SESSION_SIDE_TOOLS = frozenset({"submit_plan", "request_access"})
 """Built-in tools whose answer the session applies (a mode switch, a grant): not resumed on the run alone."""
 CONTINUING = "SessionContinuing"

@@ -128,6 +128,15 @@ class ToolCallRejected(KeelClientError):
         self.tool_call_id = tool_call_id
 
 
+class MessageRefused(KeelClientError):
+    """A message delivered into a run that the run did not take (its unread messages are at their bound)."""
+
+    def __init__(self, run_id: str, message_id: str, reason: str) -> None:
+        super().__init__(f"Run {run_id!r} did not take message {message_id!r}: {reason}")
+        self.run_id = run_id
+        self.message_id = message_id
+
+
 class ToolFailed(KeelClientError):
     """A tool run outside a run (`KeelClient.execute_tool`) answered with an error, or could not run."""
 

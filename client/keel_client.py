@@ -30,6 +30,7 @@ from temporalio.client import (
     WorkflowExecutionDescription,
     WorkflowFailureError,
     WorkflowHandle,
+    WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
     WorkflowUpdateStage,
@@ -58,6 +59,7 @@ from keel.client.connection import task_queue as default_task_queue
 from keel.client.errors import (
     InvalidRunInput,
     KeelClientError,
+    MessageRefused,
     NoWorker,
     RunClosed,
     RunFailed,
@@ -591,20 +593,33 @@ class KeelClient:
         except WorkflowUpdateFailedError as err:
             raise InvalidRunInput(str(getattr(err.cause, "message", None) or err.cause or err)) from None
 
-    async def deliver(self, run_id: str, content: Content, *, message_id: str | None = None) -> str:
-        """Deliver a user message into a running `AgentRun` (its `user_message` signal); the message's id."""
+    async def deliver(
+        self, run_id: str, content: Content, *, message_id: str | None = None, confirm: bool = False
+    ) -> str:
+        """Deliver a user message into a running `AgentRun` (its `user_message` signal); the message's id. It
+        returns at once, also while a step runs.
+
+        A signal cannot answer its sender. With `confirm`, the run is asked afterwards whether it took the message
+        (the `message_refusal` query, which sees every signal sent before it, but waits for the workflow task in
+        flight: up to a whole step): `MessageRefused` when its unread messages were at their bound."""
         from keel.workflows.contracts import DeliveredMessage
 
         message_id = message_id or f"msg-{uuid.uuid4()}"
         info = await self.describe(run_id)
         if info.status not in ("running", "suspended"):
             raise RunClosed(run_id)
+        handle = self._handle(run_id)
         try:
-            await self._handle(run_id).signal(
-                names.USER_MESSAGE_SIGNAL, DeliveredMessage(id=message_id, content=content)
-            )
+            await handle.signal(names.USER_MESSAGE_SIGNAL, DeliveredMessage(id=message_id, content=content))
+            if not confirm:
+                return message_id
+            refusal = await handle.query(names.MESSAGE_REFUSAL_QUERY, message_id)
+        except WorkflowQueryFailedError:  # a worker older than the query; or the run ended meanwhile
+            return message_id
         except RPCError as err:
             raise self._rpc_error(run_id, err) from None
+        if isinstance(refusal, str):
+            raise MessageRefused(run_id, message_id, refusal)
         return message_id
 
     async def active_run_of_thread(self, agent_id: str, thread_id: str) -> str | None:

@@ -70,6 +70,8 @@ PENDING_TOOL_CALLS_QUERY: Final = "pending_tool_calls"
 RUN_SETTLED_UPDATE: Final = "settled"
 """Answered once the run waits on a person (calls to decide or to resume) or has ended."""
 REJECTED_SIGNALS_QUERY: Final = "rejected_signals"
+MESSAGE_REFUSAL_QUERY: Final = "message_refusal"
+"""Why the run refused the `user_message` of this id, or null when it took it (or never heard of it)."""
 
 # AgentController sessions
 AGENT_SESSION: Final = "AgentSession"

@@ -8,10 +8,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 from temporalio.client import Client
 
 from keel.app import App
+from keel.client.errors import MessageRefused
 from keel.storage import Storage
+from keel.workflows import agent_run
 from tests.apps import asker
 from tests.conftest import running_worker
 from tests.http_api.test_signals_as_mastra import listener
@@ -63,3 +66,21 @@ async def test_a_message_delivered_before_a_step_whose_tool_suspends_is_heard_af
     messages, _ = await storage.list_messages(run_id)
     said = [(m.role, text(m.content)) for m in messages if m.role != "tool"]
     assert ("user", "also this") in said
+
+
+async def test_a_message_past_the_runs_unread_room_is_refused_to_its_sender(
+    client: Client, storage: Storage, task_queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run keeps at most `MAX_INBOX` delivered messages unread. A signal cannot answer its sender; with
+    `confirm` the client asks the run afterwards whether it took the message: past the room, `deliver` raises
+    saying so, where before the sender could only find the refusal in `rejected_signals`."""
+    monkeypatch.setattr(agent_run, "MAX_INBOX", 2)
+    async with running_worker(client, App.of(asker), storage, task_queue, sandboxed=False) as keel:
+        run_id = await keel.start_run("asker", "ask")
+        assert (await keel.settle(run_id)).pending  # waits for an approval: nothing reads the inbox
+        await keel.deliver(run_id, "one", message_id="m1")
+        await keel.deliver(run_id, "two", message_id="m2")
+        with pytest.raises(MessageRefused, match="2 delivered messages are unread"):
+            await keel.deliver(run_id, "three", message_id="m3", confirm=True)
+        await keel.deliver(run_id, "two", message_id="m2", confirm=True)  # delivered again: already taken, not refused
+        await client.get_workflow_handle(run_id).terminate("done")  # no run left waiting for other tests to list

@@ -181,6 +181,7 @@ class AgentRun:
         self._rejected: list[str] = []
         self._inbox: list[DeliveredMessage] = []  # delivered user messages no model step has read yet
         self._delivered: set[str] = set()  # their ids: a message delivered twice is read once
+        self._refused: dict[str, str] = {}  # the last messages refused, by id: why (`message_refusal`)
         self._suspended: dict[str, SuspendedToolCall] = {}  # calls waiting for resume data
         self._resumes: dict[str, ToolResume] = {}  # resume data for them
         self._turn: TurnConfig | None = None  # a session's turn: its current mode and permissions
@@ -219,6 +220,12 @@ class AgentRun:
     def rejected_signals(self) -> list[str]:
         """Why recent `tool_approval` signals were ignored (signals cannot answer their sender)."""
         return list(self._rejected)
+
+    @workflow.query(name=names.MESSAGE_REFUSAL_QUERY)
+    def message_refusal(self, message_id: str) -> str | None:
+        """Why this execution refused the `user_message` of this id, if it did and has not taken it since: the
+        sender asks after its signal (a query sees every signal sent before it)."""
+        return self._refused.get(message_id)
 
     @workflow.signal(name=names.TOOL_APPROVAL_SIGNAL)
     async def tool_approval(self, raw: RawValue) -> None:
@@ -374,8 +381,11 @@ class AgentRun:
         if message.id in self._delivered:
             return
         if len(self._inbox) >= MAX_INBOX:
-            self._reject(f"user_message {message.id!r} refused: {MAX_INBOX} delivered messages are unread")
+            reason = f"{MAX_INBOX} delivered messages are unread"
+            self._reject(f"user_message {message.id!r} refused: {reason}")
+            self._refused = {**dict(list(self._refused.items())[-(MAX_REJECTED_SIGNALS - 1) :]), message.id: reason}
             return
+        self._refused.pop(message.id, None)
         self._delivered.add(message.id)
         self._inbox.append(message)
 

@@ -18,7 +18,6 @@ it, between turns, after storing a display-state snapshot so readers need not fo
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -29,6 +28,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 from temporalio.workflow import ChildWorkflowHandle, ParentClosePolicy
 
 from keel.protocol import InputMessage, names
+from keel.protocol.controller_events import MAX_STATE_BYTES, json_bytes
 from keel.protocol.workflow_definition import schema_problems
 from keel.workflows.contracts import AgentRunInput, AgentRunResult, ToolApproval, ToolResume, TurnConfig
 from keel.workflows.search_attributes import (
@@ -115,14 +115,12 @@ GENERATION_7 = "keel-session-generation-7"
 `MAX_PENDING` are declined at once (the reason told to the model, an `info` event to the session); before it they
 were dropped, and the turn waited for decisions the session could not take. The old branch may go once no
 session begun before it is open."""
-MAX_STATE_BYTES = 256 * 1024
-"""The most a session's state may hold, as UTF-8 JSON with its permission rules (what `state_changed` events and
-every answer carry). A change past it is refused, unless it leaves the state smaller than it was."""
 MAX_MESSAGE_BYTES = 32 * 1024 * 1024
 """The most a message sent to a session may hold (its content as UTF-8 JSON): a run's input takes as much."""
 MAX_WAITING_BYTES = 64 * 1024 * 1024
 """The most the messages a session carries until their turn reads them (queued, or delivered into the running
 turn) may hold together."""
+MAX_MODEL_ID_CHARS = 256
 MAX_OBJECTIVE_BYTES = 32 * 1024
 """The most a goal's objective may hold (UTF-8): the judge reads it after each turn."""
 ROOMY_HISTORY_BYTES = 1024 * 1024
@@ -177,7 +175,6 @@ class AgentSession:
         self._turn: ChildWorkflowHandle[Any, AgentRunResult] | None = None
         self._turn_id: str | None = None
         self._aborting = False
-        self._sizes: dict[str, int] = {}  # message id -> its size (`_message_bytes`)
         self._closing = False  # a turn's end is being handled (its events, its unread messages, its goal's judge)
         self._goal_stopped = False  # (generation 6) an abort came while a turn ran or its end was handled
         # Turns that ended in this execution, and (generation 3) an ended turn -> the turn its unread messages went
@@ -471,6 +468,7 @@ class AgentSession:
                 type="SessionBusy",
                 non_retryable=True,
             )
+        self._check_room()  # its answer carries the state: the client then opens the session without asking
 
     @workflow.update(name=names.SESSION_SEND_UPDATE)
     async def send_message(self, message: SendMessage) -> Accepted:
@@ -524,7 +522,7 @@ class AgentSession:
         self._check_room()
         if len(self._c.queued) >= MAX_QUEUED:
             raise ApplicationError(f"{MAX_QUEUED} messages already wait for a turn", non_retryable=True)
-        size = _json_bytes(message.content)
+        size = json_bytes(message.content)
         if size > MAX_MESSAGE_BYTES:
             raise ApplicationError(
                 f"A message holds at most {MAX_MESSAGE_BYTES} bytes of JSON: this one is {size}",
@@ -539,11 +537,12 @@ class AgentSession:
                 non_retryable=True,
             )
 
-    def _message_bytes(self, message: QueuedMessage) -> int:
+    @staticmethod
+    def _message_bytes(message: QueuedMessage) -> int:
         """The size of a message the session carries, measured once per execution."""
-        if message.id not in self._sizes:
-            self._sizes[message.id] = _json_bytes(message.content)
-        return self._sizes[message.id]
+        if message._bytes is None:
+            message._bytes = json_bytes(message.content)
+        return message._bytes
 
     @workflow.update(name=names.SESSION_SETTLED_UPDATE)
     async def settled(self, request: Settle) -> SessionSnapshot:
@@ -568,6 +567,10 @@ class AgentSession:
                 "The session is continuing as new: ask the new execution", type=CONTINUING, non_retryable=True
             )
         return self.snapshot()
+
+    @settled.validator
+    def _check_settled(self, request: Settle) -> None:
+        self._check_room()  # its answer carries the state: the client then waits on the turn's run instead
 
     async def _until_ready(self, check: Callable[[], None]) -> None:
         """A change that came in before a new session had its config and thread waits for them, then is checked
@@ -634,7 +637,7 @@ class AgentSession:
 
     @workflow.update(name=names.SESSION_MODEL_UPDATE)
     async def switch_model(self, request: SwitchModel) -> SessionSnapshot:
-        await self._until_ready(lambda: self._check_model(request))
+        await self._until_ready(lambda: self._model_rules(request))
         async with self._lock:
             target = request.mode_id or self._c.mode_id
             if target == self._c.mode_id:
@@ -647,6 +650,11 @@ class AgentSession:
 
     @switch_model.validator
     def _check_model(self, request: SwitchModel) -> None:
+        _check_model_id(request.model_id)
+        self._model_rules(request)
+
+    def _model_rules(self, request: SwitchModel) -> None:
+        """As `_state_rules`, for a model switch."""
         if not self._ready:
             return
         self._check_room()
@@ -662,7 +670,7 @@ class AgentSession:
 
     @workflow.update(name=names.SESSION_STATE_UPDATE)
     async def set_state(self, request: SetState) -> SessionSnapshot:
-        await self._until_ready(lambda: self._check_state(request))
+        await self._until_ready(lambda: self._state_rules(request))
         async with self._lock:
             updates = self._take_rules(dict(request.updates))
             self._c.state = {**self._c.state, **updates}
@@ -675,8 +683,8 @@ class AgentSession:
     def _check_state_bytes(self, after: dict[str, Any]) -> None:
         """A change that leaves the state (rules included) past `MAX_STATE_BYTES`, and larger than it was, is
         refused: the state is copied into every `state_changed` event and every answer."""
-        size = _json_bytes(after)
-        if size > MAX_STATE_BYTES and size > _json_bytes(self._state()):
+        size = json_bytes(after)
+        if size > MAX_STATE_BYTES and size > json_bytes(self._state()):
             raise ApplicationError(
                 f"A session's state holds at most {MAX_STATE_BYTES // 1024} KiB of JSON (its permission rules "
                 f"included): this change makes it {size} bytes",
@@ -689,7 +697,9 @@ class AgentSession:
         waits for the turn's end: a session continues as new only between turns, and each change adds to its
         history, which Temporal ends the session at past its limit (50 MB by default), turn and pending calls with
         it. The calls the turn waits on are still decided and resumed (those updates are not checked here), and the
-        turn may be aborted."""
+        turn may be aborted; `open` and `settled`, whose answers carry the state, are refused too (the client
+        then does without them). Only a validator refuses: where `_until_ready` runs a check for a new session,
+        its history is far under 1 MiB."""
         info = workflow.info()
         if (
             self._turn_id is None
@@ -719,12 +729,19 @@ class AgentSession:
 
     @set_state.validator
     def _check_state(self, request: SetState) -> None:
+        self._state_rules(request)
+        if self._ready:
+            self._check_room()
+            self._check_state_bytes({**self._state(), **request.updates})
+
+    def _state_rules(self, request: SetState) -> None:
+        """The checks a state update that came before the session was ready passes once it is (`_until_ready`):
+        those of the sessions that recorded such an update, so they replay as they ran. The bounds (`_check_room`,
+        `_check_state_bytes`) are the validator's only."""
         if not self._ready:
             return
         if not isinstance(request.updates, dict):
             raise ApplicationError("state updates must be a JSON object", type="InvalidState", non_retryable=True)
-        self._check_room()
-        self._check_state_bytes({**self._state(), **request.updates})
         schema = self._config.state_schema
         merged = {**self._c.state, **request.updates}
         merged.pop("permissionRules", None)
@@ -737,7 +754,7 @@ class AgentSession:
 
     @workflow.update(name=names.SESSION_PERMISSION_UPDATE)
     async def set_permission(self, request: SetPermission) -> SessionSnapshot:
-        await self._until_ready(lambda: self._check_permission(request))
+        await self._until_ready(lambda: self._permission_rules(request))
         async with self._lock:
             rules = self._c.permissions
             if request.tool_name is not None:
@@ -751,17 +768,22 @@ class AgentSession:
 
     @set_permission.validator
     def _check_permission(self, request: SetPermission) -> None:
+        self._permission_rules(request)
+        if self._ready:
+            self._check_room()
+        if self._ready and request.tool_name is not None:
+            after = self._state()
+            after["permissionRules"]["tools"][request.tool_name] = request.policy
+            self._check_state_bytes(after)
+
+    def _permission_rules(self, request: SetPermission) -> None:
+        """As `_state_rules`, for a permission change."""
         if not self._ready:
             return
         if (request.tool_name is None) == (request.category is None):
             raise ApplicationError(
                 "Set a policy for a category or for a tool (one of them)", type="InvalidInput", non_retryable=True
             )
-        self._check_room()
-        if request.tool_name is not None:
-            after = self._state()
-            after["permissionRules"]["tools"][request.tool_name] = request.policy
-            self._check_state_bytes(after)
 
     @workflow.update(name=names.SESSION_APPROVAL_UPDATE)
     async def respond_to_tool_approval(self, response: ToolApprovalResponse) -> Accepted:
@@ -852,7 +874,7 @@ class AgentSession:
 
     @workflow.update(name=names.SESSION_SUBAGENT_MODEL_UPDATE)
     async def set_subagent_model(self, request: SetSubagentModel) -> SessionSnapshot:
-        await self._until_ready(lambda: self._check_subagent_model(request))
+        await self._until_ready(lambda: self._subagent_model_rules(request))
         async with self._lock:
             key = f"subagentModelId_{request.agent_type}" if request.agent_type else "subagentModelId"
             event = {"type": "subagent_model_changed", "modelId": request.model_id, "scope": "thread"}
@@ -864,6 +886,11 @@ class AgentSession:
 
     @set_subagent_model.validator
     def _check_subagent_model(self, request: SetSubagentModel) -> None:
+        _check_model_id(request.model_id)
+        self._subagent_model_rules(request)
+
+    def _subagent_model_rules(self, request: SetSubagentModel) -> None:
+        """As `_state_rules`, for a subagent's model."""
         if not self._ready:
             return
         self._check_room()
@@ -877,7 +904,7 @@ class AgentSession:
 
     @workflow.update(name=names.SESSION_GOAL_UPDATE)
     async def set_goal(self, request: SetGoal) -> SessionSnapshot:
-        await self._until_ready(lambda: self._check_goal(request))
+        await self._until_ready(lambda: self._goal_rules(request))
         async with self._lock:
             if request.clear:
                 self._c.goal = None
@@ -900,16 +927,21 @@ class AgentSession:
 
     @set_goal.validator
     def _check_goal(self, request: SetGoal) -> None:
-        if request.objective is not None and len(request.objective.encode()) > MAX_OBJECTIVE_BYTES:
+        if request.objective is not None and _utf8_bytes(request.objective) > MAX_OBJECTIVE_BYTES:
             raise ApplicationError(
                 f"A goal's objective holds at most {MAX_OBJECTIVE_BYTES // 1024} KiB: this one is "
-                f"{len(request.objective.encode())} bytes",
+                f"{_utf8_bytes(request.objective)} bytes",
                 type="InvalidInput",
                 non_retryable=True,
             )
+        if self._ready:
+            self._check_room()
+        self._goal_rules(request)
+
+    def _goal_rules(self, request: SetGoal) -> None:
+        """As `_state_rules`, for a goal change."""
         if not self._ready:
             return
-        self._check_room()
         if not request.clear and request.objective is None and self._c.goal is None:
             raise ApplicationError("The session has no goal to update: set one first", non_retryable=True)
 
@@ -1182,5 +1214,16 @@ class AgentSession:
         )
 
 
-def _json_bytes(value: Any) -> int:
-    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str).encode())
+def _check_model_id(model_id: str) -> None:
+    """A model id is kept in thread settings and sent with every turn: at most `MAX_MODEL_ID_CHARS` characters."""
+    if len(model_id) > MAX_MODEL_ID_CHARS:
+        raise ApplicationError(
+            f"A model id holds at most {MAX_MODEL_ID_CHARS} characters: this one has {len(model_id)}",
+            type="InvalidInput",
+            non_retryable=True,
+        )
+
+
+def _utf8_bytes(text: str) -> int:
+    """`text`'s UTF-8 size (a lone surrogate, which JSON may carry, as the 3 bytes it escapes to at most)."""
+    return len(text.encode(errors="surrogatepass"))

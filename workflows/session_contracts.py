@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, PrivateAttr
 
 from keel.protocol import Content
 from keel.workflows.contracts import Contract, PermissionRules, Policy
@@ -105,6 +105,8 @@ class QueuedMessage(Contract):
     content: Content
     run_id: str
     """The turn that will read it."""
+    _bytes: int | None = PrivateAttr(default=None)
+    """Its content's size, measured once (not carried)."""
 
 
 class Accepted(Contract):

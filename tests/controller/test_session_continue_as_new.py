@@ -299,6 +299,10 @@ async def test_changes_during_a_long_turn_never_grow_the_session_past_temporals_
             assert refused.value.kind == "UpdateLimit"
             described = await client.get_workflow_handle(session.id).describe()
             assert described.status == WorkflowExecutionStatus.RUNNING
+            # `open` and `settled` answer with the state: the session refuses them too, and the client does
+            # without them (it opens the session without asking it, and reads its snapshot).
+            assert (await ctl.create_session(session.resource_id)).id == session.id
+            assert [p.tool_call_id for p in (await session.settled()).pending] == [pending.tool_call_id]
             await session.respond_to_tool_approval(pending.tool_call_id, "approve")
             async with asyncio.timeout(30):
                 while (snapshot := await session.snapshot()).running or snapshot.pending:

@@ -137,6 +137,8 @@ async def test_modes_switch_with_their_models_and_an_unknown_mode_is_refused(ctl
     await session.model.switch("mock/build-choice")
     await session.mode.switch("plan")
     await session.model.switch("mock/plan-choice")
+    with pytest.raises(SessionError, match="at most 256 characters"):  # kept in thread settings
+        await session.model.switch("mock/" + "m" * 300)
     await session.mode.switch("build")
     assert (await session.mode.get(), await session.model.get()) == ("build", "mock/build-choice")
     resolved = await session.mode.resolve()
@@ -171,26 +173,34 @@ async def test_state_is_checked_against_the_schema_and_merged(ctl: AgentControll
     assert (state["project"], state["counter"]) == ("docs", 2)  # unchanged by the refused update
 
 
-async def test_a_state_or_goal_past_its_bound_is_refused_and_a_state_shrinking_is_taken(ctl: AgentController) -> None:
+async def test_a_state_or_goal_past_its_bound_is_refused_and_a_state_shrinking_is_taken(
+    client: Client, storage: Storage, task_queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A session's state is copied into every `state_changed` event and every answer: it holds at most
-    `MAX_STATE_BYTES` of JSON, the permission rules included. A goal's objective is bounded too."""
-    session = await ctl.create_session(user())
-    half = "x" * (session_side.MAX_STATE_BYTES // 2)
-    await session.state.set({"a": half})
-    with pytest.raises(SessionError, match="at most 256 KiB") as refused:
-        await session.state.set({"b": half})
-    assert refused.value.kind == "InvalidState"
-    with pytest.raises(SessionError, match="at most 256 KiB"):  # the rules count too
-        await session.state.set({"permissionRules": {"tools": {half: "allow"}}})
-    with pytest.raises(SessionError, match="at most 256 KiB"):
-        await session.permissions.set_for_tool(half, "allow")
-    state = await session.state.get()
-    assert "b" not in state and half not in state["permissionRules"]["tools"]  # unchanged by the refusals
-    await session.state.set({"a": "short", "b": "x" * 1000})
-    assert (await session.state.get())["a"] == "short"
-    with pytest.raises(SessionError, match="objective holds at most 32 KiB"):  # the judge reads it each turn
-        await session.goal.set("y" * (session_side.MAX_OBJECTIVE_BYTES + 1))
-    assert await session.goal.get() is None
+    `MAX_STATE_BYTES` of JSON (256 KiB), the permission rules included. A state already past it (the bound
+    lowered) takes a change that shrinks it. A goal's objective is bounded too."""
+    monkeypatch.setattr(session_side, "MAX_STATE_BYTES", 10 * 1024)
+    async with bound_controller(client, storage, task_queue, sandboxed=False) as ctl:
+        session = await ctl.create_session(user())
+        half = "x" * 6000
+        await session.state.set({"a": half})
+        with pytest.raises(SessionError, match="at most 10 KiB") as refused:
+            await session.state.set({"b": half})
+        assert refused.value.kind == "InvalidState"
+        with pytest.raises(SessionError, match="at most 10 KiB"):  # the rules count too
+            await session.state.set({"permissionRules": {"tools": {half: "allow"}}})
+        with pytest.raises(SessionError, match="at most 10 KiB"):
+            await session.permissions.set_for_tool(half, "allow")
+        state = await session.state.get()
+        assert "b" not in state and half not in state["permissionRules"]["tools"]  # unchanged by the refusals
+        monkeypatch.setattr(session_side, "MAX_STATE_BYTES", 3 * 1024)  # the state is past the bound now
+        await session.state.set({"a": "x" * 4000})  # smaller than it was: taken
+        with pytest.raises(SessionError, match="at most 3 KiB"):
+            await session.state.set({"b": "y"})  # larger: refused
+        assert (await session.state.get())["a"] == "x" * 4000
+        with pytest.raises(SessionError, match="objective holds at most 32 KiB"):  # the judge reads it each turn
+            await session.goal.set("y" * (session_side.MAX_OBJECTIVE_BYTES + 1))
+        assert await session.goal.get() is None
 
 
 async def test_ask_user_suspends_and_the_answer_reaches_the_model(ctl: AgentController) -> None:
