@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any, Literal, cast, get_args
 from pydantic import BaseModel
 
 from keel.app.definitions import Agent, AppError, Tool
-from keel.protocol.controller_events import MAX_STATE_BYTES, json_bytes
 
 if TYPE_CHECKING:
     from keel.model_providers import ChatModel
@@ -194,12 +193,6 @@ class ControllerDefinition:
         ]
         for tool_name in {t.id for t in named}:
             self.category(tool_name)  # a resolver that answers no category fails here, not in a turn
-        size = json_bytes(self.initial_state_values())
-        if size > MAX_STATE_BYTES:
-            raise ControllerError(
-                f"Controller {self.id!r}: initial_state is {size} bytes of JSON, and a session's state holds at "
-                f"most {MAX_STATE_BYTES // 1024} KiB"
-            )
 
     @property
     def default_mode(self) -> Mode:

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
-from temporalio.client import WithStartWorkflowOperation, WorkflowUpdateFailedError
+from temporalio.client import WithStartWorkflowOperation, WorkflowQueryFailedError, WorkflowUpdateFailedError
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -110,10 +110,14 @@ class ControllerClient:
             refused = _refused(err)
             if refused.kind != UPDATE_LIMIT:  # else the session is there, taking no changes until its turn ends
                 raise refused from None
-        except RPCError as err:
+        except RPCError as err:  # Temporal's own refusal: the session never saw the thread asked for
             unanswered = _unanswered(session_id, err)
             if not (isinstance(unanswered, SessionError) and unanswered.kind == UPDATE_LIMIT):
                 raise unanswered from None
+            session = Session(self, session_id, resource_id, scope)
+            if thread_id is not None and (await session.snapshot()).thread_id != thread_id:
+                raise unanswered from None
+            return session
         return Session(self, session_id, resource_id, scope)
 
     def session(self, resource_id: str, scope: str | None = None) -> Session:
@@ -232,7 +236,7 @@ class Session:
                 break
             except SessionError as err:
                 if err.kind == UPDATE_LIMIT:  # the session takes no more updates until its turn ends
-                    result = await self._settled_by_run(run_id)
+                    result = await self._settled_by_run(run_id, err)
                     break
                 if err.kind == ENDED_BEFORE_ANSWERING and ended < 3:  # its execution ended (a reset): ask the new one
                     ended += 1
@@ -244,22 +248,32 @@ class Session:
         await self._heard()
         return result
 
-    async def _settled_by_run(self, run_id: str | None) -> SessionSnapshot:
-        """`settled` for a session that takes no updates until its turn ends (`UPDATE_LIMIT`): its snapshot (a
-        query, which adds nothing to its history) is read until the turn has ended or waits on a person."""
+    async def _settled_by_run(self, run_id: str | None, refused: SessionError) -> SessionSnapshot:
+        """`settled` for a session that takes no updates until its turn ends (`UPDATE_LIMIT`): the session's
+        `settled_now` query (which adds nothing to its history) is asked until the turn it targets has ended or
+        waits on a person. A session without that query (a worker older than it) re-raises `refused`."""
+        from keel.workflows.session_contracts import Settle, SettledNow
+
         deadline = time.monotonic() + SETTLED_WAIT.total_seconds()
-        snapshot = await self.snapshot()
-        turn = run_id or snapshot.run_id
-        while turn is not None and time.monotonic() < deadline:
-            running = snapshot.run_id
-            if running == turn and any(p.run_id == turn or p.run_id.startswith(f"{turn}-") for p in snapshot.pending):
-                break  # it waits on a person
-            queued = (running is None and snapshot.queued > 0) or _turn_number(turn) > _turn_number(running)
-            if running != turn and not queued:
-                break  # it has ended
+        target = run_id
+        while True:
+            try:
+                now: SettledNow = await self._handle.query(
+                    names.SESSION_SETTLED_QUERY,
+                    Settle(run_id=target),
+                    result_type=SettledNow,
+                    rpc_timeout=timedelta(seconds=WAIT_SECONDS),
+                )
+            except WorkflowQueryFailedError:
+                raise refused from None
+            except RPCError as err:
+                raise _unanswered(self.id, err) from None
+            if now.settled:
+                return await self.snapshot()
+            if time.monotonic() > deadline:
+                raise SessionError(f"Turn {now.run_id} has not settled in {SETTLED_WAIT}", "Timeout")
+            target = now.run_id
             await asyncio.sleep(0.1)
-            snapshot = await self.snapshot()
-        return snapshot
 
     async def respond_to_tool_approval(
         self,
@@ -680,14 +694,8 @@ UPDATE_LIMIT = "UpdateLimit"
 """`SessionError.kind` of a change refused during a turn because the session's execution took Temporal's most
 updates, or because its history nears Temporal's limit (the session's own refusal): the session continues as new
 after its turn. Until then an approval, a decline or a resume goes to the run's own update when the session
-refuses it too, an abort cancels the turn, `settled` reads the session's snapshot, and `create_session` opens the
-session without asking it."""
-
-
-def _turn_number(run_id: str | None) -> int:
-    """N of a session's turn `<session>-turn-N` (0 for none): later turns have larger numbers."""
-    number = (run_id or "").rpartition("-turn-")[2]
-    return int(number) if number.isdigit() else 0
+refuses it too, an abort cancels the turn, `settled` asks the session's `settled_now` query, and `create_session`
+opens the session without asking it (unless it asked for another thread)."""
 
 
 SESSION_SIDE_TOOLS = frozenset({"submit_plan", "request_access"})

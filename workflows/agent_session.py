@@ -63,6 +63,7 @@ from keel.workflows.session_contracts import (
     SetState,
     SetSubagentModel,
     Settle,
+    SettledNow,
     SwitchMode,
     SwitchModel,
     ThreadChange,
@@ -547,19 +548,10 @@ class AgentSession:
     @workflow.update(name=names.SESSION_SETTLED_UPDATE)
     async def settled(self, request: Settle) -> SessionSnapshot:
         """Once the turn (default: the latest queued or running) has ended, or waits on a person."""
-        target = request.run_id or (self._c.queued[-1].run_id if self._c.queued else self._turn_id or self._ending)
+        target = self._settle_target(request)
 
         def settled() -> bool:
-            turn = target
-            while turn in self._forwarded:  # its unread messages went to a later turn: that one's end
-                turn = self._forwarded[turn]
-            if turn is None or turn in self._ended:
-                return True
-            if turn == self._ending:
-                return False
-            if self._turn_id == turn:  # running: settled once it waits on a person
-                return any(p.run_id == turn or p.run_id.startswith(f"{turn}-") for p in self._c.pending)
-            return turn not in {q.run_id for q in self._c.queued}  # not this execution's: long done
+            return self._is_settled(target)
 
         await workflow.wait_condition(lambda: settled() or self._leaving)
         if not settled():
@@ -570,7 +562,29 @@ class AgentSession:
 
     @settled.validator
     def _check_settled(self, request: Settle) -> None:
-        self._check_room()  # its answer carries the state: the client then waits on the turn's run instead
+        self._check_room()  # its answer carries the state: the client then asks `settled_now` instead
+
+    @workflow.query(name=names.SESSION_SETTLED_QUERY)
+    def settled_now(self, request: Settle) -> SettledNow:
+        """What the `settled` update waits for, asked without waiting (a query adds nothing to the history): the
+        turn it targets (ask again with it), and whether that turn has ended or waits on a person."""
+        target = self._settle_target(request)
+        return SettledNow(run_id=target, settled=self._is_settled(target))
+
+    def _settle_target(self, request: Settle) -> str | None:
+        return request.run_id or (self._c.queued[-1].run_id if self._c.queued else self._turn_id or self._ending)
+
+    def _is_settled(self, target: str | None) -> bool:
+        turn = target
+        while turn in self._forwarded:  # its unread messages went to a later turn: that one's end
+            turn = self._forwarded[turn]
+        if turn is None or turn in self._ended:
+            return True
+        if turn == self._ending:
+            return False
+        if self._turn_id == turn:  # running: settled once it waits on a person
+            return any(p.run_id == turn or p.run_id.startswith(f"{turn}-") for p in self._c.pending)
+        return turn not in {q.run_id for q in self._c.queued}  # not this execution's: long done
 
     async def _until_ready(self, check: Callable[[], None]) -> None:
         """A change that came in before a new session had its config and thread waits for them, then is checked
@@ -736,8 +750,9 @@ class AgentSession:
 
     def _state_rules(self, request: SetState) -> None:
         """The checks a state update that came before the session was ready passes once it is (`_until_ready`):
-        those of the sessions that recorded such an update, so they replay as they ran. The bounds (`_check_room`,
-        `_check_state_bytes`) are the validator's only."""
+        those of the sessions that recorded such an update, so they replay as they ran. The size bound is the
+        validator's only (`_check_room`, run by other changes' checks there too, never refuses before the session
+        is ready: no turn runs then)."""
         if not self._ready:
             return
         if not isinstance(request.updates, dict):
@@ -1225,5 +1240,5 @@ def _check_model_id(model_id: str) -> None:
 
 
 def _utf8_bytes(text: str) -> int:
-    """`text`'s UTF-8 size (a lone surrogate, which JSON may carry, as the 3 bytes it escapes to at most)."""
+    """`text`'s UTF-8 size (a lone surrogate, which JSON may carry, counted as 3 bytes)."""
     return len(text.encode(errors="surrogatepass"))

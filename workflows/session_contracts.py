@@ -157,6 +157,13 @@ class Settle(Contract):
     run_id: str | None = None
 
 
+class SettledNow(Contract):
+    """The `settled_now` query's answer: the turn `settled` targets, and whether it has ended or waits on a person."""
+
+    run_id: str | None = None
+    settled: bool
+
+
 class SwitchMode(Contract):
     mode_id: str
 

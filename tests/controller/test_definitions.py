@@ -42,10 +42,6 @@ AGENT = Agent(id="a", instructions="", model=ScriptedModel(lambda request: Model
             {"modes": [Mode("plan")], "tool_category_resolver": lambda name: "exec"},
             "gave 'exec' for tool 'noop': a category is one of read, edit, execute, mcp, other, or None",
         ),
-        (
-            {"modes": [Mode("plan")], "initial_state": {"notes": "x" * 300_000}},
-            "initial_state is 300012 bytes of JSON, and a session's state holds at most 256 KiB",
-        ),
     ],
 )
 def test_a_controller_that_cannot_work_is_refused_with_the_reason(options: dict[str, Any], message: str) -> None:

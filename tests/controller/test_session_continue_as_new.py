@@ -304,9 +304,8 @@ async def test_changes_during_a_long_turn_never_grow_the_session_past_temporals_
             assert (await ctl.create_session(session.resource_id)).id == session.id
             assert [p.tool_call_id for p in (await session.settled()).pending] == [pending.tool_call_id]
             await session.respond_to_tool_approval(pending.tool_call_id, "approve")
-            async with asyncio.timeout(30):
-                while (snapshot := await session.snapshot()).running or snapshot.pending:
-                    await asyncio.sleep(0.1)
+            snapshot = await asyncio.wait_for(session.settled(), 30)  # (the `settled_now` query, while refused)
+            assert not snapshot.running and snapshot.pending == []
             await session.state.set({"after": "the turn"})
             assert (await session.state.get())["after"] == "the turn"
             found = await collect(session.events(offset=0, display_state=False), "agent_end")
