@@ -236,7 +236,7 @@ class Session:
                 break
             except SessionError as err:
                 if err.kind == UPDATE_LIMIT:  # the session takes no more updates until its turn ends
-                    result = await self._settled_by_run(run_id, err)
+                    result = await self._settled_by_query(run_id, err)
                     break
                 if err.kind == ENDED_BEFORE_ANSWERING and ended < 3:  # its execution ended (a reset): ask the new one
                     ended += 1
@@ -248,7 +248,7 @@ class Session:
         await self._heard()
         return result
 
-    async def _settled_by_run(self, run_id: str | None, refused: SessionError) -> SessionSnapshot:
+    async def _settled_by_query(self, run_id: str | None, refused: SessionError) -> SessionSnapshot:
         """`settled` for a session that takes no updates until its turn ends (`UPDATE_LIMIT`): the session's
         `settled_now` query (which adds nothing to its history) is asked until the turn it targets has ended or
         waits on a person. A session without that query (a worker older than it) re-raises `refused`."""

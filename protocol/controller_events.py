@@ -9,19 +9,12 @@ is never stored: a reader folds the events it reads and sends the state after ea
 from __future__ import annotations
 
 import copy
-import json
 from typing import Any
 
 MAX_STATE_BYTES = 256 * 1024
 """The most a session's state may hold, as UTF-8 JSON with its permission rules (what `state_changed` events and
 every answer carry): a change past it is refused, unless it leaves the state smaller than it was. (A controller's
 own `initial_state` is not checked: it is the controller's, not grown by its sessions.)"""
-
-
-def json_bytes(value: Any) -> int:
-    """`value`'s size as UTF-8 JSON (a lone surrogate, which JSON may carry, counted as 3 bytes)."""
-    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
-    return len(text.encode(errors="surrogatepass"))
 
 
 EVENT_TYPES = frozenset(

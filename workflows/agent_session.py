@@ -28,7 +28,8 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 from temporalio.workflow import ChildWorkflowHandle, ParentClosePolicy
 
 from keel.protocol import InputMessage, names
-from keel.protocol.controller_events import MAX_STATE_BYTES, json_bytes
+from keel.protocol.controller_events import MAX_STATE_BYTES
+from keel.protocol.payloads import json_bytes
 from keel.protocol.workflow_definition import schema_problems
 from keel.workflows.contracts import AgentRunInput, AgentRunResult, ToolApproval, ToolResume, TurnConfig
 from keel.workflows.search_attributes import (
@@ -123,7 +124,7 @@ MAX_WAITING_BYTES = 64 * 1024 * 1024
 turn) may hold together."""
 MAX_MODEL_ID_CHARS = 256
 MAX_OBJECTIVE_BYTES = 32 * 1024
-"""The most a goal's objective may hold (UTF-8): the judge reads it after each turn."""
+"""The most a goal's objective may hold (as UTF-8 JSON): the judge reads it after each turn."""
 ROOMY_HISTORY_BYTES = 1024 * 1024
 """A history under this is far from Temporal's limit (50 MB by default): changes during a turn are taken however
 early Temporal suggests continuing as new (it does by event count too, 4,096 by default, which the 2,000 updates
@@ -942,10 +943,10 @@ class AgentSession:
 
     @set_goal.validator
     def _check_goal(self, request: SetGoal) -> None:
-        if request.objective is not None and _utf8_bytes(request.objective) > MAX_OBJECTIVE_BYTES:
+        if request.objective is not None and json_bytes(request.objective) > MAX_OBJECTIVE_BYTES:
             raise ApplicationError(
                 f"A goal's objective holds at most {MAX_OBJECTIVE_BYTES // 1024} KiB: this one is "
-                f"{_utf8_bytes(request.objective)} bytes",
+                f"{json_bytes(request.objective)} bytes",
                 type="InvalidInput",
                 non_retryable=True,
             )
@@ -1237,8 +1238,3 @@ def _check_model_id(model_id: str) -> None:
             type="InvalidInput",
             non_retryable=True,
         )
-
-
-def _utf8_bytes(text: str) -> int:
-    """`text`'s UTF-8 size (a lone surrogate, which JSON may carry, counted as 3 bytes)."""
-    return len(text.encode(errors="surrogatepass"))

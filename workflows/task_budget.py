@@ -11,13 +11,12 @@ first start of a task always fits, so there is always one).
 from __future__ import annotations
 
 import functools
-import json
 from typing import Any
 
 from pydantic import BaseModel
 from temporalio import workflow
 
-from keel.protocol.payloads import PAYLOAD_SIZE_THRESHOLD
+from keel.protocol.payloads import PAYLOAD_SIZE_THRESHOLD, json_bytes
 
 TASK_INPUT_BYTES = 2 * 1024 * 1024
 """What the inputs one workflow task starts may add up to, as JSON. The rest of the 4 MiB is for the local steps'
@@ -34,7 +33,7 @@ def input_bytes(value: Any) -> int:
     if isinstance(value, BaseModel):
         size = len(value.model_dump_json().encode())  # as pydantic's `to_json` (the converter's) writes it
     else:
-        size = len(json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str).encode())
+        size = json_bytes(value)
     return REFERENCE_BYTES if size >= PAYLOAD_SIZE_THRESHOLD else size
 
 
