@@ -27,6 +27,7 @@ from keel.client.visibility import quoted
 from keel.client.with_start import execute_update_with_start
 from keel.protocol import names
 from keel.protocol.controller_events import DisplayState
+from keel.protocol.identifiers import SESSION_ID_ROOM, attribute_problem, workflow_id_problem
 
 if TYPE_CHECKING:
     from keel.app.controller import ControllerDefinition
@@ -83,6 +84,13 @@ class ControllerClient:
         from keel.workflows.session_contracts import SessionInput, SessionOpen, SessionSnapshot
 
         session_id = names.session_workflow_id(self.controller_id, resource_id, scope)
+        problem = (
+            attribute_problem("A resource id", resource_id)
+            or workflow_id_problem("The resource id and scope", session_id, room=SESSION_ID_ROOM)
+            or (None if thread_id is None else attribute_problem("A thread id", thread_id))
+        )
+        if problem is not None:  # left to Temporal: an RPC error, and a session made with a thread it cannot use
+            raise SessionError(problem, "InvalidInput")
         start: WithStartWorkflowOperation[Any, Any] = WithStartWorkflowOperation(
             AgentSession.run,
             SessionInput(

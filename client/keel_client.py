@@ -238,6 +238,7 @@ class KeelClient:
         """
         from pydantic import ValidationError
 
+        from keel.protocol.identifiers import attribute_problem, run_ids_problem, workflow_id_problem
         from keel.protocol.validation import describe_validation_error
         from keel.workflows.agent_run import AgentRun
         from keel.workflows.contracts import AgentRunInput
@@ -257,6 +258,14 @@ class KeelClient:
                 f"{MAX_RUN_INPUT_BYTES // (1024 * 1024)} MiB a run takes"
             )
         run_id = run_id or f"run-{uuid.uuid4()}"
+        unthreaded = "the run id (a run without a thread id is indexed under it)"
+        problem = (
+            run_ids_problem(run_input.thread_id, run_input.resource_id)
+            or workflow_id_problem("the run id", run_id)
+            or (None if thread_id else attribute_problem(unthreaded, run_id))
+        )
+        if problem is not None:
+            raise InvalidRunInput(problem)
         try:
             await self.temporal.start_workflow(
                 AgentRun.run,
@@ -563,11 +572,19 @@ class KeelClient:
         """A user message for the agent's thread, through the thread's `AgentThread` entity (update-with-start:
         one call, and concurrent senders are ordered): delivered into its active run, queued for the next,
         persisted, or waking a run (`if_active`, `if_idle`)."""
+        from keel.protocol.identifiers import attribute_problem, workflow_id_problem
         from keel.workflows.agent_thread import AgentThread, thread_workflow_id
         from keel.workflows.contracts import AgentThreadInput, ThreadMessage, ThreadSendResult
 
         if self.app is not None:
             self.app.agent(agent_id)
+        problem = (
+            attribute_problem("the thread id", thread_id)
+            or attribute_problem("the resource id", resource_id)
+            or workflow_id_problem("The agent and thread ids", thread_workflow_id(agent_id, thread_id))
+        )
+        if problem is not None:  # the thread's runs are indexed by both; its entity's id holds the thread id
+            raise InvalidRunInput(problem)
         message = ThreadMessage(
             message_id=message_id or f"msg-{uuid.uuid4()}",
             content=content,

@@ -31,11 +31,12 @@ from temporalio.service import RPCError
 from keel.app import App
 from keel.app.workflow_checks import Known, check_definition
 from keel.client import keel_client
-from keel.client.errors import KeelClientError
+from keel.client.errors import InvalidRunInput, KeelClientError
 from keel.client.keel_client import KeelClient
 from keel.client.visibility import quoted
 from keel.client.with_start import execute_update_with_start
 from keel.protocol import names
+from keel.protocol.identifiers import attribute_problem, workflow_id_problem
 from keel.storage import Storage
 from keel.storage.definitions import Status, StoredDefinition
 from keel.workflows.contracts import ResumeStep, WorkflowRunState
@@ -190,6 +191,11 @@ class Workflows:
         resource_id: str | None,
         request_context: dict[str, Any] | None,
     ) -> dict[str, Any]:
+        problem = (None if run_id is None else workflow_id_problem("the run id", run_id)) or (
+            None if resource_id is None else attribute_problem("a resource id", resource_id)
+        )
+        if problem is not None:  # left to Temporal: an RPC error
+            raise InvalidRunInput(problem)
         memo: dict[str, Any] = {"requestContext": request_context} if request_context else {}
         if workflow_id not in self.app.code_workflows():  # the version it will load, so it need not write it
             stored = await self.get(workflow_id)

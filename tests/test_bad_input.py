@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 from temporalio.api.common.v1 import Payload
@@ -105,3 +106,50 @@ async def test_approving_a_run_that_does_not_exist_says_so(client: Client, task_
         await keel.approve("run-missing", "call_1")
     with pytest.raises(RunNotFound):
         await keel.pending_tool_calls("run-missing")
+
+
+TOO_LONG = "t" * 3000
+"""Past what Temporal indexes as a search attribute value (2 KB), which a run's thread and resource ids become."""
+EMOJI = "\U0001f600" * 200
+"""800 bytes of UTF-8, but 2,402 as the escaped JSON Temporal indexes."""
+NEAR = "\u00e9" * 340
+"""680 bytes of UTF-8, 2,042 as escaped JSON: within the bound."""
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("threadId", TOO_LONG), ("resourceId", TOO_LONG), ("threadId", EMOJI)],
+    ids=["long-thread", "long-resource", "emoji-thread"],
+)
+async def test_an_id_temporal_cannot_index_is_refused_before_the_run_starts_and_fails_one_started_anyway(
+    client: Client, storage: Storage, task_queue: str, field: str, value: str
+) -> None:
+    """Before, the client got Temporal's RPC error (an HTTP 500), and a run started with the `temporal` CLI
+    was terminated by the server for its search attribute."""
+    keyword: dict[str, Any] = {{"threadId": "thread_id", "resourceId": "resource_id"}[field]: value}
+    async with running_worker(client, test_app, storage, task_queue) as keel:
+        with pytest.raises(InvalidRunInput, match=rf"{field}: .*at most 2048 bytes"):
+            await keel.start_run("demo", "hi", **keyword)
+        message = await _raw_run_failure(client, task_queue, {"agentId": "demo", "messages": "hi", field: value})
+    assert "Invalid AgentRunInput" in message and field in message
+
+
+async def test_ids_within_temporals_bounds_run_and_a_run_id_past_them_is_refused(
+    client: Client, storage: Storage, task_queue: str
+) -> None:
+    async with running_worker(client, test_app, storage, task_queue) as keel:
+        run_id = await keel.start_run("demo", "hi", thread_id=NEAR, resource_id=NEAR)
+        try:
+            await wait_for_pending(keel, run_id)
+            assert await keel.active_run_of_thread("demo", NEAR) == run_id  # indexed under its thread
+        finally:
+            await client.get_workflow_handle(run_id).terminate("test over")
+        with pytest.raises(InvalidRunInput, match=r"run id .*at most 1000 bytes"):
+            await keel.start_run("demo", "hi", run_id="r" * 1001)
+        with pytest.raises(InvalidRunInput, match=r"run id .*at most 2048 bytes"):  # it is the thread id too
+            await keel.start_run("demo", "hi", run_id=EMOJI)
+        # a message for a thread goes through the thread's entity, whose workflow id holds the thread id
+        with pytest.raises(InvalidRunInput, match=r"the thread id .*at most 2048 bytes"):
+            await keel.send_message("demo", TOO_LONG, "me", "hi")
+        with pytest.raises(InvalidRunInput, match=r"workflow id of 1007 bytes; Temporal takes at most 1000"):
+            await keel.send_message("demo", "t" * 990, "me", "hi")

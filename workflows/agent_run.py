@@ -37,6 +37,7 @@ from keel.protocol import (
     describe_validation_error,
     names,
 )
+from keel.protocol.identifiers import attribute_problem, run_ids_problem, workflow_id_problem
 from keel.protocol.workflow_definition import schema_problems
 from keel.workflows import run_telemetry
 from keel.workflows.contracts import (
@@ -792,6 +793,10 @@ class _Loop:
         assert plan is not None and turn is not None
         child_id = f"{self.run_id}-s{self.carry.step}-{call.tool_call_id}"
         thread_id = child_id
+        too_long = workflow_id_problem("The call's id", child_id)
+        if too_long is not None:  # Temporal would fail this workflow task for good (a bad child start), each retry
+            message = f'Subagent "{plan.agent_type}" was not started: {too_long}'
+            return self._tool_outcome(call, {"content": message, "isError": True}, is_error=True)
         if plan.forked:
             await workflow.execute_activity(
                 names.FORK_THREAD,
@@ -1133,21 +1138,35 @@ def _agent_run_input(inputs: tuple[Any, ...]) -> AgentRunInput:
     problem: str | None = None
     if len(inputs) != 1:
         problem = f"AgentRun takes one input, a JSON object {{agentId, messages, ...}}; it was given {len(inputs)}"
-    elif isinstance(inputs[0], AgentRunInput):
-        return inputs[0]
-    elif not isinstance(inputs[0], dict):
+    elif not isinstance(inputs[0], AgentRunInput | dict):
         problem = f"AgentRun input must be a JSON object {{agentId, messages, ...}}, not {type(inputs[0]).__name__}"
     else:
         try:
-            return AgentRunInput.model_validate(inputs[0])
+            run_input = inputs[0] if isinstance(inputs[0], AgentRunInput) else AgentRunInput.model_validate(inputs[0])
         except ValidationError as err:
             problem = f"Invalid AgentRunInput: {describe_validation_error(err)}"
+        else:
+            problem = _unindexable(run_input)
+            if problem is None:
+                return run_input
     attributes = [KEEL_KIND.value_set("agent"), KEEL_STATUS.value_set("failed")]
     agent_id = inputs[0].get("agentId") if len(inputs) == 1 and isinstance(inputs[0], dict) else None
-    if isinstance(agent_id, str) and agent_id:
+    if isinstance(agent_id, str) and agent_id and attribute_problem("", agent_id) is None:
         attributes.append(KEEL_AGENT_ID.value_set(agent_id))
     workflow.upsert_search_attributes(attributes)
     raise ApplicationError(problem, type="InvalidInput", non_retryable=True)
+
+
+def _unindexable(run_input: AgentRunInput) -> str | None:
+    """Why the run cannot be indexed by its ids, or None. Temporal's own bound: a run past it was terminated by the
+    server at its first upsert, so no recorded history that went further reads differently."""
+    problem = run_ids_problem(run_input.thread_id, run_input.resource_id)
+    if problem is not None:
+        return f"Invalid AgentRunInput: {problem}"
+    if run_input.thread_id:
+        return None
+    problem = attribute_problem("a run id", workflow.info().workflow_id)
+    return None if problem is None else f"{problem} (a run without a thread id is indexed under its run id)"
 
 
 def _set_at_start(attributes: list[Any]) -> bool:

@@ -29,6 +29,7 @@ from temporalio.workflow import ChildWorkflowHandle, ParentClosePolicy
 
 from keel.protocol import InputMessage, names
 from keel.protocol.controller_events import MAX_STATE_BYTES
+from keel.protocol.identifiers import attribute_problem
 from keel.protocol.payloads import json_bytes
 from keel.protocol.workflow_definition import schema_problems
 from keel.workflows.contracts import AgentRunInput, AgentRunResult, ToolApproval, ToolResume, TurnConfig
@@ -463,6 +464,7 @@ class AgentSession:
     @open.validator
     def _check_open(self, request: SessionOpen) -> None:
         """A session is not moved to another thread under a running turn (as `change_thread` refuses it)."""
+        _check_thread_id(request.thread_id)
         if self._ready and request.thread_id and request.thread_id != self._c.thread_id and self._turn_id:
             raise ApplicationError(
                 f"A turn is running on thread {self._c.thread_id}: abort it, or open the session without a "
@@ -866,7 +868,7 @@ class AgentSession:
 
     @workflow.update(name=names.SESSION_THREAD_UPDATE)
     async def change_thread(self, change: ThreadChange) -> SessionThreadResult:
-        await self._until_ready(lambda: self._check_thread(change))
+        await self._until_ready(lambda: self._thread_rules(change))
         async with self._lock:
             if change.op in ("create", "clone") and change.thread_id is None:
                 change = change.model_copy(update={"thread_id": str(workflow.uuid4())})
@@ -874,6 +876,10 @@ class AgentSession:
 
     @change_thread.validator
     def _check_thread(self, change: ThreadChange) -> None:
+        _check_thread_id(change.thread_id)
+        self._thread_rules(change)
+
+    def _thread_rules(self, change: ThreadChange) -> None:
         if not self._ready:
             return
         self._check_room()
@@ -1228,6 +1234,13 @@ class AgentSession:
             retry_policy=STORAGE,
             summary="display state snapshot before continuing as new",
         )
+
+
+def _check_thread_id(thread_id: str | None) -> None:
+    """A thread id the session may move to: its turns are indexed by it (`KeelThreadId`), within Temporal's bound."""
+    problem = None if thread_id is None else attribute_problem("A thread id", thread_id)
+    if problem is not None:
+        raise ApplicationError(problem, type="InvalidInput", non_retryable=True)
 
 
 def _check_model_id(model_id: str) -> None:

@@ -2,10 +2,26 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict
+
+from keel.protocol.identifiers import attribute_problem
 
 
 class Lenient(BaseModel):
     """A body keeps the fields Keel reads; the many other options Mastra's client may send are accepted."""
 
     model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+
+def _indexable(value: str) -> str:
+    problem = attribute_problem("an id a run may be indexed by", value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+IndexedId = Annotated[str, AfterValidator(_indexable)]
+"""A thread or resource id: runs on it are indexed by it, so it must fit a Temporal search attribute (a thread
+made with a longer one could never be run on)."""

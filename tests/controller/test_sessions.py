@@ -12,7 +12,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
 
 from keel import AgentController
-from keel.client.controller import Session, SessionError
+from keel.client.controller import Session, SessionError, SessionNotFound
 from keel.client.temporal_reset import reset_to_task
 from keel.protocol import names
 from keel.storage import Storage
@@ -745,3 +745,52 @@ async def test_a_turns_waiting_calls_that_arrive_after_it_ended_are_not_pending(
             if [e["type"] for e in events].count("agent_end") == 2:
                 break
     assert not [e for e in events if e.get("toolCallId") in ("call_late", "call_sub")]
+
+
+async def test_ids_temporal_cannot_take_are_refused_and_make_no_session(ctl: AgentController, client: Client) -> None:
+    """A session's resource id and its turns' thread ids are search attributes (at most 2 KB as JSON), and its
+    id holds the resource id and scope percent-encoded (at most 1,000 bytes, room kept for its turns'). Before,
+    Temporal's RPC error came back as "the session did not answer" (HTTP 503), and a session asked for a thread
+    id past the bound was made on that thread."""
+    emoji = "\U0001f600" * 200  # 800 bytes of UTF-8, 2,402 as escaped JSON
+    with pytest.raises(SessionError, match=r"A resource id is indexed .* at most 2048 bytes") as refused:
+        await ctl.create_session(emoji)
+    assert refused.value.kind == "InvalidInput"
+    with pytest.raises(SessionError, match=r"makes a workflow id of .* Temporal takes at most 1000 bytes"):
+        await ctl.create_session(user(), scope="\u00e9" * 200)  # %C3%A9 each
+    resource = user()
+    with pytest.raises(SessionError, match="A thread id is indexed"):
+        await ctl.create_session(resource, thread_id="t" * 3000)
+    with pytest.raises(SessionNotFound):  # nothing was made
+        await ctl.client.session(resource).snapshot()
+    session = await ctl.create_session(resource)
+    handle = client.get_workflow_handle(session.id)
+    for name, change in (
+        (names.SESSION_THREAD_UPDATE, {"op": "create", "threadId": "t" * 3000}),  # as the temporal CLI sends them
+        (names.SESSION_OPEN_UPDATE, {"threadId": emoji}),
+    ):
+        with pytest.raises(WorkflowUpdateFailedError) as failed:
+            await handle.execute_update(name, change)
+        assert "A thread id is indexed" in str(failed.value.cause)
+    await session.send_message("still here")
+    done = await session.settled()
+    assert done.thread_id == (await session.thread.get_id()) and (await answers(session))[-1] == "echo: still here"
+
+
+async def test_a_subagent_call_whose_id_makes_too_long_a_workflow_id_fails_and_the_turn_goes_on(
+    ctl: AgentController,
+) -> None:
+    """A subagent's run is a child workflow named after the call's id, which the model chooses. Before, an id
+    past Temporal's 1,000 bytes failed the turn's workflow task for good (a bad child start), each retry: the
+    turn never ended."""
+    session = await ctl.create_session(user())
+    await session.permissions.set_for_tool("subagent", "allow")
+    await session.send_message("longsub 1000")
+    async with asyncio.timeout(60):
+        snapshot = await session.settled()
+    assert snapshot.pending == [] and not snapshot.running
+    last = (await answers(session))[-1]
+    assert 'Subagent \\"explore\\" was not started' in last and "Temporal takes at most 1000 bytes" in last
+    await session.send_message("longsub 900")  # within the bound: it runs
+    await session.settled()
+    assert "was not started" not in (await answers(session))[-1]

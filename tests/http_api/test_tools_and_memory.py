@@ -107,3 +107,40 @@ async def test_a_temporal_answer_that_something_already_exists_is_a_409_not_a_re
     exists = [RPCError("already exists", RPCStatusCode.ALREADY_EXISTS, b"")]
     answer = await execute_with_temporal_failing(api, monkeypatch, exists)
     assert (answer.status_code, answer.json()) == (409, {"error": "already exists"})
+
+
+async def test_ids_temporal_cannot_index_are_a_400_client_js_does_not_retry(api: Api) -> None:
+    """A run is indexed by its thread and resource ids, which Temporal holds to 2 KB as JSON (an emoji takes 12
+    bytes), and its id is a workflow id (at most 1,000 bytes). Before: generate answered 500 "Internal error:
+    RPCError: search attribute KeelThreadId value size 3002 exceeds size limit 2048" (client-js retries a 500
+    three times), as did a run id past 1,000 bytes; a thread was stored that no run could use, and a session
+    answered 503 "The session did not answer"."""
+    out = await api.js("""
+        const long = "t".repeat(3000), emoji = "\\u{1F600}".repeat(200);
+        const tried = {};
+        const attempt = async (name, call) => {
+            try { await call(); tried[name] = {status: 200}; }
+            catch (e) { tried[name] = {status: e.status, body: e.body}; }
+        };
+        const writer = client.getAgent("writer");
+        await attempt("thread", () => writer.generate("hi", {memory: {thread: long, resource: "ann"}}));
+        await attempt("resource", () => writer.generate("hi", {memory: {thread: "t-ok", resource: emoji}}));
+        const stored = {agentId: "writer", resourceId: "ann", threadId: long};
+        await attempt("stored", () => client.createMemoryThread(stored));
+        await attempt("session", () => client.getAgentController("assistant-controller").session(emoji).create());
+        await attempt("run id", () => writer.generate("hi", {runId: "r".repeat(1001)}));
+        const release = client.getWorkflow("release");
+        await attempt("workflow run id", async () => {
+            await (await release.createRun({runId: "w".repeat(1001)})).startAsync({inputData: {n: 2}});
+        });
+        const near = "\\u00e9".repeat(340);
+        await attempt("near", () => writer.generate("hi", {memory: {thread: near, resource: "ann"}}));
+        return tried;
+    """)
+    assert out.pop("near") == {"status": 200}  # 2,042 bytes as JSON: indexed
+    for name, got in out.items():
+        assert got["status"] == 400, (name, got)
+        said = f"{got['body']['error']} {got['body'].get('details', '')}"
+        assert f"at most {1000 if 'run id' in name else 2048} bytes" in said, (name, said)
+    threads = await api.storage.list_threads("ann")
+    assert all(len(t.id) < 3000 for t in threads[0])  # the refused thread was not stored

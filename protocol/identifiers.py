@@ -1,0 +1,55 @@
+"""What Temporal takes as an id or an indexed value, checked before Keel hands one over.
+
+By default Temporal refuses a workflow id longer than 1,000 bytes (its `limit.maxIDLength`) and a search attribute
+value longer than 2 KB (`limit.searchAttributeValueSize`, counted on the value as the SDK encodes it: JSON, with
+every non-ASCII character escaped, so `é` takes 6 bytes and an emoji 12). Keel indexes a run's thread and resource
+ids (`KeelThreadId`, `KeelResourceId`; a run without a thread is indexed under its run id) and derives the ids of
+sessions and their turns from theirs. An id past either bound is refused with its name before anything starts:
+left to Temporal, the start fails with an RPC error, or the server terminates a run whose own upsert it refuses.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Final
+
+MAX_WORKFLOW_ID_BYTES: Final = 1000
+"""Temporal's default bound on a workflow id, in bytes of UTF-8."""
+MAX_ATTRIBUTE_BYTES: Final = 2048
+"""Temporal's default bound on a search attribute value, in bytes of the JSON the SDK sends."""
+SESSION_ID_ROOM: Final = 100
+"""What a session's id leaves for the suffixes of its turns' ids (`-turn-N`) and their subagents' (`-sN-<call id>`)."""
+
+
+def attribute_bytes(value: str) -> int:
+    """The bytes Temporal counts for `value` as a Keyword search attribute (the SDK's JSON, ASCII only)."""
+    return len(json.dumps(value))
+
+
+def attribute_problem(what: str, value: str) -> str | None:
+    """Why `value` cannot be indexed as a search attribute, or None."""
+    size = attribute_bytes(value)
+    if size <= MAX_ATTRIBUTE_BYTES:
+        return None
+    return (
+        f"{what} is indexed by Temporal as a search attribute, at most {MAX_ATTRIBUTE_BYTES} bytes as JSON "
+        f"(non-ASCII characters escaped): this one takes {size}"
+    )
+
+
+def run_ids_problem(thread_id: str | None, resource_id: str | None) -> str | None:
+    """Why a run cannot be indexed by its thread and resource ids (`KeelThreadId`, `KeelResourceId`), or None."""
+    for field, what, value in (("threadId", "a thread id", thread_id), ("resourceId", "a resource id", resource_id)):
+        problem = None if value is None else attribute_problem(what, value)
+        if problem is not None:
+            return f"{field}: {problem}"
+    return None
+
+
+def workflow_id_problem(what: str, workflow_id: str, *, room: int = 0) -> str | None:
+    """Why `workflow_id` (with `room` bytes to spare for ids derived from it) cannot be a workflow id, or None."""
+    size = len(workflow_id.encode("utf-8", "surrogatepass"))
+    if size + room <= MAX_WORKFLOW_ID_BYTES:
+        return None
+    spare = f" ({room} of them kept for the ids derived from it)" if room else ""
+    return f"{what} makes a workflow id of {size} bytes; Temporal takes at most {MAX_WORKFLOW_ID_BYTES} bytes{spare}"
