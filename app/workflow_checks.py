@@ -18,6 +18,7 @@ from jsonschema.exceptions import SchemaError
 from pydantic import TypeAdapter, ValidationError
 
 from keel.app.definitions import AppError
+from keel.protocol.identifiers import attribute_problem, workflow_id_problem
 from keel.protocol.workflow_definition import (
     ENTRY_TYPES,
     TEMPLATE_PLACEHOLDER,
@@ -166,7 +167,16 @@ def _steps(at: str, entry: Any) -> list[tuple[str, Any]]:
 # --- semantic errors ----------------------------------------------------------------------------------------
 
 
+RUN_ID_ROOM = 40
+"""What a definition's id leaves in its runs' default ids, `wf-<id>-<uuid>`."""
+
+
 def _semantic_errors(d: WorkflowDefinition, known: Known) -> Iterator[DefinitionError]:
+    # The id is its runs' workflow type, inside their ids, and indexed (`KeelWorkflowId`): left to Temporal, each
+    # run would be refused with an RPC error.
+    problem = workflow_id_problem("The id", d.id, room=RUN_ID_ROOM) or attribute_problem("The id", d.id)
+    if problem is not None:
+        yield DefinitionError("id", problem, d.id)
     if len(d.graph) > MAX_GRAPH_ENTRIES:
         yield DefinitionError("graph", f"{len(d.graph)} entries: at most {MAX_GRAPH_ENTRIES}", len(d.graph))
     for name in ("input_schema", "output_schema", "state_schema", "request_context_schema"):

@@ -123,6 +123,28 @@ async def test_invalid_definitions_are_refused_with_every_error(api: Api) -> Non
     assert out["body"]["details"][0]["path"] == "graph[0].toolId"
 
 
+async def test_a_definition_id_temporal_cannot_take_is_refused_when_stored(api: Api) -> None:
+    """A definition's id is its runs' workflow type (at most 1,000 bytes), inside their ids (`wf-<id>-<uuid>`) and
+    indexed (`KeelWorkflowId`, at most 2 KB as escaped JSON). Before, such a definition was stored, and each of
+    its runs answered 500 "Internal error: RPCError: WorkflowType length exceeds limit."."""
+    out = await api.js("""
+        const tried = {};
+        for (const [name, id] of [["long", "d".repeat(3000)], ["emoji", "\\u{1F600}".repeat(200)]]) {
+            try {
+                await client.upsertDynamicWorkflow({id, inputSchema: {type: "object"}, outputSchema: {type: "object"},
+                    graph: [{type: "mapping", id: "m", mapConfig: JSON.stringify({x: {value: 1}})}]});
+                tried[name] = {status: 200};
+            } catch (e) { tried[name] = {status: e.status, body: e.body}; }
+        }
+        return tried;
+    """)
+    assert out["long"]["status"] == out["emoji"]["status"] == 400
+    [long] = out["long"]["body"]["details"]
+    assert long["path"] == "id" and "Temporal takes at most 1000 bytes" in long["message"]
+    [emoji] = out["emoji"]["body"]["details"]
+    assert emoji["path"] == "id" and "at most 2048 bytes" in emoji["message"]
+
+
 SLOW_AFTER_ASK = {
     "id": "slow",
     "inputSchema": {"type": "object"},
