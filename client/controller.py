@@ -214,6 +214,9 @@ class Session:
         message = SendMessage(content=content, mode=mode, id=message_id or f"msg-{uuid.uuid4()}")
         # A caller's id names the update too: Temporal answers a send made again with the first one's answer.
         update_id = f"send-{message_id}" if message_id else None
+        problem = None if update_id is None else workflow_id_problem("The message id", update_id, kind="an update")
+        if problem is not None:  # left to Temporal: an RPC error
+            raise SessionError(problem, "InvalidInput")
         result: Accepted = await self._update(names.SESSION_SEND_UPDATE, message, Accepted, update_id=update_id)
         return result
 

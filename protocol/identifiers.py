@@ -46,10 +46,11 @@ def run_ids_problem(thread_id: str | None, resource_id: str | None) -> str | Non
     return None
 
 
-def workflow_id_problem(what: str, workflow_id: str, *, room: int = 0) -> str | None:
-    """Why `workflow_id` (with `room` bytes to spare for ids derived from it) cannot be a workflow id, or None."""
+def workflow_id_problem(what: str, workflow_id: str, *, room: int = 0, kind: str = "a workflow") -> str | None:
+    """Why `workflow_id` (with `room` bytes to spare for ids derived from it) cannot be a workflow id (or, with
+    `kind="an update"`, an update id: the same bound), or None."""
     size = len(workflow_id.encode("utf-8", "surrogatepass"))
     if size + room <= MAX_WORKFLOW_ID_BYTES:
         return None
     spare = f" ({room} of them kept for the ids derived from it)" if room else ""
-    return f"{what} makes a workflow id of {size} bytes; Temporal takes at most {MAX_WORKFLOW_ID_BYTES} bytes{spare}"
+    return f"{what} makes {kind} id of {size} bytes; Temporal takes at most {MAX_WORKFLOW_ID_BYTES} bytes{spare}"

@@ -772,6 +772,9 @@ async def test_ids_temporal_cannot_take_are_refused_and_make_no_session(ctl: Age
         with pytest.raises(WorkflowUpdateFailedError) as failed:
             await handle.execute_update(name, change)
         assert "A thread id is indexed" in str(failed.value.cause)
+    with pytest.raises(SessionError, match="The message id makes an update id of 2005 bytes") as refused:
+        await session.send_message("named", message_id="m" * 2000)  # its update is named after it
+    assert refused.value.kind == "InvalidInput"
     await session.send_message("still here")
     done = await session.settled()
     assert done.thread_id == (await session.thread.get_id()) and (await answers(session))[-1] == "echo: still here"
