@@ -11,10 +11,44 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from keel.protocol.payloads import json_bytes
+
 MAX_STATE_BYTES = 256 * 1024
 """The most a session's state may hold, as UTF-8 JSON with its permission rules (what `state_changed` events and
 every answer carry): a change past it is refused, unless it leaves the state smaller than it was. (A controller's
 own `initial_state` is not checked: it is the controller's, not grown by its sessions.)"""
+MAX_SHOWN_ARGS_BYTES = 64 * 1024
+"""The most of a waiting call's arguments a session shows (in its `tool_approval_required` and `tool_suspended`
+events, its display state and answers), as UTF-8 JSON. Past it, each string longer than `SHOWN_STRING_CHARS` is
+cut there, with a note of its length; the call's run holds them whole, and the tool gets them whole."""
+SHOWN_STRING_CHARS = 4096
+
+
+def shown_args(args: dict[str, Any]) -> dict[str, Any]:
+    """`args` as a session shows a waiting call's: whole up to `MAX_SHOWN_ARGS_BYTES`, else their long strings
+    cut (and, if that is still too much, a note of their size). Each such call reaches the session's history
+    with them (the turn's signal), so whole arguments of a few hundred KB each would bring a long turn with many
+    of them to Temporal's history limit, which ends the session."""
+    size = json_bytes(args)
+    if size <= MAX_SHOWN_ARGS_BYTES:
+        return args
+    try:
+        shown = _cut_strings(args)
+    except RecursionError:
+        shown = None
+    if isinstance(shown, dict) and json_bytes(shown) <= MAX_SHOWN_ARGS_BYTES:
+        return shown
+    return {"argsTruncated": f"{size} bytes of arguments, too many to show: the call's run has them all"}
+
+
+def _cut_strings(value: Any) -> Any:
+    if isinstance(value, str) and len(value) > SHOWN_STRING_CHARS:
+        return f"{value[:SHOWN_STRING_CHARS]}… [cut: {len(value)} characters in all]"
+    if isinstance(value, dict):
+        return {key: _cut_strings(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_cut_strings(item) for item in value]
+    return value
 
 
 EVENT_TYPES = frozenset(

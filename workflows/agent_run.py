@@ -37,6 +37,7 @@ from keel.protocol import (
     describe_validation_error,
     names,
 )
+from keel.protocol.controller_events import shown_args
 from keel.protocol.identifiers import attribute_problem, run_ids_problem, workflow_id_problem
 from keel.protocol.workflow_definition import schema_problems
 from keel.workflows import run_telemetry
@@ -507,7 +508,7 @@ class AgentRun:
             "runId": workflow.info().workflow_id,
             "toolCallId": call.tool_call_id,
             "toolName": call.tool_name,
-            "args": call.args,
+            "args": shown_args(call.args),  # as the session shows them: its history holds them several times
             "category": call.category,
             "suspendPayload": suspension.payload if suspension else None,
             "resumeSchema": suspension.resume_schema if suspension else None,

@@ -797,3 +797,32 @@ async def test_a_subagent_call_whose_id_makes_too_long_a_workflow_id_fails_and_t
     await session.send_message("longsub 900")  # within the bound: it runs
     await session.settled()
     assert "was not started" not in (await answers(session))[-1]
+
+
+async def test_a_waiting_calls_large_arguments_are_shown_cut_and_reach_the_tool_whole(
+    ctl: AgentController, client: Client, data_dir: Path
+) -> None:
+    """Each call a turn waits on reaches the session's history with its arguments (the turn's signal). Before, a
+    call with 200 KB of them added 209 KB: about 240 such calls in one turn (a long turn of edits that ask first)
+    reached Temporal's 50 MB limit, which ends the session. The session now shows arguments past 64 KiB with
+    their long strings cut (5 KB here); the run holds them whole, and the tool gets them whole."""
+    session = await ctl.create_session(user())
+    handle = client.get_workflow_handle(session.id)
+
+    async def history_bytes() -> int:
+        return (await handle.describe()).raw_description.workflow_execution_info.history_size_bytes
+
+    text = "x" * (200 * 1024)
+    before = await history_bytes()
+    await session.send_message("bignote 200", wait=False)
+    [pending] = await wait_pending(session)
+    assert await history_bytes() - before < 40 * 1024
+    shown = pending.args["text"]
+    assert shown.startswith("x" * 4096) and shown.endswith(f"… [cut: {len(text)} characters in all]")
+    events = await collect(session.events(offset=0, display_state=False), "tool_approval_required")
+    assert events[-1]["args"] == pending.args  # the event shows the same
+    [whole] = await ctl.client.keel.pending_tool_calls(pending.run_id)
+    assert whole.args == {"text": text}  # the run has them whole
+    await session.respond_to_tool_approval(pending.tool_call_id, "approve")
+    await session.settled()
+    assert (data_dir / "notes.log").read_text() == text + "\n"
