@@ -150,7 +150,9 @@ def expect(output: str, expected: list[str], where: str) -> None:
     lines = output.splitlines()
     at = 0
     for want in expected:
-        pattern = re.compile(".*".join(re.escape(part) for part in want.split("...")))
+        # `...` stands for anything; a run of spaces for any (a table's columns widen with what else is listed)
+        parts = (r"\s+".join(re.escape(word) for word in re.split(r"\s+", part)) for part in want.split("..."))
+        pattern = re.compile(".*".join(parts))
         while at < len(lines) and not pattern.search(lines[at]):
             at += 1
         assert at < len(lines), f"{where}: no line matches {want!r} (in order) in:\n{output}"
