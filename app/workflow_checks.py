@@ -18,7 +18,7 @@ from jsonschema.exceptions import SchemaError
 from pydantic import TypeAdapter, ValidationError
 
 from keel.app.definitions import AppError
-from keel.protocol.identifiers import attribute_problem, workflow_id_problem
+from keel.protocol.identifiers import DEFINITION_ID_ROOM, MAX_STEP_ID_BYTES, attribute_problem, workflow_id_problem
 from keel.protocol.workflow_definition import (
     ENTRY_TYPES,
     TEMPLATE_PLACEHOLDER,
@@ -167,16 +167,17 @@ def _steps(at: str, entry: Any) -> list[tuple[str, Any]]:
 # --- semantic errors ----------------------------------------------------------------------------------------
 
 
-RUN_ID_ROOM = 40
-"""What a definition's id leaves in its runs' default ids, `wf-<id>-<uuid>`."""
-
-
 def _semantic_errors(d: WorkflowDefinition, known: Known) -> Iterator[DefinitionError]:
-    # The id is its runs' workflow type, inside their ids, and indexed (`KeelWorkflowId`): left to Temporal, each
-    # run would be refused with an RPC error.
-    problem = workflow_id_problem("The id", d.id, room=RUN_ID_ROOM) or attribute_problem("The id", d.id)
+    # The id is its runs' workflow type, inside their ids, and indexed (`KeelWorkflowId`); step and schedule ids
+    # are inside run ids too: left to Temporal, a run would be refused with an RPC error, or a step's child start
+    # would fail the run's workflow task for good.
+    problem = workflow_id_problem("The id", d.id, room=DEFINITION_ID_ROOM) or attribute_problem("The id", d.id)
     if problem is not None:
         yield DefinitionError("id", problem, d.id)
+    for i, schedule in enumerate(d.schedules()):
+        if schedule.id is not None and (problem := _name_problem("A schedule id", schedule.id)):
+            at = f"schedule[{i}].id" if isinstance(d.schedule, list) else "schedule.id"
+            yield DefinitionError(at, problem, schedule.id)
     if len(d.graph) > MAX_GRAPH_ENTRIES:
         yield DefinitionError("graph", f"{len(d.graph)} entries: at most {MAX_GRAPH_ENTRIES}", len(d.graph))
     for name in ("input_schema", "output_schema", "state_schema", "request_context_schema"):
@@ -216,10 +217,19 @@ def _semantic_errors(d: WorkflowDefinition, known: Known) -> Iterator[Definition
                 yield DefinitionError(f"schedule[{i}].id", "duplicate schedule id", schedule_id)
 
 
+def _name_problem(what: str, name: str) -> str | None:
+    size = len(name.encode("utf-8", "surrogatepass"))
+    if size <= MAX_STEP_ID_BYTES:
+        return None
+    return f"{what} is part of run ids: at most {MAX_STEP_ID_BYTES} bytes, this one has {size}"
+
+
 def _claim(seen: dict[str, str], where: str, step_id: str | None) -> Iterator[DefinitionError]:
     """Record a step id where it is first defined; a second definition is an error."""
     if step_id is None:
         return
+    if problem := _name_problem("A step id", step_id):
+        yield DefinitionError(where, problem, step_id)
     if step_id in seen:
         yield DefinitionError(where, f"duplicate step id (first at {seen[step_id]})", step_id)
     else:

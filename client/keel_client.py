@@ -261,6 +261,7 @@ class KeelClient:
         unthreaded = "the run id (a run without a thread id is indexed under it)"
         problem = (
             run_ids_problem(run_input.thread_id, run_input.resource_id)
+            or attribute_problem("the agent id (a run is indexed by it)", agent_id)
             or workflow_id_problem("the run id", run_id)
             or (None if thread_id else attribute_problem(unthreaded, run_id))
         )

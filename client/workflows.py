@@ -36,7 +36,7 @@ from keel.client.keel_client import KeelClient
 from keel.client.visibility import quoted
 from keel.client.with_start import execute_update_with_start
 from keel.protocol import names
-from keel.protocol.identifiers import attribute_problem, workflow_id_problem
+from keel.protocol.identifiers import DEFINITION_CHILD_ROOM, attribute_problem, workflow_id_problem
 from keel.storage import Storage
 from keel.storage.definitions import Status, StoredDefinition
 from keel.workflows.contracts import ResumeStep, WorkflowRunState
@@ -191,17 +191,16 @@ class Workflows:
         resource_id: str | None,
         request_context: dict[str, Any] | None,
     ) -> dict[str, Any]:
-        problem = (None if run_id is None else workflow_id_problem("the run id", run_id)) or (
-            None if resource_id is None else attribute_problem("a resource id", resource_id)
-        )
-        if problem is not None:  # left to Temporal: an RPC error
-            raise InvalidRunInput(problem)
+        if run_id is not None and (problem := workflow_id_problem("the run id", run_id, room=DEFINITION_CHILD_ROOM)):
+            raise InvalidRunInput(problem)  # left to Temporal: an RPC error (or a step's child start failing for good)
         memo: dict[str, Any] = {"requestContext": request_context} if request_context else {}
         if workflow_id not in self.app.code_workflows():  # the version it will load, so it need not write it
             stored = await self.get(workflow_id)
             memo |= {"definitionVersion": stored.version, "definitionHash": stored.hash}
         if resource_id is None and run_id is not None:  # named by `create-run`, perhaps for a resource
             resource_id = await self.storage.created_run_resource(run_id, workflow_id)
+        if resource_id is not None and (problem := attribute_problem("a resource id", resource_id)):
+            raise InvalidRunInput(problem)
         await self.keel.wait_for_worker()
         pairs = start_attributes(workflow_id)  # visible as a Keel run from its start: no upsert of its own
         if resource_id:

@@ -17,8 +17,17 @@ MAX_WORKFLOW_ID_BYTES: Final = 1000
 """Temporal's default bound on a workflow id, in bytes of UTF-8."""
 MAX_ATTRIBUTE_BYTES: Final = 2048
 """Temporal's default bound on a search attribute value, in bytes of the JSON the SDK sends."""
-SESSION_ID_ROOM: Final = 100
-"""What a session's id leaves for the suffixes of its turns' ids (`-turn-N`) and their subagents' (`-sN-<call id>`)."""
+SESSION_ID_ROOM: Final = 20
+"""What a session's id leaves for its turns' ids (`<session id>-turn-N`). A subagent's run id adds the step and
+the model's call id to its turn's: one past the bound is answered with an error for the model."""
+MAX_STEP_ID_BYTES: Final = 128
+"""A workflow definition's step and schedule ids: each is part of run ids (`<run id>-<step id>-N`,
+`keel-<definition id>-<schedule id>-run-<time>`)."""
+DEFINITION_CHILD_ROOM: Final = 150
+"""What a workflow run's id leaves for its steps' child runs' ids: `-<step id>-N` and, after a time travel, `-tN`."""
+DEFINITION_ID_ROOM: Final = 5 + 1 + MAX_STEP_ID_BYTES + 4 + 26 + DEFINITION_CHILD_ROOM
+"""What a definition's id leaves in its runs' ids: the longest is a scheduled run's,
+`keel-<id>-<schedule id>-run-<time>`, with its children's suffixes."""
 
 
 def attribute_bytes(value: str) -> int:
@@ -53,4 +62,4 @@ def workflow_id_problem(what: str, workflow_id: str, *, room: int = 0, kind: str
     if size + room <= MAX_WORKFLOW_ID_BYTES:
         return None
     spare = f" ({room} of them kept for the ids derived from it)" if room else ""
-    return f"{what} makes {kind} id of {size} bytes; Temporal takes at most {MAX_WORKFLOW_ID_BYTES} bytes{spare}"
+    return f"{what} would give {kind} id of {size} bytes; Temporal takes at most {MAX_WORKFLOW_ID_BYTES} bytes{spare}"

@@ -134,6 +134,21 @@ async def test_an_id_temporal_cannot_index_is_refused_before_the_run_starts_and_
     assert "Invalid AgentRunInput" in message and field in message
 
 
+async def test_a_run_without_a_thread_is_indexed_by_its_run_id_and_an_agent_id_too_long_fails_it(
+    client: Client, storage: Storage, task_queue: str
+) -> None:
+    """Started with the Temporal client (as the `temporal` CLI does), past Temporal's bound: each fails at once
+    with `InvalidInput`. Before, the server terminated each at its first upsert."""
+    async with running_worker(client, test_app, storage, task_queue):
+        run_input = {"agentId": "demo", "messages": "hi"}
+        handle = await client.start_workflow("AgentRun", run_input, id=EMOJI, task_queue=task_queue)
+        with pytest.raises(WorkflowFailureError) as info:
+            await handle.result()
+        assert "a run id is indexed" in str(info.value.cause) and "without a thread id" in str(info.value.cause)
+        message = await _raw_run_failure(client, task_queue, {"agentId": "a" * 3000, "messages": "hi"})
+    assert "Invalid AgentRunInput: agentId: too long to be indexed" in message
+
+
 async def test_ids_within_temporals_bounds_run_and_a_run_id_past_them_is_refused(
     client: Client, storage: Storage, task_queue: str
 ) -> None:

@@ -131,6 +131,11 @@ next worker runs the execution from its start, the signal in its first activatio
 recorded before this patch rejected it; the patch is asked only then, so it may go once no run that got such a
 signal before this release is open (with `SIGNAL_WAITS_FOR_STEP_PATCH`)."""
 
+LONG_IDS_PATCH = "keel-long-ids"
+"""A run whose agent, thread or resource id (or run id, without a thread) is past what Temporal indexes fails at
+once with `InvalidInput`. Before, the server terminated it at its first upsert. Asked only for such a run, at its
+start, so no other run records it, and a run that went on past such an id (on a server whose bound was raised)
+keeps its branch. It may go once no run started before it is open."""
 TURN_CONFIG_BEFORE_RUN_PATCH = "turn-config-before-run"
 """A `turn_config` signal that reaches a turn's execution before `run` has begun is kept and applied when it
 begins. That is where one sent during the turn's first step lands when that step's workflow task was lost with
@@ -794,10 +799,6 @@ class _Loop:
         assert plan is not None and turn is not None
         child_id = f"{self.run_id}-s{self.carry.step}-{call.tool_call_id}"
         thread_id = child_id
-        too_long = workflow_id_problem("The call's id", child_id)
-        if too_long is not None:  # Temporal would fail this workflow task for good (a bad child start), each retry
-            message = f'Subagent "{plan.agent_type}" was not started: {too_long}'
-            return self._tool_outcome(call, {"content": message, "isError": True}, is_error=True)
         if plan.forked:
             await workflow.execute_activity(
                 names.FORK_THREAD,
@@ -819,6 +820,13 @@ class _Loop:
                 "model_id": plan.model_id or turn.model_id,
             }
         )
+        # Checked after the fork: a run stuck here before this check (Temporal fails the workflow task of a child
+        # start past its bound on ids, each retry) had forked already. Temporal's default bound: a run that went on
+        # past such an id ran on a server whose bound was raised.
+        too_long = workflow_id_problem("The run id, step and call id", child_id)
+        if too_long is not None:
+            message = f'Subagent "{plan.agent_type}" was not started: {too_long}'
+            return self._tool_outcome(call, {"content": message, "isError": True}, is_error=True)
         child = AgentRunInput(
             agent_id=self.input.agent_id,
             messages=plan.task,
@@ -1148,7 +1156,7 @@ def _agent_run_input(inputs: tuple[Any, ...]) -> AgentRunInput:
             problem = f"Invalid AgentRunInput: {describe_validation_error(err)}"
         else:
             problem = _unindexable(run_input)
-            if problem is None:
+            if problem is None or not workflow.patched(LONG_IDS_PATCH):
                 return run_input
     attributes = [KEEL_KIND.value_set("agent"), KEEL_STATUS.value_set("failed")]
     agent_id = inputs[0].get("agentId") if len(inputs) == 1 and isinstance(inputs[0], dict) else None
@@ -1159,9 +1167,10 @@ def _agent_run_input(inputs: tuple[Any, ...]) -> AgentRunInput:
 
 
 def _unindexable(run_input: AgentRunInput) -> str | None:
-    """Why the run cannot be indexed by its ids, or None. Temporal's own bound: a run past it was terminated by the
-    server at its first upsert, so no recorded history that went further reads differently."""
-    problem = run_ids_problem(run_input.thread_id, run_input.resource_id)
+    """Why the run cannot be indexed by its ids (`KeelAgentId`, `KeelThreadId`, `KeelResourceId`), or None."""
+    problem = run_ids_problem(run_input.thread_id, run_input.resource_id) or (
+        None if attribute_problem("", run_input.agent_id) is None else "agentId: too long to be indexed"
+    )
     if problem is not None:
         return f"Invalid AgentRunInput: {problem}"
     if run_input.thread_id:

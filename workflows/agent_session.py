@@ -876,7 +876,8 @@ class AgentSession:
 
     @change_thread.validator
     def _check_thread(self, change: ThreadChange) -> None:
-        _check_thread_id(change.thread_id)
+        if change.op in ("create", "switch", "clone"):  # the ids the session may move to
+            _check_thread_id(change.thread_id)
         self._thread_rules(change)
 
     def _thread_rules(self, change: ThreadChange) -> None:

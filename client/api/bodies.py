@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict
+from pydantic import AfterValidator, BaseModel, ConfigDict, StringConstraints
 
 from keel.protocol.identifiers import attribute_problem
 
@@ -24,4 +24,6 @@ def _indexable(value: str) -> str:
 
 IndexedId = Annotated[str, AfterValidator(_indexable)]
 """A thread or resource id: runs on it are indexed by it, so it must fit a Temporal search attribute (a thread
-made with a longer one could never be run on)."""
+made with a longer one could never be run on). Messages sent to a thread go through its entity, whose workflow id
+holds the agent and thread ids: that is checked when a message is sent (at most 1,000 bytes in all)."""
+NonEmptyIndexedId = Annotated[str, StringConstraints(min_length=1), AfterValidator(_indexable)]

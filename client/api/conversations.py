@@ -12,7 +12,7 @@ from fastapi import APIRouter, Query
 from pydantic import Field
 
 from keel.app import UnknownAgent
-from keel.client.api.bodies import IndexedId, Lenient
+from keel.client.api.bodies import Lenient, NonEmptyIndexedId
 from keel.client.api.context import ApiContext, Ctx
 from keel.client.api.errors import bad_request, not_found
 from keel.client.api.memory import thread_json
@@ -28,8 +28,8 @@ MAX_ITEMS = 1000
 
 class CreateConversationBody(Lenient):
     agent_id: str | None = Field(None, min_length=1)
-    conversation_id: IndexedId | None = Field(None, min_length=1)
-    resource_id: IndexedId | None = Field(None, min_length=1)
+    conversation_id: NonEmptyIndexedId | None = None
+    resource_id: NonEmptyIndexedId | None = None
     title: str | None = None
     metadata: dict[str, Any] | None = None
     items: list[InputMessage] | None = Field(None, max_length=MAX_ITEMS)

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query
 from pydantic import Field
 
-from keel.client.api.bodies import IndexedId, Lenient
+from keel.client.api.bodies import IndexedId, Lenient, NonEmptyIndexedId
 from keel.client.api.context import Ctx
 from keel.client.api.errors import bad_request, not_found
 from keel.storage import StoredMessage, Thread
@@ -23,7 +23,7 @@ MAX_PAGE = 1_000_000
 
 
 class CreateThreadBody(Lenient):
-    resource_id: IndexedId = Field(alias="resourceId", min_length=1)
+    resource_id: NonEmptyIndexedId = Field(alias="resourceId")
     title: str | None = None
     metadata: dict[str, Any] | None = None
     thread_id: IndexedId | None = Field(None, alias="threadId")
@@ -58,8 +58,8 @@ class MessageIn(Lenient):
     id: str | None = None
     role: Literal["user", "assistant", "system", "tool"]
     content: Any
-    thread_id: IndexedId | None = Field(None, alias="threadId")
-    resource_id: IndexedId | None = Field(None, alias="resourceId")
+    thread_id: str | None = Field(None, alias="threadId")
+    resource_id: str | None = Field(None, alias="resourceId")
     created_at: datetime | None = Field(None, alias="createdAt")
 
 

@@ -17,7 +17,7 @@ from pydantic import Field
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
-from keel.client.api.bodies import Lenient
+from keel.client.api.bodies import IndexedId, Lenient
 from keel.client.api.context import Ctx
 from keel.client.api.errors import ApiError, bad_request, not_found
 from keel.client.api.shapes import superjson, workflow_result
@@ -33,13 +33,13 @@ RunIdQuery = Annotated[str | None, Query(alias="runId")]
 
 
 class CreateRunBody(Lenient):
-    resource_id: str | None = Field(None, alias="resourceId")
+    resource_id: IndexedId | None = Field(None, alias="resourceId")
 
 
 class StartBody(Lenient):
     input_data: Any = Field(None, alias="inputData")
     request_context: dict[str, Any] | None = Field(None, alias="requestContext")
-    resource_id: str | None = Field(None, alias="resourceId")
+    resource_id: IndexedId | None = Field(None, alias="resourceId")
 
 
 class ResumeBody(Lenient):

@@ -107,7 +107,7 @@ def script(request: ModelRequest) -> ModelResponse | Awaitable[ModelResponse]:
     `slowtool NAME {json}`: the same, its step taking 3 s (each ask noted in slow.log: a step a worker can be
     killed under);
     `tools NAME NAME ...` calls each; `probe {...}`: see `probe`; `ask`: ask_user; `plan PATH`: submit_plan;
-    `sub TYPE TASK`: a subagent; `longsub N`: one whose call id is N + 4 characters;
+    `sub TYPE TASK`: a subagent; `longsub N`: one whose call id is N + 4 characters (`longfork N`: forked);
     `bignote N`: save_note of N KiB."""
     said = last_user_text(request)
     if said.startswith("probe"):
@@ -140,8 +140,8 @@ def script(request: ModelRequest) -> ModelResponse | Awaitable[ModelResponse]:
     if kind == "bignote":  # save_note of N KiB of "x", from a short message: `bignote N`
         args = {"text": "x" * (int(words[1]) * 1024)}
         return ModelResponse(tool_calls=[ModelToolCall(id="call_1", name="save_note", args=args)])
-    if kind == "longsub":  # a subagent call whose id is as long as asked: `longsub N`
-        args = {"agentType": "explore", "task": "look around"}
+    if kind in ("longsub", "longfork"):  # a subagent call whose id is as long as asked (forked: `longfork N`)
+        args = {"agentType": "explore", "task": "look around", "forked": kind == "longfork"}
         return ModelResponse(tool_calls=[ModelToolCall(id="sub_" + "x" * int(words[1]), name="subagent", args=args)])
     if kind == "subs":
         calls = [

@@ -756,7 +756,7 @@ async def test_ids_temporal_cannot_take_are_refused_and_make_no_session(ctl: Age
     with pytest.raises(SessionError, match=r"A resource id is indexed .* at most 2048 bytes") as refused:
         await ctl.create_session(emoji)
     assert refused.value.kind == "InvalidInput"
-    with pytest.raises(SessionError, match=r"makes a workflow id of .* Temporal takes at most 1000 bytes"):
+    with pytest.raises(SessionError, match=r"would give a workflow id of .* Temporal takes at most 1000 bytes"):
         await ctl.create_session(user(), scope="\u00e9" * 200)  # %C3%A9 each
     resource = user()
     with pytest.raises(SessionError, match="A thread id is indexed"):
@@ -772,7 +772,7 @@ async def test_ids_temporal_cannot_take_are_refused_and_make_no_session(ctl: Age
         with pytest.raises(WorkflowUpdateFailedError) as failed:
             await handle.execute_update(name, change)
         assert "A thread id is indexed" in str(failed.value.cause)
-    with pytest.raises(SessionError, match="The message id makes an update id of 2005 bytes") as refused:
+    with pytest.raises(SessionError, match="The message id would give an update id of 2005 bytes") as refused:
         await session.send_message("named", message_id="m" * 2000)  # its update is named after it
     assert refused.value.kind == "InvalidInput"
     await session.send_message("still here")
@@ -794,9 +794,13 @@ async def test_a_subagent_call_whose_id_makes_too_long_a_workflow_id_fails_and_t
     assert snapshot.pending == [] and not snapshot.running
     last = (await answers(session))[-1]
     assert 'Subagent \\"explore\\" was not started' in last and "Temporal takes at most 1000 bytes" in last
+    await session.send_message("longfork 1000")  # the same after the forked subagent's thread copy
+    await session.settled()
+    assert 'Subagent \\"explore\\" was not started' in (await answers(session))[-1]
     await session.send_message("longsub 900")  # within the bound: it runs
     await session.settled()
-    assert "was not started" not in (await answers(session))[-1]
+    ran = (await answers(session))[-1]
+    assert '"isError": false' in ran and "was not started" not in ran
 
 
 async def test_a_waiting_calls_large_arguments_are_shown_cut_and_reach_the_tool_whole(

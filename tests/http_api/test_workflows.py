@@ -125,11 +125,12 @@ async def test_invalid_definitions_are_refused_with_every_error(api: Api) -> Non
 
 async def test_a_definition_id_temporal_cannot_take_is_refused_when_stored(api: Api) -> None:
     """A definition's id is its runs' workflow type (at most 1,000 bytes), inside their ids (`wf-<id>-<uuid>`) and
-    indexed (`KeelWorkflowId`, at most 2 KB as escaped JSON). Before, such a definition was stored, and each of
-    its runs answered 500 "Internal error: RPCError: WorkflowType length exceeds limit."."""
+    indexed (`KeelWorkflowId`, at most 2 KB as escaped JSON: 171 emoji are 684 bytes, but 2,054 as JSON). Before,
+    such a definition was stored, and each of its runs answered 500 "Internal error: RPCError: WorkflowType length
+    exceeds limit."."""
     out = await api.js("""
         const tried = {};
-        for (const [name, id] of [["long", "d".repeat(3000)], ["emoji", "\\u{1F600}".repeat(200)]]) {
+        for (const [name, id] of [["long", "d".repeat(3000)], ["emoji", "\\u{1F600}".repeat(171)]]) {
             try {
                 await client.upsertDynamicWorkflow({id, inputSchema: {type: "object"}, outputSchema: {type: "object"},
                     graph: [{type: "mapping", id: "m", mapConfig: JSON.stringify({x: {value: 1}})}]});

@@ -203,6 +203,15 @@ MISTAKES: list[tuple[str, Any, str, str, Any]] = [
         "strng",
     ),
     ("empty graph", _set(["graph"], []), "graph", "at least 1 item", []),
+    ("an id too long for run ids", _set(["id"], "w" * 700), "id", "Temporal takes at most 1000 bytes", "w" * 700),
+    ("a step id too long for run ids", _set(["graph", 1, "id"], "s" * 129), "graph[1].id", "at most 128 bytes", None),
+    (
+        "a schedule id too long for run ids",
+        _set(["schedule"], {"id": "c" * 129, "cron": "0 * * * *"}),
+        "schedule.id",
+        "at most 128 bytes",
+        "c" * 129,
+    ),
     (
         "mapping from a container",
         _set(["graph", 12, "mapConfig"], {"x": {"step": "fan", "path": "p1"}}),

@@ -555,3 +555,19 @@ async def test_a_foreach_wider_than_temporal_lets_a_run_have_pending_completes(
         elif event.HasField("activity_task_completed_event_attributes"):
             pending -= 1
     assert most == 10  # as many as it may, never more
+
+
+async def test_a_step_whose_child_run_id_temporal_cannot_take_fails_the_run_not_its_workflow_task(
+    client: Client, storage: Storage, task_queue: str
+) -> None:
+    """A step's child run is named `<run id>-<step id>-N`. Keel's clients keep room for it in the run ids they take
+    (`DEFINITION_CHILD_ROOM`); a run started with a longer id (here, by the Temporal client) fails at that step.
+    Before, Temporal refused the child's start by failing the run's workflow task, each retry, for good."""
+    await save(storage, definition("drafter", [{"type": "agent", "id": "draft", "agentId": "writer"}]))
+    async with running_worker(client, app, storage, task_queue):
+        handle = await client.start_workflow("drafter", {"prompt": "hi"}, id="w" * 995, task_queue=task_queue)
+        with pytest.raises(WorkflowFailureError) as caught:
+            await asyncio.wait_for(handle.result(), 30)
+    assert "Step 'draft' was not started: The run id and step id would give a workflow id of 1003 bytes" in str(
+        caught.value.cause
+    )
