@@ -11,6 +11,7 @@ import json
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from jsonschema import Draft202012Validator
@@ -37,6 +38,8 @@ from keel.protocol.workflow_definition import (
     Not,
     PathOperand,
     Predicate,
+    SleepEntry,
+    SleepUntilEntry,
     StepSource,
     TemplateSource,
     ToolEntry,
@@ -198,6 +201,7 @@ def _semantic_errors(d: WorkflowDefinition, known: Known) -> Iterator[Definition
         if isinstance(entry, LoopEntry):
             own = {entry.step.id: f"{at}.step.id"}
             yield from _predicate_errors(f"{at}.predicate", entry.predicate, {**seen, **own})
+        yield from _time_errors(at, entry)
         for where, step in steps:
             yield from _reference_errors(where, step, d.id, known)
             yield from _claim(seen, f"{where}.id", getattr(step, "id", None))
@@ -215,6 +219,23 @@ def _semantic_errors(d: WorkflowDefinition, known: Known) -> Iterator[Definition
                 yield DefinitionError(f"schedule[{i}].id", "each schedule of a list needs its own id", None)
             elif ids.index(schedule_id) != i:
                 yield DefinitionError(f"schedule[{i}].id", "duplicate schedule id", schedule_id)
+
+
+MAX_SLEEP_MS = 100 * 365.25 * 24 * 3600 * 1000
+"""The longest sleep a step may take: 100 years."""
+
+
+def _time_errors(at: str, entry: Any) -> Iterator[DefinitionError]:
+    """A sleep Temporal can time, and a date that says which time zone it is in (left to the run, a longer sleep
+    or a date without an offset failed its workflow task, each retry)."""
+    if isinstance(entry, SleepEntry) and entry.duration > MAX_SLEEP_MS:
+        yield DefinitionError(f"{at}.duration", "at most 100 years (in milliseconds)", entry.duration)
+    if isinstance(entry, SleepUntilEntry) and _naive(entry.date):
+        yield DefinitionError(f"{at}.date", "give a UTC offset or Z (which time zone is it in?)", entry.date)
+
+
+def _naive(date: str) -> bool:
+    return datetime.fromisoformat(date.replace("Z", "+00:00")).tzinfo is None
 
 
 def _name_problem(what: str, name: str) -> str | None:
@@ -245,6 +266,23 @@ def _schema_errors(path: str, schema: Any) -> Iterator[DefinitionError]:
     except SchemaError as err:
         where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.absolute_path)
         yield DefinitionError(f"{path}{where}", f"not a valid JSON Schema: {err.message}", err.instance)
+        return
+    for where, ref in _refs(schema, path):
+        if not ref.startswith("#"):  # Keel never fetches one (`LOCAL_REFERENCES_ONLY`): say so now
+            yield DefinitionError(where, "only references inside the schema (#/...) are resolved", ref)
+
+
+def _refs(schema: Any, path: str) -> Iterator[tuple[str, str]]:
+    """Each `$ref` in `schema`, at its path (iteratively: a schema may nest deeply)."""
+    todo: list[tuple[str, Any]] = [(path, schema)]
+    while todo:
+        at, node = todo.pop()
+        if isinstance(node, dict):
+            if isinstance(node.get("$ref"), str):
+                yield f"{at}.$ref", node["$ref"]
+            todo.extend((f"{at}.{key}", value) for key, value in node.items())
+        elif isinstance(node, list):
+            todo.extend((f"{at}[{i}]", value) for i, value in enumerate(node))
 
 
 def _reference_errors(at: str, step: Any, workflow_id: str, known: Known) -> Iterator[DefinitionError]:

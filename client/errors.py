@@ -9,6 +9,7 @@ Error tree::
      ├── RunClosed
      ├── RunFailed               (`status`: failed, terminated, canceled or timed_out)
      ├── InvalidRunInput
+     ├── InvalidId               (an id no visibility query can hold: a NUL character)
      ├── RunIdInUse
      ├── NoWorker
      ├── TemporalUnavailable     (keel.client.outages: the server, or the way to it, away)
@@ -51,6 +52,10 @@ class InvalidRunInput(KeelClientError):
     def __init__(self, details: str) -> None:
         super().__init__(f"Invalid run input: {details}")
         self.details = details
+
+
+class InvalidId(KeelClientError):
+    """An id that Temporal's visibility queries cannot hold (a NUL character): nothing can be listed by it."""
 
 
 class CallIdInUse(KeelClientError):

@@ -238,7 +238,7 @@ class KeelClient:
         """
         from pydantic import ValidationError
 
-        from keel.protocol.identifiers import attribute_problem, run_ids_problem, workflow_id_problem
+        from keel.protocol.identifiers import attribute_problem, nul_problem, run_ids_problem, workflow_id_problem
         from keel.protocol.validation import describe_validation_error
         from keel.workflows.agent_run import AgentRun
         from keel.workflows.contracts import AgentRunInput
@@ -262,6 +262,7 @@ class KeelClient:
         problem = (
             run_ids_problem(run_input.thread_id, run_input.resource_id)
             or attribute_problem("the agent id (a run is indexed by it)", agent_id)
+            or nul_problem("the run id", run_id)
             or workflow_id_problem("the run id", run_id)
             or (None if thread_id else attribute_problem(unthreaded, run_id))
         )

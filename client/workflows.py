@@ -26,17 +26,18 @@ from temporalio.client import (
     WorkflowUpdateRPCTimeoutOrCancelledError,
 )
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
 from keel.app import App
 from keel.app.workflow_checks import Known, check_definition
 from keel.client import keel_client
-from keel.client.errors import InvalidRunInput, KeelClientError
+from keel.client.errors import InvalidRunInput, KeelClientError, RunIdInUse
 from keel.client.keel_client import KeelClient
 from keel.client.visibility import quoted
 from keel.client.with_start import execute_update_with_start
 from keel.protocol import names
-from keel.protocol.identifiers import DEFINITION_CHILD_ROOM, attribute_problem, workflow_id_problem
+from keel.protocol.identifiers import DEFINITION_CHILD_ROOM, attribute_problem, nul_problem, workflow_id_problem
 from keel.storage import Storage
 from keel.storage.definitions import Status, StoredDefinition
 from keel.workflows.contracts import ResumeStep, WorkflowRunState
@@ -172,6 +173,8 @@ class Workflows:
                 state = await execute_update_with_start(
                     self.keel.temporal, names.SETTLED_UPDATE, start=start, result_type=WorkflowRunState
                 )
+        except WorkflowAlreadyStartedError:  # a run id names one run: a start again under it is refused
+            raise RunIdInUse(run_id) from None
         except WorkflowUpdateFailedError:  # it ended before answering: its outcome from Temporal
             return await self.settle(run_id)
         except RPCError as err:  # it started, and ended at once (bad input): its outcome from Temporal
@@ -191,7 +194,10 @@ class Workflows:
         resource_id: str | None,
         request_context: dict[str, Any] | None,
     ) -> dict[str, Any]:
-        if run_id is not None and (problem := workflow_id_problem("the run id", run_id, room=DEFINITION_CHILD_ROOM)):
+        if run_id is not None and (
+            problem := nul_problem("the run id", run_id)
+            or workflow_id_problem("the run id", run_id, room=DEFINITION_CHILD_ROOM)
+        ):
             raise InvalidRunInput(problem)  # left to Temporal: an RPC error (or a step's child start failing for good)
         memo: dict[str, Any] = {"requestContext": request_context} if request_context else {}
         if workflow_id not in self.app.code_workflows():  # the version it will load, so it need not write it

@@ -35,8 +35,16 @@ def attribute_bytes(value: str) -> int:
     return len(json.dumps(value))
 
 
+def nul_problem(what: str, value: str) -> str | None:
+    """Why `value` cannot be looked up in Temporal's visibility (a NUL character, which no query can hold), or
+    None. Temporal itself takes it; Keel's doors refuse it, since its runs are listed and found by such queries."""
+    return f"{what} holds a NUL character, which no Temporal visibility query can look up" if "\x00" in value else None
+
+
 def attribute_problem(what: str, value: str) -> str | None:
-    """Why `value` cannot be indexed as a search attribute, or None."""
+    """Why `value` cannot be indexed as a search attribute, or looked up by it (`nul_problem`), or None."""
+    if problem := nul_problem(what, value):
+        return problem
     size = attribute_bytes(value)
     if size <= MAX_ATTRIBUTE_BYTES:
         return None

@@ -26,6 +26,8 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from referencing import Registry
+from referencing.exceptions import NoSuchResource, Unresolvable
 
 PREDICATE_PATH = re.compile(r"^(initData|inputData|stepResults|state)(\.[A-Za-z0-9_-]+)*$")
 Json = Any
@@ -389,13 +391,34 @@ MAX_PROBLEM_CHARS = 300
 and jsonschema's quote the value, which may be megabytes."""
 
 
+def _no_retrieval(uri: str) -> Any:
+    raise NoSuchResource(ref=uri)  # type: ignore[call-arg]
+
+
+LOCAL_REFERENCES_ONLY: Registry[Any] = Registry(retrieve=_no_retrieval)  # type: ignore[call-arg]
+"""A schema's `$ref`s resolve inside it (`#/$defs/...`) and nowhere else. jsonschema's default fetches any other
+URL with `urlopen`, without a timeout: a request to a server of the caller's choosing (or to this one, which then
+waits on itself for good), made by the HTTP API and inside workflows."""
+
+
+def schema_validator(schema: Any) -> Draft202012Validator:
+    """The one way Keel checks a value against a JSON Schema: draft 2020-12, local references only."""
+    return Draft202012Validator(schema, registry=LOCAL_REFERENCES_ONLY)
+
+
 def schema_problems(schema: Any, value: Any) -> list[str]:
     """What is wrong with `value` under the JSON Schema `schema`, one line each at its JSON path: the first
-    `MAX_PROBLEMS` found, each cut at `MAX_PROBLEM_CHARS`, then "and more" if there are."""
+    `MAX_PROBLEMS` found, each cut at `MAX_PROBLEM_CHARS`, then "and more" if there are. A schema whose `$ref`
+    cannot be resolved, or refers to itself for good, is a problem too (never an exception)."""
     if schema in (None, {}, True):
         return []
     # Only as many as it says are made: jsonschema quotes the value in each, and there may be one per item.
-    found = list(itertools.islice(Draft202012Validator(schema).iter_errors(value), MAX_PROBLEMS + 1))
+    try:
+        found = list(itertools.islice(schema_validator(schema).iter_errors(value), MAX_PROBLEMS + 1))
+    except Unresolvable as err:
+        return [f"$: the schema's $ref cannot be resolved (only references inside it are): {err}"[:MAX_PROBLEM_CHARS]]
+    except RecursionError:
+        return ["$: the schema refers to itself without end"]
     errors = sorted(
         found, key=lambda e: [(0, p, "") if isinstance(p, int) else (1, 0, str(p)) for p in e.absolute_path]
     )

@@ -25,7 +25,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pydantic import ValidationError
@@ -85,6 +85,11 @@ it, as the more end while a workflow task runs, the more often the server closes
 buffered (`FORCE_CLOSE_COMMAND`, redone at once): 8 times in a 2,500-item foreach at 1,000."""
 LOCAL_RETRY_DELAY = timedelta(seconds=1)
 """After a tool step's local attempt fails: the wait before it is retried as an activity."""
+NESTING_MEMO = "keelNesting"
+"""How deep a nested workflow's run is (its parent's depth + 1), in the memo its parent starts it with."""
+MAX_NESTING = 32
+"""The deepest workflow steps nest. Stored definitions are checked for cycles, but two saved at once can each
+pass and make one: its runs then started nested runs without end (121 in 6 s)."""
 LONG_CHILD_ID_PATCH = "keel-long-child-id"
 """A step whose child run's id would pass Temporal's bound on workflow ids fails (`StepFailed`) instead of starting
 it: the server refuses such a start by failing the run's workflow task, each retry, for good. Asked only when the
@@ -191,11 +196,17 @@ class DefinitionRun(TimeTravelling, Resumable):
             return self._record(entry.id, map_values(entry, data), data)
         if isinstance(entry, SleepEntry):
             self._state.steps[entry.id] = StepState(status="running")
-            await workflow.sleep(timedelta(milliseconds=entry.duration))
+            try:
+                duration = timedelta(milliseconds=entry.duration)
+            except OverflowError:  # stored before such a duration was refused: it failed the workflow task, each retry
+                raise StepFailed(f"Step {entry.id!r}: a sleep of {entry.duration} ms is longer than time") from None
+            await workflow.sleep(duration)
             return self._record(entry.id, data.input_data, data)
         if isinstance(entry, SleepUntilEntry):
             self._state.steps[entry.id] = StepState(status="running")
             until = datetime.fromisoformat(entry.date.replace("Z", "+00:00"))
+            if until.tzinfo is None:  # stored before such a date was refused (it failed the workflow task): UTC
+                until = until.replace(tzinfo=UTC)
             delay = (until - workflow.now()).total_seconds()
             if delay > 0:
                 await workflow.sleep(delay)
@@ -411,8 +422,17 @@ class DefinitionRun(TimeTravelling, Resumable):
         return {"text": result.text}
 
     async def _nested(self, step: NestedWorkflowEntry, value: Any) -> Any:
+        depth = _nesting(workflow.memo_value(NESTING_MEMO, 0))
+        if depth >= MAX_NESTING:
+            raise StepFailed(
+                f"Step {step.id!r}: workflows nest {depth} deep here, at most {MAX_NESTING}: do the definitions "
+                f"reach {step.workflow_id!r} again? (each was checked for cycles when stored, but two saved at "
+                "once can make one)"
+            )
         async with self._starting(value):
-            return await workflow.execute_child_workflow(step.workflow_id, value, id=self._child_id(step.id))
+            return await workflow.execute_child_workflow(
+                step.workflow_id, value, id=self._child_id(step.id), memo={NESTING_MEMO: depth + 1}
+            )
 
     @contextlib.asynccontextmanager
     async def _starting(self, value: Any) -> AsyncIterator[None]:
@@ -440,6 +460,10 @@ class DefinitionRun(TimeTravelling, Resumable):
         if problem is not None and workflow.patched(LONG_CHILD_ID_PATCH):
             raise StepFailed(f"Step {step_id!r} was not started: {problem}")
         return child_id
+
+
+def _nesting(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 @dataclass

@@ -24,10 +24,8 @@ from temporalio import workflow
 from temporalio.common import SearchAttributePair
 from temporalio.exceptions import ApplicationError
 
-with workflow.unsafe.imports_passed_through():
-    from jsonschema import Draft202012Validator
-
 from keel.protocol import names
+from keel.protocol.workflow_definition import schema_problems
 from keel.workflows.contracts import ResumeStep, StepState, WorkflowRunState
 from keel.workflows.search_attributes import KEEL_KIND, KEEL_STATUS, KEEL_WORKFLOW_ID
 
@@ -195,11 +193,9 @@ class Resumable:
             waiting = ", ".join(self._suspended) or "none"
             return f"Step {resume.step!r} is not suspended (suspended steps: {waiting})"
         schema = self._suspended[key]
-        if schema:
-            errors = sorted(Draft202012Validator(schema).iter_errors(resume.resume_data), key=lambda e: e.path)
-            if errors:
-                where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in errors[0].absolute_path)
-                return f"Invalid resumeData for step {key!r}: ${where}: {errors[0].message}"
+        problems = schema_problems(schema, resume.resume_data) if schema else []
+        if problems:
+            return f"Invalid resumeData for step {key!r}: {problems[0]}"
         return None
 
     def _deliver(self, resume: ResumeStep) -> None:

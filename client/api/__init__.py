@@ -33,6 +33,7 @@ from keel.client.api import (
     workspaces,
 )
 from keel.client.api.context import ApiContext
+from keel.client.api.json_bodies import JsonBodyCheck
 from keel.client.keel_client import KeelClient
 from keel.protocol.settings import Settings
 from keel.storage import Storage
@@ -60,6 +61,7 @@ def create_api(
     )
     api.state.keel = ApiContext(app, keel, storage)
     errors.install(api)
+    api.add_middleware(JsonBodyCheck)  # inside the keys' check: a request without one is refused first
     auth.install(api, api_keys or {})
     for module in (agents, workflows, tools, memory, controllers, responses, conversations, mcp, workspaces, vectors):
         api.include_router(module.router, prefix=API_PREFIX)

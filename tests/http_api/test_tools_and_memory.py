@@ -4,6 +4,8 @@ listed, on the storage layer."""
 
 from __future__ import annotations
 
+import uuid
+
 import httpx
 import pytest
 from temporalio.service import RPCError, RPCStatusCode
@@ -144,3 +146,36 @@ async def test_ids_temporal_cannot_index_are_a_400_client_js_does_not_retry(api:
         assert f"at most {1000 if 'run id' in name else 2048} bytes" in said, (name, said)
     threads = await api.storage.list_threads("ann")
     assert all(len(t.id) < 3000 for t in threads[0])  # the refused thread was not stored
+
+
+async def test_bodies_and_ids_no_route_can_take_are_a_400_before_anything_is_written(api: Api) -> None:
+    """Found from outside, before: a lone surrogate (`"\\ud800"`) got a 500 from pydantic's serializer on many
+    routes, the conversation created first; nesting 255-990 deep a 500; a NUL in a thread id a 503 after 7 s
+    (Temporal's visibility store refuses the query); a start again under a run id a 500 (which client-js
+    retries)."""
+    json_type = {"content-type": "application/json"}
+    async with httpx.AsyncClient(base_url=api.url, timeout=30) as http:
+        lone = await http.post("/api/agents/writer/generate", content=rb'{"messages": "a\ud800b"}', headers=json_type)
+        assert lone.status_code == 400 and "lone surrogate" in lone.json()["error"], lone.text
+        body = rb'{"conversation_id": "conv-lone", "items": [{"role": "user", "content": "\udc00"}]}'
+        refused = await http.post("/api/v1/conversations", content=body, headers=json_type)
+        assert refused.status_code == 400 and await api.storage.get_thread("conv-lone") is None
+        pair = rb'{"messages": "\ud83d\ude00"}'
+        paired = await http.post("/api/agents/writer/generate", content=pair, headers=json_type)
+        assert paired.status_code == 200 and paired.json()["text"] == "draft: \U0001f600"  # a pair is a character
+        nested: object = "x"
+        for _ in range(255):
+            nested = [nested]
+        deep = await http.post("/api/agents/writer/generate", json={"messages": "x", "requestContext": {"a": nested}})
+        assert deep.status_code == 400 and "nested more than 100 levels" in deep.json()["error"]
+        nul = await http.get("/api/agents/writer/suspended-runs", params={"threadId": "t\x00"})
+        assert nul.status_code == 400 and "NUL" in nul.json()["error"], nul.text
+        run = f"twice-{uuid.uuid4().hex[:8]}"
+        start = "/api/workflows/release/start-async"
+        first = await http.post(start, params={"runId": run}, json={"inputData": {"n": 2}})
+        assert first.status_code == 200 and first.json()["status"] == "suspended"
+        try:
+            again = await http.post(start, params={"runId": run}, json={"inputData": {"n": 2}})
+            assert again.status_code == 409 and "already used" in again.json()["error"]
+        finally:
+            await api.keel.temporal.get_workflow_handle(run).terminate("test over")

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import copy
 import json
+import socket
 from typing import Any
 
 import pytest
 
 from keel.app.workflow_checks import MAX_DEFINITION_BYTES, InvalidDefinition, Known, check_definition
-from keel.protocol.workflow_definition import WorkflowDefinition
+from keel.protocol.workflow_definition import WorkflowDefinition, schema_problems
 
 KNOWN = Known(
     tools=frozenset({"echo", "ask-human"}),
@@ -212,6 +213,21 @@ MISTAKES: list[tuple[str, Any, str, str, Any]] = [
         "at most 128 bytes",
         "c" * 129,
     ),
+    ("a sleep longer than time", _set(["graph", 8, "duration"], 2**63), "graph[8].duration", "100 years", 2**63),
+    (
+        "a date without its time zone",
+        _set(["graph", 9, "date"], "2020-01-01T00:00:00"),
+        "graph[9].date",
+        "give a UTC offset or Z",
+        "2020-01-01T00:00:00",
+    ),
+    (
+        "a remote $ref",
+        _set(["inputSchema", "properties", "text"], {"$ref": "http://127.0.0.1:9/schema.json"}),
+        "inputSchema.properties.text.$ref",
+        "only references inside the schema",
+        "http://127.0.0.1:9/schema.json",
+    ),
     (
         "mapping from a container",
         _set(["graph", 12, "mapConfig"], {"x": {"step": "fan", "path": "p1"}}),
@@ -309,3 +325,18 @@ def test_a_shape_error_does_not_hide_an_unknown_tool_of_another_entry() -> None:
         check_definition(d, KNOWN)
     assert [e.path for e in caught.value.errors] == ["graph[0]", "graph[1].toolId", "graph[2].steps[0].agentId"]
     assert "unknown step type 'nap'" in caught.value.errors[0].message
+
+
+def test_a_schema_never_fetches_a_reference_and_a_bad_one_is_a_problem_not_an_error() -> None:
+    """Before, jsonschema fetched a remote `$ref` with `urlopen`, without a timeout: here a server that takes the
+    connection and never answers, so the check (in the HTTP API, or a workflow) waited for good."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}/schema.json"
+        [problem] = schema_problems({"properties": {"n": {"$ref": url}}}, {"n": 1})
+    assert "cannot be resolved (only references inside it are)" in problem and url in problem
+    assert schema_problems({"$ref": "#/nope"}, 1)[0].startswith("$: the schema's $ref cannot be resolved")
+    assert schema_problems({"$ref": "#"}, {"n": 1}) == ["$: the schema refers to itself without end"]
+    local = {"$defs": {"n": {"type": "integer"}}, "properties": {"n": {"$ref": "#/$defs/n"}}}
+    assert schema_problems(local, {"n": "x"}) == ["$.n: 'x' is not of type 'integer'"]
