@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
+from temporalio.exceptions import FailureError
 from temporalio.worker import Replayer
 
 from keel.app.workflow_checks import Known, check_definition
@@ -426,8 +427,8 @@ async def test_definitions_that_reach_each_other_again_stop_at_the_deepest_nesti
         handle = await start(client, "ping", task_queue, {})
         with pytest.raises(WorkflowFailureError) as caught:
             await asyncio.wait_for(handle.result(), 60)
-    deepest = caught.value.cause
-    while deepest.cause is not None:
+    deepest: BaseException = caught.value
+    while isinstance(deepest, FailureError | WorkflowFailureError) and deepest.cause is not None:
         deepest = deepest.cause
     assert "workflows nest 32 deep here, at most 32" in str(deepest)
     nested = [w async for w in client.list_workflows(f"WorkflowId STARTS_WITH '{handle.id}'")]
