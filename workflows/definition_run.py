@@ -90,11 +90,6 @@ NESTING_MEMO = "keelNesting"
 MAX_NESTING = 32
 """The deepest workflow steps nest. Stored definitions are checked for cycles, but two saved at once can each
 pass and make one: its runs then started nested runs without end (121 in 6 s)."""
-LONG_CHILD_ID_PATCH = "keel-long-child-id"
-"""A step whose child run's id would pass Temporal's bound on workflow ids fails (`StepFailed`) instead of starting
-it: the server refuses such a start by failing the run's workflow task, each retry, for good. Asked only when the
-id is too long, so no other run records it; a run that got past such an id (a server whose bound was raised) keeps
-its branch. The check may lose its patch once no run started before it is open (see the next patch's note)."""
 TEMPORAL_RETRY_RULE_PATCH = "keel-local-tool-step-temporal-retry-rule"
 """A tool step's failed local attempt is retried as an activity when Temporal would retry it (the activity's
 error is retryable: the tool's error before its last try, a timeout), as an agent run's local steps are. Runs
@@ -456,8 +451,11 @@ class DefinitionRun(TimeTravelling, Resumable):
     def _child_id(self, step_id: str) -> str:
         self._children += 1
         child_id = f"{workflow.info().workflow_id}-{step_id}-{self._children}{self.child_suffix()}"
+        # Temporal fails the workflow task of a child start past its bound on ids, each retry: no run went past
+        # such an id (on a server with the default bound), so the check needs no patch. A patch would not do here:
+        # asked after a local step's result, a replay can meet it a workflow task before the one that recorded it.
         problem = workflow_id_problem("The run id and step id", child_id)
-        if problem is not None and workflow.patched(LONG_CHILD_ID_PATCH):
+        if problem is not None:
             raise StepFailed(f"Step {step_id!r} was not started: {problem}")
         return child_id
 
