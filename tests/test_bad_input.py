@@ -146,7 +146,7 @@ async def test_a_run_without_a_thread_is_indexed_by_its_run_id_and_an_agent_id_t
             await handle.result()
         assert "a run id is indexed" in str(info.value.cause) and "without a thread id" in str(info.value.cause)
         message = await _raw_run_failure(client, task_queue, {"agentId": "a" * 3000, "messages": "hi"})
-    assert "Invalid AgentRunInput: agentId: too long to be indexed" in message
+    assert "Invalid AgentRunInput: agentId: an agent id is indexed by Temporal as a search attribute" in message
 
 
 async def test_ids_within_temporals_bounds_run_and_a_run_id_past_them_is_refused(

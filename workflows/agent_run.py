@@ -1160,7 +1160,7 @@ def _agent_run_input(inputs: tuple[Any, ...]) -> AgentRunInput:
                 return run_input
     attributes = [KEEL_KIND.value_set("agent"), KEEL_STATUS.value_set("failed")]
     agent_id = inputs[0].get("agentId") if len(inputs) == 1 and isinstance(inputs[0], dict) else None
-    if isinstance(agent_id, str) and agent_id and attribute_problem("", agent_id) is None:
+    if isinstance(agent_id, str) and agent_id and attribute_problem("an agent id", agent_id) is None:
         attributes.append(KEEL_AGENT_ID.value_set(agent_id))
     workflow.upsert_search_attributes(attributes)
     raise ApplicationError(problem, type="InvalidInput", non_retryable=True)
@@ -1168,9 +1168,8 @@ def _agent_run_input(inputs: tuple[Any, ...]) -> AgentRunInput:
 
 def _unindexable(run_input: AgentRunInput) -> str | None:
     """Why the run cannot be indexed by its ids (`KeelAgentId`, `KeelThreadId`, `KeelResourceId`), or None."""
-    problem = run_ids_problem(run_input.thread_id, run_input.resource_id) or (
-        None if attribute_problem("", run_input.agent_id) is None else "agentId: too long to be indexed"
-    )
+    agent = attribute_problem("an agent id", run_input.agent_id)
+    problem = run_ids_problem(run_input.thread_id, run_input.resource_id) or (agent and f"agentId: {agent}")
     if problem is not None:
         return f"Invalid AgentRunInput: {problem}"
     if run_input.thread_id:
