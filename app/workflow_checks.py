@@ -20,6 +20,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from keel.app.definitions import AppError
 from keel.protocol.identifiers import DEFINITION_ID_ROOM, MAX_STEP_ID_BYTES, attribute_problem, workflow_id_problem
+from keel.protocol.schema_patterns import pattern_problem
 from keel.protocol.workflow_definition import (
     ENTRY_TYPES,
     TEMPLATE_PLACEHOLDER,
@@ -267,20 +268,31 @@ def _schema_errors(path: str, schema: Any) -> Iterator[DefinitionError]:
         where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.absolute_path)
         yield DefinitionError(f"{path}{where}", f"not a valid JSON Schema: {err.message}", err.instance)
         return
-    for where, ref in _refs(schema, path):
-        if not ref.startswith("#"):  # Keel never fetches one (`LOCAL_REFERENCES_ONLY`): say so now
-            yield DefinitionError(where, "only references inside the schema (#/...) are resolved", ref)
+    for where, node in _subschemas(schema, path):
+        ref = node.get("$ref")
+        if isinstance(ref, str) and not ref.startswith("#"):  # Keel never fetches one (`LOCAL_REFERENCES_ONLY`)
+            yield DefinitionError(f"{where}.$ref", "only references inside the schema (#/...) are resolved", ref)
+        pattern = node.get("pattern")
+        if isinstance(pattern, str) and (problem := pattern_problem(pattern)):
+            yield DefinitionError(f"{where}.pattern", problem, pattern)
+        keyed = node.get("patternProperties")
+        for pattern in keyed if isinstance(keyed, dict) else ():
+            if problem := pattern_problem(pattern):
+                yield DefinitionError(f"{where}.patternProperties", problem, pattern)
 
 
-def _refs(schema: Any, path: str) -> Iterator[tuple[str, str]]:
-    """Each `$ref` in `schema`, at its path (iteratively: a schema may nest deeply)."""
+DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples"})
+"""What a schema holds as a value, not a schema: a `pattern` in it is data."""
+
+
+def _subschemas(schema: Any, path: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Each object in `schema` that may be a schema, at its path (iteratively: a schema may nest deeply)."""
     todo: list[tuple[str, Any]] = [(path, schema)]
     while todo:
         at, node = todo.pop()
         if isinstance(node, dict):
-            if isinstance(node.get("$ref"), str):
-                yield f"{at}.$ref", node["$ref"]
-            todo.extend((f"{at}.{key}", value) for key, value in node.items())
+            yield at, node
+            todo.extend((f"{at}.{key}", value) for key, value in node.items() if key not in DATA_KEYWORDS)
         elif isinstance(node, list):
             todo.extend((f"{at}[{i}]", value) for i, value in enumerate(node))
 

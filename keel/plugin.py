@@ -53,6 +53,7 @@ SANDBOX_PASSTHROUGH: dict[str, str] = {
     "keel.workflows.search_attributes": "constant search attribute keys",
     "keel.protocol.workflow_definition": "the definition models: no state",
     "jsonschema": "JSON Schema checks of workflow data: pure functions; importing it per run is slow",
+    "re2": "the JSON Schema checks' regular expressions (`schema_patterns`): pure, and a compiled extension",
 }
 """Modules shared with the sandbox instead of re-imported for each workflow run, each with why that is safe."""
 

@@ -15,7 +15,8 @@ import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from jsonschema import Draft202012Validator
+from jsonschema import Draft202012Validator, validators
+from jsonschema.protocols import Validator
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -28,6 +29,8 @@ from pydantic import (
 )
 from referencing import Registry
 from referencing.exceptions import NoSuchResource, Unresolvable
+
+from keel.protocol.schema_patterns import PATTERN_KEYWORDS
 
 PREDICATE_PATH = re.compile(r"^(initData|inputData|stepResults|state)(\.[A-Za-z0-9_-]+)*$")
 Json = Any
@@ -401,9 +404,13 @@ URL with `urlopen`, without a timeout: a request to a server of the caller's cho
 waits on itself for good), made by the HTTP API and inside workflows."""
 
 
-def schema_validator(schema: Any) -> Draft202012Validator:
-    """The one way Keel checks a value against a JSON Schema: draft 2020-12, local references only."""
-    return Draft202012Validator(schema, registry=LOCAL_REFERENCES_ONLY)
+_Draft202012OnRE2 = validators.extend(Draft202012Validator, PATTERN_KEYWORDS)
+
+
+def schema_validator(schema: Any) -> Validator:
+    """The one way Keel checks a value against a JSON Schema: draft 2020-12, local references only, patterns on
+    RE2 (`schema_patterns`)."""
+    return _Draft202012OnRE2(schema, registry=LOCAL_REFERENCES_ONLY)
 
 
 def schema_problems(schema: Any, value: Any) -> list[str]:

@@ -229,6 +229,20 @@ MISTAKES: list[tuple[str, Any, str, str, Any]] = [
         "http://127.0.0.1:9/schema.json",
     ),
     (
+        "a pattern with a lookahead",
+        _set(["inputSchema", "properties", "text"], {"type": "string", "pattern": "^(?=.*x)a"}),
+        "inputSchema.properties.text.pattern",
+        "runs only patterns RE2 takes",
+        "^(?=.*x)a",
+    ),
+    (
+        "a property pattern with a backreference",
+        _set(["outputSchema", "patternProperties"], {"(a)\\1": {}}),
+        "outputSchema.patternProperties",
+        "runs only patterns RE2 takes",
+        "(a)\\1",
+    ),
+    (
         "mapping from a container",
         _set(["graph", 12, "mapConfig"], {"x": {"step": "fan", "path": "p1"}}),
         "graph[12].mapConfig.x.step",
@@ -340,3 +354,35 @@ def test_a_schema_never_fetches_a_reference_and_a_bad_one_is_a_problem_not_an_er
     assert schema_problems({"$ref": "#"}, {"n": 1}) == ["$: the schema refers to itself without end"]
     local = {"$defs": {"n": {"type": "integer"}}, "properties": {"n": {"$ref": "#/$defs/n"}}}
     assert schema_problems(local, {"n": "x"}) == ["$.n: 'x' is not of type 'integer'"]
+
+
+NESTED = "^(a+)+$"
+BAIT = "a" * 64 + "!"
+"""A pattern Python's `re` backtracks on exponentially: against 64 `a`s and a `!`, 2**64 steps."""
+
+
+@pytest.mark.parametrize(
+    ("schema", "value", "problem"),
+    [
+        ({"pattern": NESTED}, BAIT, "does not match '^(a+)+$'"),
+        ({"propertyNames": {"pattern": NESTED}}, {BAIT: 1}, "does not match '^(a+)+$'"),
+        ({"patternProperties": {NESTED: {"type": "string"}}}, {BAIT: 1, "aaa": 2}, "2 is not of type"),
+        ({"patternProperties": {NESTED: {}}, "additionalProperties": False}, {BAIT: 1}, "not match any of the regexes"),
+        ({"patternProperties": {NESTED: {}}, "unevaluatedProperties": False}, {BAIT: 1}, "Unevaluated"),
+    ],
+    ids=["pattern", "propertyNames", "patternProperties", "additionalProperties", "unevaluatedProperties"],
+)
+def test_a_schemas_patterns_run_in_linear_time(schema: dict[str, Any], value: Any, problem: str) -> None:
+    """A stored definition's schema is the caller's: before, a nested quantifier in any of the places a schema
+    matches a pattern took the HTTP API's event loop (its input check) or a workflow task (its output check,
+    failed by the deadlock detector on every retry) for good. Patterns run on RE2 now."""
+    [found] = schema_problems(schema, value)
+    assert problem in found
+
+
+def test_a_pattern_matches_as_json_schema_says_and_one_re2_cannot_run_still_works_from_code() -> None:
+    """`\\d` is an ASCII digit, as in ECMA-262 (Python's `re` took any Unicode digit); a schema written in code
+    (a tool's, a session state's) may hold a lookahead, which runs on `re` (a stored definition may not)."""
+    assert schema_problems({"pattern": "^\\d+$"}, "\u0663") == ["$: '\u0663' does not match '^\\\\d+$'"]
+    assert schema_problems({"pattern": "^(?=.*\\d)"}, "abc1") == []
+    assert schema_problems({"pattern": "^(?=.*\\d)"}, "abc") != []
