@@ -20,6 +20,7 @@ from keel.storage.errors import (
     StorageConfigError,
     StorageError,
     StorageUnavailable,
+    ThreadExists,
     ThreadNotFound,
 )
 
@@ -76,6 +77,7 @@ __all__ = [
     "StoredMessage",
     "StoredSpan",
     "Thread",
+    "ThreadExists",
     "ThreadNotFound",
     "ThreadStore",
     "TimeRange",

@@ -4,6 +4,7 @@ Error tree::
 
     StorageError
      ├── ThreadNotFound         (deterministic: the thread does not exist)
+ ├── ThreadExists           (deterministic: a thread to be made new has an id one has already)
      ├── StorageConfigError     (deterministic: a URL or option that cannot work)
      ├── SchemaError            (deterministic: no Keel schema, or one older or newer than this Keel)
      ├── DatabaseNotFound       (deterministic: a reader found no database where the URL points)
@@ -20,6 +21,12 @@ class StorageError(Exception):
 class ThreadNotFound(StorageError):
     def __init__(self, thread_id: str) -> None:
         super().__init__(f"Thread {thread_id!r} not found")
+        self.thread_id = thread_id
+
+
+class ThreadExists(StorageError):
+    def __init__(self, thread_id: str) -> None:
+        super().__init__(f"Thread {thread_id} already exists")
         self.thread_id = thread_id
 
 

@@ -53,8 +53,11 @@ class ThreadStore(abc.ABC):
         resource_id: str,
         title: str | None = None,
         metadata: dict[str, Any] | None = None,
+        *,
+        new: bool = False,
     ) -> Thread:
-        """Create a thread; if one with this id exists, return it unchanged (idempotent)."""
+        """Create a thread; if one with this id exists, return it unchanged (idempotent), or with `new` raise
+        `ThreadExists` (of callers racing to make one id, exactly one makes it)."""
 
     @abc.abstractmethod
     async def get_thread(self, thread_id: str) -> Thread | None: ...

@@ -23,6 +23,7 @@ from keel.storage import (
     Storage,
     StorageConfigError,
     StoredMessage,
+    ThreadExists,
     ThreadNotFound,
     open_storage,
 )
@@ -105,6 +106,21 @@ async def test_create_thread_is_idempotent_and_returns_the_existing_thread(stora
     assert (first.id, first.resource_id, first.title, first.metadata) == ("t1", "user-1", "First", {"k": "v"})
     assert first.created_at.tzinfo is not None
     assert await storage.get_thread("t1") == first
+
+
+async def test_a_thread_created_as_new_is_created_by_one_of_many_racing_and_refused_to_the_rest(
+    storage: Storage,
+) -> None:
+    """A route that makes a thread of the caller's id (create, clone, a conversation) must not take one that
+    exists: before, each asked `get_thread` first and then created, so 2 of 20 racing clones both copied their
+    messages into the one new thread."""
+    created = await asyncio.gather(
+        *(storage.create_thread("t1", f"user-{i}", title=f"by {i}", new=True) for i in range(10)),
+        return_exceptions=True,
+    )
+    [won] = [c for c in created if not isinstance(c, BaseException)]
+    assert all(isinstance(c, ThreadExists) and "t1" in str(c) for c in created if c is not won)
+    assert await storage.get_thread("t1") == won
 
 
 async def test_get_thread_returns_none_for_a_missing_thread(storage: Storage) -> None:

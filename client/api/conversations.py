@@ -14,8 +14,8 @@ from pydantic import Field
 from keel.app import UnknownAgent
 from keel.client.api.bodies import Lenient, NonEmptyIndexedId
 from keel.client.api.context import ApiContext, Ctx
-from keel.client.api.errors import bad_request, not_found
-from keel.client.api.memory import thread_json
+from keel.client.api.errors import not_found
+from keel.client.api.memory import new_thread, thread_json
 from keel.client.api.response_shapes import items
 from keel.client.api.responses import InputMessage
 from keel.storage import StoredMessage, Thread
@@ -62,10 +62,8 @@ async def create_conversation(ctx: Ctx, body: CreateConversationBody) -> dict[st
         except UnknownAgent:
             raise not_found(f"Agent with id {body.agent_id} not found") from None
     thread_id = body.conversation_id or str(uuid.uuid4())
-    if await ctx.storage.get_thread(thread_id) is not None:
-        raise bad_request(f"Conversation {thread_id} already exists")
     resource_id = body.resource_id or thread_id
-    thread = await ctx.storage.create_thread(thread_id, resource_id, body.title, body.metadata)
+    thread = await new_thread(ctx, thread_id, resource_id, body.title, body.metadata, noun="Conversation")
     now = datetime.now(UTC)
     messages = [
         StoredMessage(

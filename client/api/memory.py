@@ -12,9 +12,9 @@ from fastapi import APIRouter, Query
 from pydantic import Field
 
 from keel.client.api.bodies import IndexedId, Lenient, NonEmptyIndexedId
-from keel.client.api.context import Ctx
+from keel.client.api.context import ApiContext, Ctx
 from keel.client.api.errors import bad_request, not_found
-from keel.storage import StoredMessage, Thread
+from keel.storage import StoredMessage, Thread, ThreadExists
 
 router = APIRouter(prefix="/memory", tags=["memory"])
 
@@ -161,9 +161,23 @@ async def list_threads(
 @router.post("/threads")
 async def create_thread(ctx: Ctx, body: CreateThreadBody) -> dict[str, Any]:
     thread_id = body.thread_id or str(uuid.uuid4())
-    if await ctx.storage.get_thread(thread_id) is not None:
-        raise bad_request(f"Thread {thread_id} already exists")
-    return thread_json(await ctx.storage.create_thread(thread_id, body.resource_id, body.title, body.metadata))
+    return thread_json(await new_thread(ctx, thread_id, body.resource_id, body.title, body.metadata))
+
+
+async def new_thread(
+    ctx: ApiContext,
+    thread_id: str,
+    resource_id: str,
+    title: str | None,
+    metadata: dict[str, Any] | None,
+    noun: str = "Thread",
+) -> Thread:
+    """The thread of an id the caller chose, made now: one that exists is a 400 (of requests racing to make one
+    id, exactly one makes it)."""
+    try:
+        return await ctx.storage.create_thread(thread_id, resource_id, title, metadata, new=True)
+    except ThreadExists:
+        raise bad_request(f"{noun} {thread_id} already exists") from None
 
 
 @router.get("/threads/{thread_id}")
@@ -263,15 +277,13 @@ async def clone_thread(ctx: Ctx, thread_id: str, body: CloneBody) -> dict[str, A
     if options.message_limit is not None:
         messages = messages[-options.message_limit :]
     new_id = body.new_thread_id or str(uuid.uuid4())
-    if await ctx.storage.get_thread(new_id) is not None:
-        raise bad_request(f"Thread {new_id} already exists")
     cloned_at = datetime.now(UTC)
     clone = {"sourceThreadId": thread_id, "clonedAt": cloned_at.isoformat()}
     if messages:
         clone["lastMessageId"] = messages[-1].id
     metadata = {**(source.metadata or {}), **(body.metadata or {}), "clone": clone}
     resource = body.resource_id or source.resource_id
-    thread = await ctx.storage.create_thread(new_id, resource, body.title or source.title, metadata)
+    thread = await new_thread(ctx, new_id, resource, body.title or source.title, metadata)
     mapping = {m.id: str(uuid.uuid4()) for m in messages}
     copies = [
         m.model_copy(update={"id": mapping[m.id], "thread_id": new_id, "resource_id": resource, "run_id": None})

@@ -9,7 +9,7 @@ from typing import Any
 from pydantic_core import to_json
 
 from keel.storage import rules
-from keel.storage.errors import ThreadNotFound
+from keel.storage.errors import ThreadExists, ThreadNotFound
 from keel.storage.postgres.pool import PostgresPool, guarded, utc
 from keel.storage.threads import StoredMessage, Thread, ThreadStore
 
@@ -65,12 +65,14 @@ class PostgresThreads(PostgresPool, ThreadStore):
         resource_id: str,
         title: str | None = None,
         metadata: dict[str, Any] | None = None,
+        *,
+        new: bool = False,
     ) -> Thread:
         pool = await self._get_pool()
         now = datetime.now(UTC)
         meta = None if metadata is None else to_json(metadata).decode()
         # One round trip: the CTE yields the new row, the UNION the existing one (its snapshot cannot see
-        # the row the CTE inserts, so at most one side returns a row).
+        # the row the CTE inserts, so at most one side returns a row); `made` says which.
         row = await pool.fetchrow(
             f"""
             WITH ins AS (
@@ -79,9 +81,9 @@ class PostgresThreads(PostgresPool, ThreadStore):
                 ON CONFLICT (id) DO NOTHING
                 RETURNING {rules.THREAD_COLUMNS}
             )
-            SELECT {rules.THREAD_COLUMNS} FROM ins
+            SELECT {rules.THREAD_COLUMNS}, TRUE AS made FROM ins
             UNION ALL
-            SELECT {rules.THREAD_COLUMNS} FROM threads WHERE id = $1
+            SELECT {rules.THREAD_COLUMNS}, FALSE AS made FROM threads WHERE id = $1
             LIMIT 1
             """,
             thread_id,
@@ -90,6 +92,8 @@ class PostgresThreads(PostgresPool, ThreadStore):
             meta,
             now,
         )
+        if new and (row is None or not row["made"]):
+            raise ThreadExists(thread_id)
         if row is None:
             # A concurrent creator committed after our snapshot was taken; now it is visible.
             row = await pool.fetchrow(f"SELECT {rules.THREAD_COLUMNS} FROM threads WHERE id = $1", thread_id)

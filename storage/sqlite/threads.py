@@ -9,7 +9,7 @@ from typing import Any
 from pydantic_core import to_json
 
 from keel.storage import rules
-from keel.storage.errors import ThreadNotFound
+from keel.storage.errors import ThreadExists, ThreadNotFound
 from keel.storage.sqlite.connection import INLINE_ROWS, SQLiteConnection, now, sql_limit, ts
 from keel.storage.threads import StoredMessage, Thread, ThreadStore
 
@@ -39,14 +39,24 @@ def save(conn: sqlite3.Connection, rows: list[MessageRow], replace: bool, at: st
 
 
 def insert_thread(
-    conn: sqlite3.Connection, thread_id: str, resource_id: str, title: str | None, meta: str | None, at: str
+    conn: sqlite3.Connection,
+    thread_id: str,
+    resource_id: str,
+    title: str | None,
+    meta: str | None,
+    at: str,
+    *,
+    new: bool = False,
 ) -> Thread:
-    """Create the thread unless it exists, inside the caller's write transaction; returns it."""
-    conn.execute(
+    """Create the thread unless it exists, inside the caller's write transaction; returns it (with `new`, one
+    that exists raises `ThreadExists`)."""
+    inserted = conn.execute(
         "INSERT OR IGNORE INTO threads (id, resource_id, title, metadata, created_at, updated_at)"
         " VALUES (?, ?, ?, ?, ?, ?)",
         (thread_id, resource_id, title, meta, at, at),
     )
+    if new and inserted.rowcount == 0:
+        raise ThreadExists(thread_id)
     row = conn.execute(f"SELECT {rules.THREAD_COLUMNS} FROM threads WHERE id = ?", (thread_id,)).fetchone()
     return rules.thread(row)
 
@@ -58,10 +68,12 @@ class SQLiteThreads(SQLiteConnection, ThreadStore):
         resource_id: str,
         title: str | None = None,
         metadata: dict[str, Any] | None = None,
+        *,
+        new: bool = False,
     ) -> Thread:
         at = now()
         meta = None if metadata is None else to_json(metadata).decode()
-        return await self._write_tx(lambda conn: insert_thread(conn, thread_id, resource_id, title, meta, at))
+        return await self._write_tx(lambda conn: insert_thread(conn, thread_id, resource_id, title, meta, at, new=new))
 
     async def get_thread(self, thread_id: str) -> Thread | None:
         def get(conn: sqlite3.Connection) -> Thread | None:

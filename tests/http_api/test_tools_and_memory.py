@@ -4,7 +4,9 @@ listed, on the storage layer."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
+from typing import Any
 
 import httpx
 import pytest
@@ -179,3 +181,31 @@ async def test_bodies_and_ids_no_route_can_take_are_a_400_before_anything_is_wri
             assert again.status_code == 409 and "already used" in again.json()["error"]
         finally:
             await api.keel.temporal.get_workflow_handle(run).terminate("test over")
+
+
+async def test_racing_requests_for_one_new_thread_id_make_it_once(api: Api) -> None:
+    """Clones, conversations and threads of one new id, 8 at once: one is made (its messages once), the others
+    are refused. Before, each route looked for the id and then created it: 2 of 20 racing clones answered 200
+    and the clone held the source's messages twice; 12 of 20 conversations answered 200, their items all in."""
+    source = f"race-src-{uuid.uuid4().hex[:6]}"
+    async with httpx.AsyncClient(base_url=api.url, timeout=60) as http:
+        await http.post("/api/memory/threads", json={"resourceId": "ann", "threadId": source})
+        said = [{"role": "user", "content": f"m{i}"} for i in range(3)]
+        await http.post(f"/api/memory/threads/{source}/messages", json={"messages": said})
+
+        async def race(path: str, bodies: list[Any]) -> list[int]:
+            answers = await asyncio.gather(*(http.post(path, json=body) for body in bodies))
+            for answer in answers:
+                assert answer.status_code == 200 or "already exists" in answer.json()["error"], answer.text
+            return sorted(a.status_code for a in answers)
+
+        clone, conversation, thread = (f"race-{kind}-{uuid.uuid4().hex[:6]}" for kind in ("clone", "conv", "new"))
+        clones = [{"newThreadId": clone, "title": f"by {i}"} for i in range(8)]
+        assert await race(f"/api/memory/threads/{source}/clone", clones) == [200] + [400] * 7
+        copied = (await http.get(f"/api/memory/threads/{clone}/messages")).json()
+        assert [m["content"]["parts"][0]["text"] for m in copied["messages"]] == ["m0", "m1", "m2"]
+        items = [{"conversation_id": conversation, "items": [{"role": "user", "content": f"by {i}"}]} for i in range(8)]
+        assert await race("/api/v1/conversations", items) == [200] + [400] * 7
+        assert len((await http.get(f"/api/v1/conversations/{conversation}/items")).json()["data"]) == 1
+        threads = [{"threadId": thread, "resourceId": f"res-{i}"} for i in range(8)]
+        assert await race("/api/memory/threads", threads) == [200] + [400] * 7
