@@ -8,7 +8,7 @@ import inspect
 import typing
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, TypeAdapter
@@ -318,19 +318,9 @@ class Workflows:
     ) -> list[dict[str, Any]]:
         """The workflow's runs, newest first, from Temporal's visibility: `status` is Mastra's (`running`,
         `suspended`, `success`, `failed`, `canceled`), the dates bound the start time."""
-        clauses = [self._scope(), f"KeelWorkflowId='{quoted(workflow_id)}'"]
-        if status is not None:
-            if status not in _STATUS_QUERIES:
-                raise KeelClientError(f"Unknown status {status!r} (one of: {', '.join(_STATUS_QUERIES)})")
-            clauses.append(_STATUS_QUERIES[status])
-        if resource_id is not None:
-            clauses.append(f"KeelResourceId='{quoted(resource_id)}'")
-        if from_date is not None:
-            clauses.append(f"StartTime >= '{from_date.isoformat()}'")
-        if to_date is not None:
-            clauses.append(f"StartTime <= '{to_date.isoformat()}'")
+        query = self._runs_query(workflow_id, status, resource_id, from_date, to_date)
         found: list[dict[str, Any]] = []
-        async for ex in self.keel.temporal.list_workflows(" AND ".join(clauses), limit=offset + limit):
+        async for ex in self.keel.temporal.list_workflows(query, limit=offset + limit):
             keel_status = next((p.value for p in ex.typed_search_attributes if p.key.name == "KeelStatus"), None)
             found.append(
                 {
@@ -342,6 +332,40 @@ class Workflows:
                 }
             )
         return found[offset:]
+
+    async def count_runs(
+        self,
+        workflow_id: str,
+        *,
+        status: str | None = None,
+        resource_id: str | None = None,
+        from_date: datetime | None = None,
+        to_date: datetime | None = None,
+    ) -> int:
+        """How many runs `runs` would list without its page."""
+        query = self._runs_query(workflow_id, status, resource_id, from_date, to_date)
+        return (await self.keel.temporal.count_workflows(query)).count
+
+    def _runs_query(
+        self,
+        workflow_id: str,
+        status: str | None,
+        resource_id: str | None,
+        from_date: datetime | None,
+        to_date: datetime | None,
+    ) -> str:
+        clauses = [self._scope(), f"KeelWorkflowId='{quoted(workflow_id)}'"]
+        if status is not None:
+            if status not in _STATUS_QUERIES:
+                raise KeelClientError(f"Unknown status {status!r} (one of: {', '.join(_STATUS_QUERIES)})")
+            clauses.append(_STATUS_QUERIES[status])
+        if resource_id is not None:
+            clauses.append(f"KeelResourceId='{quoted(resource_id)}'")
+        for bound, at in ((">=", from_date), ("<=", to_date)):
+            if at is not None:  # one without an offset is UTC, as the HTTP API takes it
+                aware = at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+                clauses.append(f"StartTime {bound} '{aware.isoformat()}'")
+        return " AND ".join(clauses)
 
     async def counts(self) -> dict[str, dict[str, int]]:
         """`{workflowKey: {running, suspended}}` for the code and stored workflows, from visibility counts only."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, StringConstraints
@@ -27,3 +28,17 @@ IndexedId = Annotated[str, AfterValidator(_indexable)]
 made with a longer one could never be run on). Messages sent to a thread go through its entity, whose workflow id
 holds the agent and thread ids: that is checked when a message is sent (at most 1,000 bytes in all)."""
 NonEmptyIndexedId = Annotated[str, StringConstraints(min_length=1), AfterValidator(_indexable)]
+
+
+def in_utc(value: datetime) -> datetime:
+    """`value` in UTC, one without an offset taken as UTC (as Mastra's server takes a JavaScript date string);
+    ValueError for a time that has none in UTC (year 1 at +01:00)."""
+    try:
+        return value.astimezone(UTC) if value.tzinfo is not None else value.replace(tzinfo=UTC)
+    except OverflowError:
+        raise ValueError("must be a time that exists in UTC") from None
+
+
+UtcTime = Annotated[datetime, AfterValidator(in_utc)]
+"""A time in a body or a query: compared with stored times, which are all in UTC (a time without an offset
+compared with one answered 500 before)."""

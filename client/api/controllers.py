@@ -39,7 +39,7 @@ import re
 import uuid
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Annotated, Any, Literal, TypeVar
 
 from fastapi import APIRouter, Body, Header, Path, Query
@@ -50,7 +50,7 @@ from temporalio.client import RPCTimeoutOrCancelledError
 from temporalio.service import RPCError, RPCStatusCode
 
 from keel.app.controller import ChannelMessage, Channels, ControllerDefinition
-from keel.client.api.bodies import Lenient
+from keel.client.api.bodies import Lenient, in_utc
 from keel.client.api.context import Ctx
 from keel.client.api.errors import ApiError, bad_request, not_found
 from keel.client.api.memory import message_json
@@ -950,9 +950,10 @@ def _date(value: Any, name: str) -> datetime | None:
         parsed = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
     except ValueError:
         raise bad_request(f"filter.dateRange.{name} must be a date (ISO 8601)") from None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=UTC)
-    return parsed
+    try:
+        return in_utc(parsed)
+    except ValueError as err:
+        raise bad_request(f"filter.dateRange.{name} {err}") from None
 
 
 def _included(messages: list[StoredMessage], raw: str | None, shown: set[str]) -> list[StoredMessage]:

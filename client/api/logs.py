@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal, get_args
 
 from fastapi import APIRouter, Query, Request
 
+from keel.client.api.bodies import UtcTime
 from keel.client.api.context import Ctx
 from keel.client.api.errors import ApiError, bad_request
 from keel.client.api.observability import MAX_PAGE, NEVER_CARRIED, _time_range
@@ -40,15 +41,6 @@ MAX_PER_PAGE = 1000
 MAX_OBSERVABILITY_PER_PAGE = 100
 NEVER_CARRIED_HERE = (*NEVER_CARRIED, "executionSource", "parentEntityType", "parentEntityName", "rootEntityType",
                       "rootEntityName", "parentEntityVersionId", "rootEntityVersionId", "tags")  # fmt: skip
-
-
-def _utc(value: datetime | None, name: str) -> datetime | None:
-    if value is None:
-        return None
-    try:
-        return value.astimezone(UTC) if value.tzinfo is not None else value.replace(tzinfo=UTC)
-    except OverflowError:  # year 1 at +01:00: before any UTC time
-        raise bad_request(f"{name} must be a time that exists in UTC") from None
 
 
 def _filters(given: list[str] | None) -> dict[str, str]:
@@ -79,8 +71,7 @@ async def _legacy(
     levels: tuple[LogLevel, ...] | None = None
     if log_level is not None:
         levels = tuple(level for level in LEVELS if level == log_level)  # `silent`: none
-    since, until = _utc(from_date, "fromDate"), _utc(to_date, "toDate")
-    query = LogQuery(run_id=run_id, levels=levels, since=since, until=until, fields=_filters(filters))
+    query = LogQuery(run_id=run_id, levels=levels, since=from_date, until=to_date, fields=_filters(filters))
     logs, total = await ctx.storage.list_logs(query, offset=(page - 1) * per_page, limit=per_page)
     return {
         "logs": [legacy_record(log) for log in logs],
@@ -92,8 +83,8 @@ async def _legacy(
 
 
 TransportId = Annotated[str | None, Query(alias="transportId")]
-FromDate = Annotated[datetime | None, Query(alias="fromDate")]
-ToDate = Annotated[datetime | None, Query(alias="toDate")]
+FromDate = Annotated[UtcTime | None, Query(alias="fromDate")]
+ToDate = Annotated[UtcTime | None, Query(alias="toDate")]
 LogLevelParam = Annotated[Literal["debug", "info", "warn", "error", "silent"] | None, Query(alias="logLevel")]
 Filters = Annotated[list[str] | None, Query(description="key:value, repeatable")]
 Page = Annotated[int, Query(ge=0, le=MAX_PAGE, description="from 1 (0 is 1)")]

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query
 from pydantic import Field
 
-from keel.client.api.bodies import IndexedId, Lenient, NonEmptyIndexedId
+from keel.client.api.bodies import IndexedId, Lenient, NonEmptyIndexedId, UtcTime
 from keel.client.api.context import ApiContext, Ctx
 from keel.client.api.errors import bad_request, not_found
 from keel.storage import StoredMessage, Thread, ThreadExists
@@ -36,8 +36,8 @@ class UpdateThreadBody(Lenient):
 
 
 class MessageFilter(Lenient):
-    start_date: datetime | None = Field(None, alias="startDate")
-    end_date: datetime | None = Field(None, alias="endDate")
+    start_date: UtcTime | None = Field(None, alias="startDate")
+    end_date: UtcTime | None = Field(None, alias="endDate")
     message_ids: list[str] | None = Field(None, alias="messageIds")
 
 
@@ -60,7 +60,7 @@ class MessageIn(Lenient):
     content: Any
     thread_id: str | None = Field(None, alias="threadId")
     resource_id: str | None = Field(None, alias="resourceId")
-    created_at: datetime | None = Field(None, alias="createdAt")
+    created_at: UtcTime | None = Field(None, alias="createdAt")
 
 
 class SaveMessagesBody(Lenient):

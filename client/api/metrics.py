@@ -22,13 +22,13 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
 from pydantic import Field
 
-from keel.client.api.bodies import Lenient
+from keel.client.api.bodies import Lenient, in_utc
 from keel.client.api.context import Ctx
 from keel.client.api.errors import ApiError, bad_request
 from keel.client.api.observability import MAX_PAGE, NEVER_CARRIED
@@ -52,9 +52,9 @@ def _date(value: Any, name: str) -> datetime | None:
     except ValueError:
         raise bad_request(f"{name} must be an ISO date, not {value!r}") from None
     try:
-        return parsed.astimezone(UTC) if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
-    except OverflowError:  # year 1 at +01:00: before any UTC time
-        raise bad_request(f"{name} must be a time that exists in UTC") from None
+        return in_utc(parsed)
+    except ValueError as err:
+        raise bad_request(f"{name} {err}") from None
 
 
 def _listed(value: Any) -> tuple[str, ...]:

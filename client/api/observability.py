@@ -27,13 +27,13 @@ import json
 import re
 from collections.abc import Callable, MutableMapping
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from pydantic import Field
 
-from keel.client.api.bodies import Lenient
+from keel.client.api.bodies import Lenient, UtcTime, in_utc
 from keel.client.api.context import Ctx
 from keel.client.api.errors import ApiError, bad_request, not_found
 from keel.client.span_records import legacy_row, light_record, span_record, trace_record
@@ -73,11 +73,6 @@ def fastapi_options() -> dict[str, Any]:
     return {"telemetry": {"exclude": untraced}}
 
 
-def _utc(value: datetime) -> datetime:
-    """In UTC (a time without an offset taken as UTC); OverflowError for one that has none in UTC (year 1, +01:00)."""
-    return value.astimezone(UTC) if value.tzinfo is not None else value.replace(tzinfo=UTC)
-
-
 def _time_range(name: str, raw: str | None) -> TimeRange | None:
     """`{"start": ISO, "end": ISO, "startExclusive": bool, "endExclusive": bool}` (JSON, as client-js sends it)."""
     if raw is None or raw == "":
@@ -86,7 +81,7 @@ def _time_range(name: str, raw: str | None) -> TimeRange | None:
         value = json.loads(raw)
         if not isinstance(value, dict):
             raise ValueError("not an object")
-        start, end = (_utc(datetime.fromisoformat(value[k])) if value.get(k) else None for k in ("start", "end"))
+        start, end = (in_utc(datetime.fromisoformat(value[k])) if value.get(k) else None for k in ("start", "end"))
         return TimeRange(start, end, bool(value.get("startExclusive")), bool(value.get("endExclusive")))
     except (ValueError, TypeError, OverflowError) as err:
         shape = "{start?, end?, startExclusive?, endExclusive?}"
@@ -241,8 +236,8 @@ def telemetry_query(
     page: Annotated[int, Query(ge=0, le=MAX_PAGE)] = 0,
     per_page: Annotated[int, Query(alias="perPage", ge=1, le=1000)] = 100,
     attribute: Annotated[list[str] | None, Query(description="key:value, repeatable")] = None,
-    from_date: Annotated[datetime | None, Query(alias="fromDate")] = None,
-    to_date: Annotated[datetime | None, Query(alias="toDate")] = None,
+    from_date: Annotated[UtcTime | None, Query(alias="fromDate")] = None,
+    to_date: Annotated[UtcTime | None, Query(alias="toDate")] = None,
 ) -> tuple[SpanQuery, int, int]:
     attributes: dict[str, str] = {}
     for given in attribute or ():
@@ -250,11 +245,7 @@ def telemetry_query(
         if not found or not key:
             raise bad_request(f"attribute must be key:value, not {given!r}")
         attributes[key] = value
-    try:
-        start, end = (_utc(d) if d else None for d in (from_date, to_date))
-    except OverflowError:
-        raise bad_request("fromDate and toDate must be times that exist in UTC") from None
-    started = TimeRange(start, end) if start or end else None
+    started = TimeRange(from_date, to_date) if from_date or to_date else None
     query = SpanQuery(name_prefix=name or None, scope=scope or None, attributes=attributes, started=started)
     return query, page, per_page
 

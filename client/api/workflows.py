@@ -7,8 +7,8 @@ resource's when the start names none (client-js `start` never does); without one
 
 from __future__ import annotations
 
+import asyncio
 import uuid
-from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query
@@ -17,7 +17,7 @@ from pydantic import Field
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
-from keel.client.api.bodies import IndexedId, Lenient
+from keel.client.api.bodies import IndexedId, Lenient, UtcTime
 from keel.client.api.context import Ctx
 from keel.client.api.errors import ApiError, bad_request, not_found
 from keel.client.api.shapes import superjson, workflow_result
@@ -257,8 +257,8 @@ async def observe(
 async def list_runs(
     ctx: Ctx,
     workflow_id: str,
-    from_date: Annotated[datetime | None, Query(alias="fromDate")] = None,
-    to_date: Annotated[datetime | None, Query(alias="toDate")] = None,
+    from_date: Annotated[UtcTime | None, Query(alias="fromDate")] = None,
+    to_date: Annotated[UtcTime | None, Query(alias="toDate")] = None,
     page: Annotated[int | None, Query(ge=0)] = None,
     per_page: Annotated[int | None, Query(alias="perPage", ge=1, le=1000)] = None,
     limit: Annotated[int | None, Query(ge=1, le=1000)] = None,
@@ -269,14 +269,19 @@ async def list_runs(
     await _known(ctx, workflow_id)
     size = per_page or limit or 50
     start = offset if offset is not None else (page or 0) * size
-    runs = await ctx.workflows.runs(
-        workflow_id,
-        status=status,
-        resource_id=resource_id,
-        from_date=from_date,
-        to_date=to_date,
-        offset=start,
-        limit=size,
+    runs, total = await asyncio.gather(
+        ctx.workflows.runs(
+            workflow_id,
+            status=status,
+            resource_id=resource_id,
+            from_date=from_date,
+            to_date=to_date,
+            offset=start,
+            limit=size,
+        ),
+        ctx.workflows.count_runs(
+            workflow_id, status=status, resource_id=resource_id, from_date=from_date, to_date=to_date
+        ),
     )
     shown = [
         {
@@ -289,7 +294,7 @@ async def list_runs(
         }
         for r in runs
     ]
-    return {"runs": shown, "total": start + len(shown)}
+    return {"runs": shown, "total": max(total, start + len(shown))}  # visibility's count may lag its list
 
 
 @router.get("/workflows/{workflow_id}/runs/{run_id}")

@@ -274,3 +274,39 @@ async def test_observing_a_run_that_succeeded_never_says_it_failed_when_no_worke
 
     events = [json.loads(r) for r in response.text.split("\x1e") if r]
     assert events[-1]["type"] == "workflow-finish" and events[-1]["payload"]["workflowStatus"] == "success"
+
+
+async def test_runs_are_counted_past_the_page_and_dates_without_an_offset_are_utc(api: Api) -> None:
+    """client-js pages runs by `total`: before, it was the page's end (offset + its length), so a page of 1 of 3
+    runs said 1; a date without an offset (JavaScript's `toISOString` minus its `Z`, a common hand-written one)
+    compared against stored times answered 500, in a run list and a thread clone's filter."""
+    resource = f"dates-{uuid.uuid4().hex[:6]}"
+    out = await api.js(f"""
+        const wf = client.getWorkflow("release");
+        for (const n of [1, 2, 3]) {{
+            const run = await wf.createRun({{resourceId: "{resource}"}});
+            await run.start({{inputData: {{n}}}});
+        }}
+        let page;
+        for (let i = 0; i < 100; i++) {{  // visibility lags a moment behind the starts
+            page = await wf.runs({{resourceId: "{resource}", perPage: 1, page: 0}});
+            if (page.total === 3) break;
+            await new Promise(r => setTimeout(r, 200));
+        }}
+        return {{total: page.total, shown: page.runs.length}};
+    """)
+    assert out == {"total": 3, "shown": 1}
+    async with httpx.AsyncClient(base_url=api.url, timeout=30) as http:
+        naive = {"fromDate": "2020-01-01T00:00:00", "toDate": "2999-01-01T00:00:00", "resourceId": resource}
+        listed = await http.get("/api/workflows/release/runs", params=naive)
+        assert listed.status_code == 200 and listed.json()["total"] == 3, listed.text
+        thread = f"t-{resource}"
+        await http.post("/api/memory/threads", json={"resourceId": resource, "threadId": thread})
+        await http.post(f"/api/memory/threads/{thread}/messages", json={"messages": [{"role": "user", "content": "a"}]})
+        chosen = {"startDate": "2020-01-01T00:00:00", "endDate": "2999-01-01T00:00:00.000"}
+        body = {"newThreadId": f"{thread}-copy", "options": {"messageFilter": chosen}}
+        clone = await http.post(f"/api/memory/threads/{thread}/clone", json=body)
+        assert clone.status_code == 200 and len(clone.json()["clonedMessages"]) == 1, clone.text
+        early = {"newThreadId": f"{thread}-none", "options": {"messageFilter": {"endDate": "2020-01-01T00:00:00"}}}
+        clone = await http.post(f"/api/memory/threads/{thread}/clone", json=early)
+        assert clone.status_code == 200 and clone.json()["clonedMessages"] == [], clone.text
