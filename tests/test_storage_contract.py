@@ -326,6 +326,25 @@ async def test_write_saves_messages_and_events_together(storage: Storage) -> Non
     ]
 
 
+async def test_a_nul_character_in_any_text_is_stored_never_a_failed_write(storage: Storage, url: str) -> None:
+    """A command's output may hold NUL bytes (`find -print0`, a binary file), and so the tool result, message
+    and events a run stores. SQLite keeps the character; PostgreSQL's text and jsonb hold none, so it is stored
+    as U+FFFD there. Before, each such write failed on PostgreSQL ("invalid byte sequence for encoding UTF8:
+    0x00"), and with it the step that made it."""
+    kept = "\ufffd" if url.startswith("postgres") else "\x00"
+    said, escaped = "a\x00b", "a\\u0000b"  # the character, and the six characters JSON writes for it
+    await storage.create_thread("t1", "user-1", title=said, metadata={said: said, "text": escaped})
+    stored = message("m1").model_copy(update={"content": [TextPart(text=said)]})
+    await storage.write("run-1", messages=[stored], events=[EventRecord(type="tool-result", payload={"out": said})])
+    thread = await storage.get_thread("t1")
+    assert thread is not None and thread.title == f"a{kept}b"
+    assert thread.metadata == {f"a{kept}b": f"a{kept}b", "text": escaped}
+    [back] = await storage.get_messages(["m1"])
+    assert back.content == [TextPart(text=f"a{kept}b")]
+    [event] = await storage.read_events("run-1")
+    assert event.payload == {"out": f"a{kept}b"}
+
+
 async def test_write_to_a_missing_thread_writes_nothing(storage: Storage) -> None:
     with pytest.raises(ThreadNotFound):
         await storage.write("run-1", messages=[message("m1", thread_id="nope")], events=[EventRecord(type="a")])

@@ -30,6 +30,16 @@ holds the agent and thread ids: that is checked when a message is sent (at most 
 NonEmptyIndexedId = Annotated[str, StringConstraints(min_length=1), AfterValidator(_indexable)]
 
 
+def _no_nul(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("holds a NUL character: storage cannot look such an id up (SQLite), or hold it (PostgreSQL)")
+    return value
+
+
+StoredId = Annotated[str, StringConstraints(min_length=1), AfterValidator(_no_nul)]
+"""An id of the caller's that storage keys a row by (a message's)."""
+
+
 def in_utc(value: datetime) -> datetime:
     """`value` in UTC, one without an offset taken as UTC (as Mastra's server takes a JavaScript date string);
     ValueError for a time that has none in UTC (year 1 at +01:00)."""

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query
 from pydantic import Field
 
-from keel.client.api.bodies import IndexedId, Lenient, NonEmptyIndexedId, UtcTime
+from keel.client.api.bodies import IndexedId, Lenient, NonEmptyIndexedId, StoredId, UtcTime
 from keel.client.api.context import ApiContext, Ctx
 from keel.client.api.errors import bad_request, not_found
 from keel.storage import StoredMessage, Thread, ThreadExists
@@ -55,7 +55,7 @@ class CloneBody(Lenient):
 
 
 class MessageIn(Lenient):
-    id: str | None = None
+    id: StoredId | None = None
     role: Literal["user", "assistant", "system", "tool"]
     content: Any
     thread_id: str | None = Field(None, alias="threadId")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import re
 from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
@@ -44,6 +45,31 @@ def guarded(
             raise translated from err
 
     return call
+
+
+NUL_IN_JSON = re.compile(r"(?<!\\)((?:\\\\)*)\\u0000")
+"""JSON's escape of a NUL character, not one that escapes a backslash (`\\\\u0000` is a backslash, then text)."""
+
+
+def _text(value: str) -> str:
+    return value.replace("\x00", "\ufffd")
+
+
+def _json(value: str) -> str:
+    return NUL_IN_JSON.sub("\\1\\\\ufffd", value) if "\\u0000" in value else value
+
+
+def _same(value: str) -> str:
+    return value
+
+
+async def without_nul(conn: asyncpg.Connection) -> None:
+    """PostgreSQL's text and jsonb hold no NUL character, and a write of one fails ("invalid byte sequence for
+    encoding UTF8: 0x00"): a command's output may hold NUL bytes, and with it a run's tool result, messages and
+    events. Every text and JSON value written through this connection has U+FFFD in its place (SQLite keeps
+    the character). Reads are as asyncpg's own."""
+    for type_name, encode in (("text", _text), ("json", _json), ("jsonb", _json)):
+        await conn.set_type_codec(type_name, schema="pg_catalog", encoder=encode, decoder=_same, format="text")
 
 
 def _translate(err: Exception, dsn: str) -> StorageError | None:
@@ -108,7 +134,9 @@ class PostgresPool:
                     import asyncpg
                 except ImportError as exc:
                     raise StorageConfigError("PostgreSQL storage needs asyncpg: pip install 'keel[postgres]'") from exc
-                self._pool = await asyncpg.create_pool(self.dsn, min_size=self._min_size, max_size=self._max_size)
+                self._pool = await asyncpg.create_pool(
+                    self.dsn, min_size=self._min_size, max_size=self._max_size, init=without_nul
+                )
             return self._pool
 
     @guarded

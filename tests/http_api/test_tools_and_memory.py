@@ -172,6 +172,10 @@ async def test_bodies_and_ids_no_route_can_take_are_a_400_before_anything_is_wri
         assert deep.status_code == 400 and "nested more than 100 levels" in deep.json()["error"]
         nul = await http.get("/api/agents/writer/suspended-runs", params={"threadId": "t\x00"})
         assert nul.status_code == 400 and "NUL" in nul.json()["error"], nul.text
+        await http.post("/api/memory/threads", json={"resourceId": "ann", "threadId": "t-nul"})
+        said = {"messages": [{"id": "m\x00", "role": "user", "content": "hi"}]}
+        nul = await http.post("/api/memory/threads/t-nul/messages", json=said)  # SQLite could not delete it after
+        assert nul.status_code == 400 and "NUL" in nul.text and await api.storage.list_messages("t-nul") == ([], 0)
         run = f"twice-{uuid.uuid4().hex[:8]}"
         start = "/api/workflows/release/start-async"
         first = await http.post(start, params={"runId": run}, json={"inputData": {"n": 2}})
