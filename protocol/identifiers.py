@@ -71,3 +71,14 @@ def workflow_id_problem(what: str, workflow_id: str, *, room: int = 0, kind: str
         return None
     spare = f" ({room} of them kept for the ids derived from it)" if room else ""
     return f"{what} would give {kind} id of {size} bytes; Temporal takes at most {MAX_WORKFLOW_ID_BYTES} bytes{spare}"
+
+
+MAX_TITLE_CHARS: Final = 4096
+"""The most a thread's title may hold: it is in a session's snapshot and thread events, and in storage."""
+
+
+def title_problem(title: str | None) -> str | None:
+    """Why a thread may not have `title`, or None."""
+    if title is not None and len(title) > MAX_TITLE_CHARS:
+        return f"A thread title holds at most {MAX_TITLE_CHARS} characters: this one has {len(title)}"
+    return None

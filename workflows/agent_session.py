@@ -29,7 +29,7 @@ from temporalio.workflow import ChildWorkflowHandle, ParentClosePolicy
 
 from keel.protocol import InputMessage, names
 from keel.protocol.controller_events import MAX_STATE_BYTES
-from keel.protocol.identifiers import attribute_problem
+from keel.protocol.identifiers import attribute_problem, title_problem
 from keel.protocol.payloads import json_bytes
 from keel.protocol.workflow_definition import schema_problems
 from keel.workflows.contracts import AgentRunInput, AgentRunResult, ToolApproval, ToolResume, TurnConfig
@@ -878,6 +878,8 @@ class AgentSession:
     def _check_thread(self, change: ThreadChange) -> None:
         if change.op in ("create", "switch", "clone"):  # the ids the session may move to
             _check_thread_id(change.thread_id)
+        if problem := title_problem(change.title):
+            raise ApplicationError(problem, type="InvalidInput", non_retryable=True)
         self._thread_rules(change)
 
     def _thread_rules(self, change: ThreadChange) -> None:

@@ -7,7 +7,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, StringConstraints
 
-from keel.protocol.identifiers import attribute_problem
+from keel.protocol.identifiers import attribute_problem, title_problem
 
 
 class Lenient(BaseModel):
@@ -38,6 +38,16 @@ def _no_nul(value: str) -> str:
 
 StoredId = Annotated[str, StringConstraints(min_length=1), AfterValidator(_no_nul)]
 """An id of the caller's that storage keys a row by (a message's)."""
+
+
+def _titled(value: str) -> str:
+    if problem := title_problem(value):
+        raise ValueError(problem)
+    return value
+
+
+Title = Annotated[str, AfterValidator(_titled)]
+"""A thread's title (`MAX_TITLE_CHARS`)."""
 
 
 def in_utc(value: datetime) -> datetime:

@@ -12,7 +12,7 @@ from fastapi import APIRouter, Query
 from pydantic import Field
 
 from keel.app import UnknownAgent
-from keel.client.api.bodies import Lenient, NonEmptyIndexedId
+from keel.client.api.bodies import Lenient, NonEmptyIndexedId, Title
 from keel.client.api.context import ApiContext, Ctx
 from keel.client.api.errors import not_found
 from keel.client.api.memory import new_thread, thread_json
@@ -30,7 +30,7 @@ class CreateConversationBody(Lenient):
     agent_id: str | None = Field(None, min_length=1)
     conversation_id: NonEmptyIndexedId | None = None
     resource_id: NonEmptyIndexedId | None = None
-    title: str | None = None
+    title: Title | None = None
     metadata: dict[str, Any] | None = None
     items: list[InputMessage] | None = Field(None, max_length=MAX_ITEMS)
     """The `openai` SDK's initial items: messages, stored in the new thread."""

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query
 from pydantic import Field
 
-from keel.client.api.bodies import IndexedId, Lenient, NonEmptyIndexedId, StoredId, UtcTime
+from keel.client.api.bodies import IndexedId, Lenient, NonEmptyIndexedId, StoredId, Title, UtcTime
 from keel.client.api.context import ApiContext, Ctx
 from keel.client.api.errors import bad_request, not_found
 from keel.storage import StoredMessage, Thread, ThreadExists
@@ -24,13 +24,13 @@ MAX_PAGE = 1_000_000
 
 class CreateThreadBody(Lenient):
     resource_id: NonEmptyIndexedId = Field(alias="resourceId")
-    title: str | None = None
+    title: Title | None = None
     metadata: dict[str, Any] | None = None
     thread_id: IndexedId | None = Field(None, alias="threadId")
 
 
 class UpdateThreadBody(Lenient):
-    title: str | None = None
+    title: Title | None = None
     metadata: dict[str, Any] | None = None
     resource_id: IndexedId | None = Field(None, alias="resourceId")
 
@@ -49,7 +49,7 @@ class CloneOptions(Lenient):
 class CloneBody(Lenient):
     new_thread_id: IndexedId | None = Field(None, alias="newThreadId")
     resource_id: IndexedId | None = Field(None, alias="resourceId")
-    title: str | None = None
+    title: Title | None = None
     metadata: dict[str, Any] | None = None
     options: CloneOptions | None = None
 

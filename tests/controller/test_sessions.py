@@ -15,6 +15,7 @@ from keel import AgentController
 from keel.client.controller import Session, SessionError, SessionNotFound
 from keel.client.temporal_reset import reset_to_task
 from keel.protocol import names
+from keel.protocol.identifiers import MAX_TITLE_CHARS
 from keel.storage import Storage
 from keel.workflows import agent_session as session_side
 from keel.workflows.agent_session import MAX_DECIDED, MAX_QUEUED, MAX_SENT
@@ -778,6 +779,24 @@ async def test_ids_temporal_cannot_take_are_refused_and_make_no_session(ctl: Age
     await session.send_message("still here")
     done = await session.settled()
     assert done.thread_id == (await session.thread.get_id()) and (await answers(session))[-1] == "echo: still here"
+
+
+async def test_a_thread_title_past_its_bound_is_refused_and_the_thread_keeps_its_own(ctl: AgentController) -> None:
+    """A thread's title is in the session's snapshot and thread events, and in storage: before, any length was
+    taken."""
+    session = await ctl.create_session(user())
+    made = await session.thread.create(title="short")
+    for change in (
+        session.thread.rename("t" * (MAX_TITLE_CHARS + 1)),
+        session.thread.create(title="\u00e9" * (MAX_TITLE_CHARS + 1)),
+        session.thread.clone(title="c" * 3_000_000),
+    ):
+        with pytest.raises(SessionError, match=f"A thread title holds at most {MAX_TITLE_CHARS} characters") as no:
+            await change
+        assert no.value.kind == "InvalidInput"
+    await session.thread.rename("t" * MAX_TITLE_CHARS)
+    [listed] = [t for t in await session.thread.list() if t["id"] == made["id"]]
+    assert listed["title"] == "t" * MAX_TITLE_CHARS
 
 
 async def test_a_subagent_call_whose_id_makes_too_long_a_workflow_id_fails_and_the_turn_goes_on(
