@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 from temporalio import workflow
 from temporalio.common import RawValue
-from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError, TimeoutType
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, ChildWorkflowError, TimeoutType
 from temporalio.exceptions import TimeoutError as TemporalTimeout
 
 from keel.protocol import (
@@ -77,7 +77,7 @@ from keel.workflows.contracts import (
     ToolsThenModelResult,
     TurnConfig,
 )
-from keel.workflows.local_attempt import ONE_ATTEMPT, activity_cause, once_locally
+from keel.workflows.local_attempt import ONE_ATTEMPT, activity_cause, end_if_canceled, once_locally
 from keel.workflows.options import options_for
 from keel.workflows.search_attributes import (
     KEEL_AGENT_ID,
@@ -430,7 +430,12 @@ class AgentRun:
         run_telemetry.started(run_id, input.agent_id, thread_id, continued=input.carry is not None)
         loop = _Loop(self, input, run_id, thread_id, resource_id)
         try:
-            result = await loop.run()
+            try:
+                result = await loop.run()
+            except (ActivityError, ApplicationError) as err:
+                if isinstance(activity_cause(err), CancelledError):  # a step canceled with the run
+                    end_if_canceled()
+                raise
         except asyncio.CancelledError:
             run_telemetry.ended("canceled")
             await loop.kill_processes()  # a canceled run leaves no command of its own running
@@ -538,6 +543,7 @@ class AgentRun:
             await workflow.get_external_workflow_handle(turn.session_id).signal(signal, body)
         except Exception as err:  # the session is gone: the run goes on without it
             workflow.logger.warning("Could not tell session %s (%s): %s", turn.session_id, signal, err)
+        end_if_canceled()  # a cancel that came meanwhile went to the signal, and the run would wait on
 
 
 class _Loop:
@@ -575,6 +581,7 @@ class _Loop:
         c = self.carry
         step: ModelStepResult | None = None
         while True:
+            end_if_canceled()
             if step is None:
                 c.step += 1
                 step = await self._model_step()
@@ -601,6 +608,7 @@ class _Loop:
                 lists = (finished.run_tool_calls, finished.run_tool_results) if finished else (None, None)
                 return self._result(answered.text, "tool-calls", *lists)
             if workflow.info().is_continue_as_new_suggested():
+                end_if_canceled()  # a cancel does not follow the run into its next execution
                 self._drain_inbox()
                 if (c.pending.messages or c.pending.events) and self.takes(PERSIST_BEFORE_CONTINUE_PATCH):
                     await self._persist_pending()

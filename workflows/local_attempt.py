@@ -9,17 +9,33 @@ Retryable is Temporal's own rule for an activity's failure: a timeout, or an app
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, FailureError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, FailureError
 from temporalio.exceptions import TimeoutError as TemporalTimeout
 
 ONE_ATTEMPT = RetryPolicy(maximum_attempts=1)
 R = TypeVar("R")
+
+CANCEL_ENDS_RUN_PATCH = "cancel-ends-run"
+"""A cancel request ends the run wherever it lands. Before, an await that received it made its own outcome of
+it and the run went on: a local step's cancellation was a failure to retry (the step ran again as an activity),
+a signal to a turn's session was sent anyway (or canceled) and the turn went on to wait for its approvals. A
+session's `abort` sent while its turn's first step ran hung for good. Asked only once a cancel has come
+(`end_if_canceled`), by `AgentRun` and `DefinitionRun`; it may go once no run canceled before this release is
+open (those that went on are stuck: terminate them)."""
+
+
+def end_if_canceled() -> None:
+    """Raises `asyncio.CancelledError` once a cancel of this run has come (`CANCEL_ENDS_RUN_PATCH`): asked
+    where an await may have taken the cancel for its own outcome."""
+    if workflow.cancellation_reason() is not None and workflow.patched(CANCEL_ENDS_RUN_PATCH):
+        raise asyncio.CancelledError()
 
 
 async def once_locally(
@@ -45,9 +61,11 @@ async def once_locally(
         )  # fmt: skip
         return result
     except (ActivityError, ApplicationError, TemporalTimeout) as err:  # a local activity fails with its cause
+        cause = activity_cause(err)
+        if isinstance(cause, CancelledError):  # canceled with its run, not failed
+            end_if_canceled()
         if not (rule or retryable)(err):
             raise
-        cause = activity_cause(err)
         if say_so:
             workflow.set_current_details(
                 f"{summary} failed once ({cause}); retrying it as an activity: see Pending Activities"
@@ -68,4 +86,4 @@ def retryable(err: FailureError) -> bool:
     return not (isinstance(cause, ApplicationError) and cause.non_retryable)
 
 
-__all__ = ["ONE_ATTEMPT", "activity_cause", "once_locally", "retryable"]
+__all__ = ["CANCEL_ENDS_RUN_PATCH", "ONE_ATTEMPT", "activity_cause", "end_if_canceled", "once_locally", "retryable"]

@@ -348,6 +348,24 @@ async def test_a_follow_up_waits_for_the_running_turn_and_steer_replaces_it(ctl:
     assert ends == ["complete", "complete", "aborted", "complete"] and steered.run_id
 
 
+async def test_an_abort_right_after_a_message_ends_its_turn_and_its_calls_never_run(
+    ctl: AgentController, data_dir: Path
+) -> None:
+    """Found from outside with client-js: `sendMessage` then `abort` at once. Before, the abort never answered
+    (4 of 4), the turn ignored the cancel it was sent in its first workflow task and went on to ask for its
+    approval, and the session said `running` for good, also after a worker restart."""
+    for n in range(3):
+        session = await ctl.create_session(user())
+        await session.send_message(f'tool save_note {{"text": "aborted {n}"}}', wait=False)
+        async with asyncio.timeout(30):
+            aborted = await session.abort()
+        snapshot = await session.snapshot()
+        assert not snapshot.running and snapshot.pending == [], (n, snapshot)
+        ends = await collect(session.events(offset=0, display_state=False), "agent_end")
+        assert (ends[-1]["runId"], ends[-1]["reason"]) == (aborted.run_id, "aborted")
+    assert not (data_dir / "notes.log").exists()
+
+
 async def test_abort_ends_a_waiting_turn_and_its_calls_never_run(ctl: AgentController, data_dir: Path) -> None:
     session = await ctl.create_session(user())
     await session.send_message('tool save_note {"text": "aborted"}')

@@ -1,0 +1,57 @@
+"""A canceled run ends as canceled wherever the cancel lands: while a tool runs, alone or with the next model
+step in one activity, the model is never asked again."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from pydantic import BaseModel
+from temporalio.client import Client, WorkflowExecutionStatus
+
+from keel.app import Agent, App, ToolContext, tool
+from keel.model_providers import ModelRequest, ModelResponse, ModelToolCall, ScriptedModel
+from keel.storage import Storage
+from tests.conftest import running_worker
+
+
+class Nap(BaseModel):
+    seconds: float
+
+
+def app_napping(idempotent: bool, asked: list[int], started: asyncio.Event) -> App:
+    @tool("nap", idempotent=idempotent)
+    async def nap(args: Nap, ctx: ToolContext) -> str:
+        """Sleep."""
+        started.set()
+        await asyncio.sleep(args.seconds)
+        return "rested"
+
+    def answer(request: ModelRequest) -> ModelResponse:
+        asked.append(len(request.messages))
+        if len(asked) == 1:
+            return ModelResponse(tool_calls=[ModelToolCall(id="c1", name="nap", args={"seconds": 600})])
+        return ModelResponse(text="went on")
+
+    return App.of(Agent(id="napper", model=ScriptedModel(answer), tools=(nap,)))
+
+
+@pytest.mark.parametrize("idempotent", [False, True], ids=["tool-alone", "tool-with-the-next-step"])
+async def test_a_run_canceled_while_its_tool_runs_ends_canceled_and_asks_the_model_no_more(
+    client: Client, storage: Storage, task_queue: str, idempotent: bool
+) -> None:
+    """Before, a tool run beside the next model step in the first workflow task (one local activity) took the
+    cancel for a failure to retry: the step ran again as an activity, the tool with it, and the run went on."""
+    asked: list[int] = []
+    started = asyncio.Event()
+    async with running_worker(client, app_napping(idempotent, asked, started), storage, task_queue) as keel:
+        run_id = await keel.start_run("napper", "nap")
+        await asyncio.wait_for(started.wait(), 20)
+        await keel.cancel(run_id)
+        described = await client.get_workflow_handle(run_id).describe()
+        async with asyncio.timeout(20):
+            while described.status == WorkflowExecutionStatus.RUNNING:
+                await asyncio.sleep(0.1)
+                described = await client.get_workflow_handle(run_id).describe()
+    assert described.status == WorkflowExecutionStatus.CANCELED
+    assert len(asked) == 1
