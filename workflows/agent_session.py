@@ -746,6 +746,8 @@ class AgentSession:
 
     @set_state.validator
     def _check_state(self, request: SetState) -> None:
+        if isinstance(request.updates, dict) and (problem := _rules_problem(request.updates)):
+            raise ApplicationError(problem, type="InvalidState", non_retryable=True)
         self._state_rules(request)
         if self._ready:
             self._check_room()
@@ -1237,6 +1239,30 @@ class AgentSession:
             retry_policy=STORAGE,
             summary="display state snapshot before continuing as new",
         )
+
+
+POLICIES = ("allow", "ask", "deny")
+
+
+def _rules_problem(updates: dict[str, Any]) -> str | None:
+    """What is wrong with the permissions a state update sets (Mastra keeps them in the state: `permissionRules`
+    `{categories?, tools?}` of policies, `yolo` a boolean), or None. Checked by the validator only: an update a
+    session took before this check replays as it ran."""
+    rules, yolo = updates.get("permissionRules"), updates.get("yolo")
+    if yolo is not None and not isinstance(yolo, bool):
+        return f"yolo is true or false, not {yolo!r}"
+    if rules is None:
+        return None
+    if not isinstance(rules, dict) or set(rules) - {"categories", "tools"}:
+        return "permissionRules is an object {categories?, tools?}, each mapping a name to allow, ask or deny"
+    for kind in ("categories", "tools"):
+        given = rules.get(kind) or {}
+        if not isinstance(given, dict):
+            return f"permissionRules.{kind} maps a name to allow, ask or deny"
+        for name, policy in given.items():
+            if policy not in POLICIES:
+                return f"permissionRules.{kind}.{name} is allow, ask or deny, not {policy!r}"
+    return None
 
 
 def _check_thread_id(thread_id: str | None) -> None:

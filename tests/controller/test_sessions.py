@@ -174,6 +174,34 @@ async def test_state_is_checked_against_the_schema_and_merged(ctl: AgentControll
     assert (state["project"], state["counter"]) == ("docs", 2)  # unchanged by the refused update
 
 
+@pytest.mark.parametrize(
+    "rules",
+    [
+        {"permissionRules": {"categories": {"read": "maybe"}}},
+        {"permissionRules": {"tools": {"x": 5}}},
+        {"permissionRules": "garbage"},
+        {"permissionRules": {"tools": {"x": "allow"}, "extra": 1}},
+        {"yolo": "yes"},
+    ],
+    ids=["category-policy", "tool-policy", "not-an-object", "unknown-key", "yolo-not-a-boolean"],
+)
+async def test_permission_rules_set_as_state_are_checked_and_a_bad_one_changes_nothing(
+    ctl: AgentController, rules: dict[str, Any]
+) -> None:
+    """Found from outside: a policy that is not allow, ask or deny was stored, then every read of the session
+    answered 500 (its snapshot could not be made) until a good one was set; other shapes were taken and
+    ignored."""
+    session = await ctl.create_session(user())
+    await session.permissions.set_for_tool("save_note", "deny")
+    with pytest.raises(SessionError, match=r"permissionRules|yolo") as refused:
+        await session.state.set(rules)
+    assert refused.value.kind == "InvalidState"
+    state = await session.state.get()
+    assert state["permissionRules"]["tools"] == {"save_note": "deny"} and state["yolo"] is False
+    await session.state.set({"permissionRules": {"categories": {"read": "allow"}}, "yolo": True})
+    assert (await session.snapshot()).state["yolo"] is True
+
+
 async def test_a_state_or_goal_past_its_bound_is_refused_and_a_state_shrinking_is_taken(
     client: Client, storage: Storage, task_queue: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
