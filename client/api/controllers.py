@@ -552,10 +552,11 @@ async def create_session(ctx: Ctx, controller_id: str, body: CreateSessionBody) 
             raise not_found(f"Thread not found: {body.thread_id}")
     with _answers(controller_id, body.resource_id, scope):
         session = await client.create_session(body.resource_id, scope, thread_id=body.thread_id, tags=body.tags)
-        snapshot = await session.snapshot()
+        # The thread this request bound the session to (read afterwards, it may be another create's since).
+        thread_id = body.thread_id or (await session.snapshot()).thread_id
     shown = {"controllerId": controller_id, "resourceId": body.resource_id}
-    if snapshot.thread_id:
-        shown["threadId"] = snapshot.thread_id
+    if thread_id:
+        shown["threadId"] = thread_id
     return shown | {"sessionId": session.id}
 
 

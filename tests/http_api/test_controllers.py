@@ -432,3 +432,19 @@ def test_api_keys_scope_the_controller_routes_and_webhooks_as_agent_controllers(
     assert auth.required_scope("POST", "/api/agent-controller/a/sessions/u/messages") == "agent-controllers:write"
     webhook = "/api/agent-controllers/a/channels/generic/webhook"
     assert auth.required_scope("POST", webhook) == "agent-controllers:write"
+
+
+async def test_sessions_opened_at_once_on_different_threads_each_answer_their_own_thread(api: Api) -> None:
+    """Found from outside: 5 creates of one resource's session at once, each naming its thread. Each binds the
+    session to its thread in turn, and its answer names that thread; before, the answer was read afterwards, so
+    a create asking for t0 answered t4 (3 of 5 trials)."""
+    resource = user()
+    path = f"/api/agent-controller/{CONTROLLER}/sessions"
+    async with httpx.AsyncClient(base_url=api.url, timeout=60) as http:
+        for trial in range(3):
+            asked = [f"t{i}-{trial}-{resource}" for i in range(5)]
+            answers = await asyncio.gather(
+                *(http.post(path, json={"resourceId": resource, "threadId": thread}) for thread in asked)
+            )
+            assert [a.status_code for a in answers] == [200] * 5, [a.text for a in answers]
+            assert [a.json()["threadId"] for a in answers] == asked
