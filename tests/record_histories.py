@@ -160,6 +160,16 @@ async def _workspace_canceled(keel: KeelClient, name: str) -> str:
     return run_id
 
 
+async def _canceled_in_local_step(keel: KeelClient, name: str) -> str:
+    """Canceled while its first fused step (three naps, one local activity) runs in its first workflow task: the
+    step's cancellation ends the run (`CANCEL_ENDS_RUN_PATCH`) instead of being retried as an activity."""
+    os.environ["KEEL_TEST_TOOL_SECONDS"] = "3"
+    run_id = await keel.start_run("napper", "nap", run_id=name)
+    await asyncio.sleep(1.0)
+    await keel.cancel(run_id)
+    return run_id
+
+
 async def _events(keel: KeelClient, run_id: str) -> list[Any]:
     history = await keel.temporal.get_workflow_handle(run_id).fetch_history()
     found = []
@@ -648,6 +658,7 @@ SCENARIOS: dict[str, Scenario] = {
         lambda keel, name: keel.start_run("workspace", json.dumps(WORKSPACE_PLAN), run_id=name), DEFAULT_SHAPE
     ),
     "workspace_canceled": Scenario(_workspace_canceled, DEFAULT_SHAPE),
+    "canceled_in_local_step": Scenario(_canceled_in_local_step, DEFAULT_SHAPE),
     "definition_every_entry_type": Scenario(_definition_everything, DEFAULT_SHAPE),
     "definition_suspended_and_resumed": Scenario(_definition_resumed, DEFAULT_SHAPE),
     "definition_started_by_keel": Scenario(_definition_by_keel, DEFAULT_SHAPE),
