@@ -31,7 +31,7 @@ from typing import Any
 from pydantic import ValidationError
 from temporalio import workflow
 from temporalio.common import RawValue, RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError, FailureError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, ChildWorkflowError, FailureError
 from temporalio.exceptions import TimeoutError as TemporalTimeout
 
 from keel.protocol import names
@@ -64,7 +64,7 @@ from keel.workflows.contracts import (
     WorkflowToolResult,
 )
 from keel.workflows.graph_values import MISSING, RunData, get_path, holds, map_values
-from keel.workflows.local_attempt import once_locally, retryable
+from keel.workflows.local_attempt import end_if_canceled, once_locally, retryable
 from keel.workflows.resumable import Resumable, bounded_value
 from keel.workflows.search_attributes import KEEL_STATUS
 from keel.workflows.task_budget import TaskBudget, input_bytes
@@ -164,6 +164,8 @@ class DefinitionRun(TimeTravelling, Resumable):
             if problems:
                 raise StepFailed("Invalid output: " + "; ".join(problems))
         except (StepFailed, ActivityError, ChildWorkflowError, ApplicationError) as err:
+            if isinstance(_cause(err), CancelledError):  # a step canceled with the run: the run is canceled
+                end_if_canceled()
             message = str(_cause(err)) if isinstance(err, FailureError) else str(err)
             self._state.status, self._state.error = "failed", message
             self.workflow_finished("failed")

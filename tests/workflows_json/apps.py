@@ -77,7 +77,8 @@ async def record(args: Item, ctx: ToolContext) -> dict[str, int]:
     """Append the item to `$KEEL_DATA_DIR/record.log` once per step (a retry finds its line), slowly."""
     log = Path(os.environ.get("KEEL_DATA_DIR", ".keel")) / "record.log"
     log.parent.mkdir(parents=True, exist_ok=True)
-    (log.parent / "started.log").open("a").write(f"{ctx.idempotency_key} attempt={ctx.attempt}\n")
+    with (log.parent / "started.log").open("a") as started:
+        started.write(f"{ctx.idempotency_key} attempt={ctx.attempt}\n")
     await asyncio.sleep(float(os.environ.get("KEEL_TEST_TOOL_SECONDS", "0")))
     lines = log.read_text().splitlines() if log.exists() else []
     if not any(line.startswith(f"{ctx.idempotency_key} ") for line in lines):

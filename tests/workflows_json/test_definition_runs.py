@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowUpdateFailedError
 from temporalio.exceptions import FailureError
 from temporalio.worker import Replayer
 
@@ -609,3 +609,25 @@ async def test_a_step_whose_child_run_id_temporal_cannot_take_fails_the_run_not_
     assert "Step 'draft' was not started: The run id and step id would give a workflow id of 1003 bytes" in str(
         caught.value.cause
     )
+
+
+@pytest.mark.parametrize("tool_id", ["send", "record"], ids=["activity-step", "local-step"])
+async def test_a_run_canceled_while_its_tool_step_runs_ends_canceled(
+    client: Client, storage: Storage, task_queue: str, data_dir: Path, monkeypatch: pytest.MonkeyPatch, tool_id: str
+) -> None:
+    """Before, the step's cancellation was its failure: an activity step's failed the run instead of canceling
+    it; a local step's was retried as an activity (the tool started again) and the run went on."""
+    monkeypatch.setenv("KEEL_TEST_TOOL_SECONDS", "30")
+    workflow_id = f"canceled-{tool_id}"
+    await save(storage, definition(workflow_id, [mapping("item", {"n": {"value": 1}}), tool_step("slow", tool_id)]))
+    async with running_worker(client, app, storage, task_queue):
+        handle = await start(client, workflow_id, task_queue, {})
+        log = data_dir / ("sent.log" if tool_id == "send" else "started.log")
+        async with asyncio.timeout(20):
+            while not log.exists():
+                await asyncio.sleep(0.05)
+        await handle.cancel()
+        with pytest.raises(WorkflowFailureError) as ended:
+            await asyncio.wait_for(handle.result(), 20)
+    assert (await handle.describe()).status == WorkflowExecutionStatus.CANCELED, ended.value.cause
+    assert len(log.read_text().splitlines()) == 1  # started once
