@@ -321,11 +321,13 @@ class Workflows:
         query = self._runs_query(workflow_id, status, resource_id, from_date, to_date)
         found: list[dict[str, Any]] = []
         async for ex in self.keel.temporal.list_workflows(query, limit=offset + limit):
-            keel_status = next((p.value for p in ex.typed_search_attributes if p.key.name == "KeelStatus"), None)
+            attributes = {p.key.name: p.value for p in ex.typed_search_attributes}
+            keel_status = attributes.get("KeelStatus")
             found.append(
                 {
                     "runId": ex.id,
                     "workflowName": workflow_id,
+                    "resourceId": attributes.get("KeelResourceId"),
                     "status": _mastra_status(ex.status.name if ex.status else None, keel_status),
                     "createdAt": ex.start_time.isoformat() if ex.start_time else None,
                     "updatedAt": (ex.close_time or ex.start_time).isoformat() if ex.start_time else None,

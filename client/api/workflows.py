@@ -294,7 +294,8 @@ async def list_runs(
         }
         for r in runs
     ]
-    return {"runs": shown, "total": max(total, start + len(shown))}  # visibility's count may lag its list
+    # Visibility's count may lag its list a moment: never fewer than the runs listed.
+    return {"runs": shown, "total": max(total, start + len(shown)) if shown else total}
 
 
 @router.get("/workflows/{workflow_id}/runs/{run_id}")

@@ -278,8 +278,9 @@ async def test_observing_a_run_that_succeeded_never_says_it_failed_when_no_worke
 
 async def test_runs_are_counted_past_the_page_and_dates_without_an_offset_are_utc(api: Api) -> None:
     """client-js pages runs by `total`: before, it was the page's end (offset + its length), so a page of 1 of 3
-    runs said 1; a date without an offset (JavaScript's `toISOString` minus its `Z`, a common hand-written one)
-    compared against stored times answered 500, in a run list and a thread clone's filter."""
+    runs said 1 (and a page past the end its offset), and each run's `resourceId` was null; a date without an
+    offset (JavaScript's `toISOString` minus its `Z`, a common hand-written one) compared against stored times
+    answered 500, in a run list and a thread clone's filter."""
     resource = f"dates-{uuid.uuid4().hex[:6]}"
     out = await api.js(f"""
         const wf = client.getWorkflow("release");
@@ -293,9 +294,11 @@ async def test_runs_are_counted_past_the_page_and_dates_without_an_offset_are_ut
             if (page.total === 3) break;
             await new Promise(r => setTimeout(r, 200));
         }}
-        return {{total: page.total, shown: page.runs.length}};
+        const past = await wf.runs({{resourceId: "{resource}", perPage: 5, page: 50}});
+        return {{total: page.total, shown: page.runs.length, resourceId: page.runs[0].resourceId,
+                 pastTotal: past.total, pastShown: past.runs.length}};
     """)
-    assert out == {"total": 3, "shown": 1}
+    assert out == {"total": 3, "shown": 1, "resourceId": resource, "pastTotal": 3, "pastShown": 0}
     async with httpx.AsyncClient(base_url=api.url, timeout=30) as http:
         naive = {"fromDate": "2020-01-01T00:00:00", "toDate": "2999-01-01T00:00:00", "resourceId": resource}
         listed = await http.get("/api/workflows/release/runs", params=naive)
