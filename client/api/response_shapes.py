@@ -77,7 +77,25 @@ def items(messages: Sequence[StoredMessage], *, status: str = "completed") -> li
                 out.append(function_call_item(part.tool_call_id, part.tool_name, part.args))
             elif isinstance(part, ToolResultPart):
                 out.append(function_call_output_item(part.tool_call_id, part.result))
-    return out
+    return _unique_ids(out)
+
+
+def _unique_ids(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The items, a repeated id given the first free suffix (the second `call_1` is `call_1-2`, or `call_1-3`
+    where the thread holds a `call_1-2`): a function call's item id is its call id, as in Mastra, and runs at
+    once on one thread may each give a call the same id. The `openai` SDK pages by item id (`after`), and a
+    repeated one sent it round for good."""
+    taken = {item["id"] for item in items}
+    seen: set[str] = set()
+    for item in items:
+        if item["id"] in seen:
+            n = 2
+            while f"{item['id']}-{n}" in taken:
+                n += 1
+            item["id"] = f"{item['id']}-{n}"
+            taken.add(item["id"])
+        seen.add(item["id"])
+    return items
 
 
 def output_items(messages: Sequence[StoredMessage], status: ResponseStatus) -> list[dict[str, Any]]:

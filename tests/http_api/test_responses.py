@@ -4,6 +4,7 @@ threads. Every response is an `AgentRun` the Temporal client sees, under the res
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import httpx
@@ -127,6 +128,27 @@ async def test_a_conversation_is_a_thread_its_items_the_messages(api: Api, opena
         await openai.conversations.retrieve(conversation.id)
     with pytest.raises(NotFoundError):
         await openai.responses.create(model="listener", input="four", conversation=conversation.id)
+
+
+async def test_responses_at_once_in_one_conversation_list_items_of_unique_ids_the_sdk_pages_through(
+    api: Api, openai: AsyncOpenAI
+) -> None:
+    """Found from outside: runs at once on one thread each name their calls `call_1`, `call_2` (a model may
+    repeat ids; Keel renames a repeat only once the earlier call is in the thread). A function call's item id is
+    its call id, as in Mastra: the list held duplicate ids, and the SDK, paging `after` one, looped for good."""
+    conversation = await openai.conversations.create()
+    said = await asyncio.gather(
+        *(openai.responses.create(model="multi", input="steps=2", conversation=conversation.id) for _ in range(3))
+    )
+    assert [r.status for r in said] == ["completed"] * 3
+    whole = (await openai.conversations.items.list(conversation.id, limit=100)).data
+    ids: list[str] = []
+    async for item in openai.conversations.items.list(conversation.id, limit=1):
+        ids.append(str(item.id))
+        assert len(ids) <= len(whole), "the pages never end"
+    assert ids == [i.id for i in whole] and len(set(ids)) == len(ids)
+    calls = sorted(str(i.call_id) for i in whole if i.type == "function_call")
+    assert len(calls) >= 3 and calls == sorted(str(i.call_id) for i in whole if i.type == "function_call_output")
 
 
 async def test_caller_mistakes_are_answered_with_a_4xx_in_mastras_error_shape(api: Api, openai: AsyncOpenAI) -> None:
