@@ -40,6 +40,9 @@ class ResponseRecord(WireModel):
     text: dict[str, Any] | None = None
     previous_response_id: str | None = None
     store: bool = False
+    input_messages: int | None = None
+    """How many messages the run was given: its first ones, never its output. None in records from before it
+    was kept (their output then holds an assistant message given as input)."""
 
 
 async def save(storage: Storage, record: ResponseRecord) -> None:

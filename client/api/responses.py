@@ -32,7 +32,7 @@ from keel.client.api.response_shapes import ResponseStatus, output_items, respon
 from keel.client.api.response_stream import ResponseEvents, sse_frame
 from keel.client.api.streams import SSE_HEADERS, agent_chunks, idle_marked
 from keel.client.errors import RunFailed, RunNotFound
-from keel.protocol import Usage
+from keel.protocol import Usage, names
 
 router = APIRouter(prefix="/v1/responses", tags=["responses"])
 
@@ -185,6 +185,7 @@ async def _record(ctx: ApiContext, body: CreateResponseBody) -> ResponseRecord:
         text=body.text.model_dump(by_alias=True, exclude_none=True) if body.text else None,
         previous_response_id=body.previous_response_id,
         store=body.store,
+        input_messages=len(_messages(body)),
     )
 
 
@@ -230,6 +231,8 @@ async def _outcome(ctx: ApiContext, run_id: str, *, suspended: bool = False) -> 
 
 async def _response(ctx: ApiContext, record: ResponseRecord, outcome: Outcome) -> dict[str, Any]:
     messages = await ctx.storage.run_messages(record.thread_id, record.id)
+    given = {names.run_message_id(record.id, seq) for seq in range(1, (record.input_messages or 0) + 1)}
+    messages = [m for m in messages if m.id not in given]  # an assistant message given as input is not output
     return response_json(
         record,
         status=outcome.status,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 import pytest
@@ -149,6 +150,23 @@ async def test_responses_at_once_in_one_conversation_list_items_of_unique_ids_th
     assert ids == [i.id for i in whole] and len(set(ids)) == len(ids)
     calls = sorted(str(i.call_id) for i in whole if i.type == "function_call")
     assert len(calls) >= 3 and calls == sorted(str(i.call_id) for i in whole if i.type == "function_call_output")
+
+
+async def test_an_assistant_message_given_as_input_is_not_the_responses_output(api: Api, openai: AsyncOpenAI) -> None:
+    """Found from outside: the output was every assistant message of the run, its input's included, so an
+    earlier turn given as input came back first in `output` and `output_text` (125 of 500 mixed inputs)."""
+    given: Any = [
+        {"role": "user", "content": "one"},
+        {"role": "assistant", "content": "EARLIER TURN"},
+        {"role": "user", "content": "two"},
+    ]
+    for store in (False, True):
+        answered = await openai.responses.create(model="listener", input=given, store=store)
+        assert answered.output_text == "heard: one | two", answered.output_text
+        assert [o.type for o in answered.output] == ["message"]
+        if store:
+            again = await openai.responses.retrieve(answered.id)
+            assert again.output_text == "heard: one | two" and len(again.output) == 1
 
 
 async def test_caller_mistakes_are_answered_with_a_4xx_in_mastras_error_shape(api: Api, openai: AsyncOpenAI) -> None:
