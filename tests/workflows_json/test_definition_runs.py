@@ -631,3 +631,23 @@ async def test_a_run_canceled_while_its_tool_step_runs_ends_canceled(
             await asyncio.wait_for(handle.result(), 20)
     assert (await handle.describe()).status == WorkflowExecutionStatus.CANCELED, ended.value.cause
     assert len(log.read_text().splitlines()) == 1  # started once
+
+
+async def test_a_run_canceled_while_a_nested_workflow_runs_ends_canceled_with_it(
+    client: Client, storage: Storage, task_queue: str
+) -> None:
+    """Found from outside: a cancel during a nested workflow step (or an agent step: a child run too) failed
+    the run ("Cancelled") instead of canceling it."""
+    await save(storage, definition("inner-nap", [{"type": "sleep", "id": "nap", "duration": 600_000}]))
+    await save(storage, definition("outer-nap", [{"type": "workflow", "id": "sub", "workflowId": "inner-nap"}]))
+    async with running_worker(client, app, storage, task_queue):
+        handle = await start(client, "outer-nap", task_queue, {})
+        async with asyncio.timeout(20):
+            while not [c async for c in client.list_workflows(f"WorkflowId STARTS_WITH '{handle.id}-'")]:
+                await asyncio.sleep(0.1)
+        await handle.cancel()
+        with pytest.raises(WorkflowFailureError):
+            await asyncio.wait_for(handle.result(), 20)
+        [child] = [c async for c in client.list_workflows(f"WorkflowId STARTS_WITH '{handle.id}-'")]
+        assert (await client.get_workflow_handle(child.id).describe()).status == WorkflowExecutionStatus.CANCELED
+    assert (await handle.describe()).status == WorkflowExecutionStatus.CANCELED
