@@ -262,10 +262,11 @@ class Workflows:
                 raise TimeoutError(f"Run {run_id!r} neither suspended nor ended in time") from None
             raise
         state = await self.state(run_id)
-        if state.status not in SETTLED:  # a code workflow keeps no outcome in its state: Temporal has it
+        if state.status not in SETTLED:  # a code workflow, or a canceled run, keeps no outcome in its state
             ended = status == WorkflowExecutionStatus.COMPLETED
             result = await handle.result() if ended else None
-            state = state.model_copy(update={"status": "success" if ended else "failed", "result": result})
+            outcome = _mastra_status(status.name if status else None, None)
+            state = state.model_copy(update={"status": outcome, "result": result})
         return RunStatus(run_id, state)
 
     async def settled_or_running(self, run_id: str, *, timeout: float | None = None) -> RunStatus:

@@ -717,7 +717,8 @@ class WorkflowRunState(Contract):
     workflow_id: str
     version: int | None = None
     hash: str | None = None
-    status: Literal["running", "success", "failed", "suspended"] = "running"
+    status: Literal["running", "success", "failed", "suspended", "canceled"] = "running"
+    """`canceled` only as a client answers it (Temporal's status): a run's own state never says it."""
     steps: dict[str, StepState] = Field(default_factory=dict)
     result: Any = None
     error: str | None = None

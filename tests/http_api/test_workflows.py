@@ -4,6 +4,7 @@ started here is a Temporal execution of the definition's type."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import uuid
@@ -11,6 +12,7 @@ import uuid
 import httpx
 import pytest
 from temporalio.client import Client
+from temporalio.service import RPCError
 
 from keel.client import KeelClient, workflows
 from keel.client.api import create_api
@@ -313,3 +315,35 @@ async def test_runs_are_counted_past_the_page_and_dates_without_an_offset_are_ut
         early = {"newThreadId": f"{thread}-none", "options": {"messageFilter": {"endDate": "2020-01-01T00:00:00"}}}
         clone = await http.post(f"/api/memory/threads/{thread}/clone", json=early)
         assert clone.status_code == 200 and clone.json()["clonedMessages"] == [], clone.text
+
+
+NAPPING = {
+    "id": "napping",
+    "inputSchema": {"type": "object"},
+    "outputSchema": {"type": "object"},
+    "graph": [{"type": "sleep", "id": "nap", "duration": 600_000}],
+}
+
+
+async def test_a_start_async_waiting_on_a_run_that_is_canceled_answers_canceled(api: Api) -> None:
+    """Found from outside: the answer said `failed` (error "failed") while the run reads `canceled`."""
+    run_id = f"napping-{uuid.uuid4().hex[:8]}"
+    async with httpx.AsyncClient(base_url=api.url, timeout=60) as http:
+        assert (await http.post("/api/stored/workflows", json=NAPPING)).status_code == 200
+        waiting = asyncio.ensure_future(
+            http.post("/api/workflows/napping/start-async", params={"runId": run_id}, json={"inputData": {}})
+        )
+        handle = api.keel.temporal.get_workflow_handle(run_id)
+        async with asyncio.timeout(20):
+            while True:
+                with contextlib.suppress(RPCError):
+                    await handle.describe()
+                    break
+                await asyncio.sleep(0.1)
+        await asyncio.sleep(0.5)
+        await handle.cancel()
+        answered = await asyncio.wait_for(waiting, 30)
+        run = await http.get(f"/api/workflows/napping/runs/{run_id}")
+    assert answered.status_code == 200 and answered.json()["status"] == "canceled", answered.text
+    assert "error" not in answered.json()
+    assert run.json()["status"] == "canceled"
