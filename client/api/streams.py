@@ -247,9 +247,12 @@ run that succeeded always has one; when no worker answers for a run now (an `RPC
 read again."""
 
 
-async def workflow_events(handle: WorkflowHandle[Any, Any], offset: int = 0) -> AsyncIterator[dict[str, Any]]:
-    """The run's `workflow-*` events from `offset` until a `workflow-finish` (it ended or suspended); from past
-    the end of a run that ended, its finish again."""
+async def workflow_events(
+    handle: WorkflowHandle[Any, Any], offset: int = 0, *, through_suspensions: bool = False
+) -> AsyncIterator[dict[str, Any]]:
+    """The run's `workflow-*` events from `offset` until a `workflow-finish` (it ended or suspended), or with
+    `through_suspensions` (`observe`: the whole run) until one that no event follows yet; from past the end of
+    a run that ended, its finish again, and from its end, nothing."""
     idle = 0
     while True:
         try:
@@ -267,15 +270,16 @@ async def workflow_events(handle: WorkflowHandle[Any, Any], offset: int = 0) -> 
             payload = {"workflowStatus": UNREADABLE_ENDS[status], "metadata": {}, "error": {"message": message}}
             yield {"type": "workflow-finish", "runId": handle.id, "from": "WORKFLOW", "payload": payload}
             return
-        for event in events:
+        for i, event in enumerate(events):
             offset += 1
             yield event
-            if event.get("type") == "workflow-finish":
+            if event.get("type") == "workflow-finish" and not (through_suspensions and i < len(events) - 1):
                 return
         if not events:
             idle += 1
-            if idle % ENDED_CHECK_POLLS == 0 and (finish := await _finish_behind(handle, offset)) is not None:
-                yield finish
+            if idle % ENDED_CHECK_POLLS == 0 and (last := await _ended_behind(handle, offset)) is not None:
+                for event in last:
+                    yield event
                 return
         await asyncio.sleep(WORKFLOW_POLL_SECONDS)
 
@@ -284,16 +288,17 @@ ENDED_CHECK_POLLS = 20
 """A stream with nothing new asks every this many polls (about a second) whether its run ended behind it."""
 
 
-async def _finish_behind(handle: WorkflowHandle[Any, Any], offset: int) -> dict[str, Any] | None:
-    """The finish of a run that ended with fewer events than `offset`: a reader that was shown events of a
-    workflow task lost with its worker (a live query) can hold more than the run's history made. None while the
-    run goes on or has events from `offset`."""
+async def _ended_behind(handle: WorkflowHandle[Any, Any], offset: int) -> list[dict[str, Any]] | None:
+    """What a reader at `offset` of a run that ended gets last: nothing when it has every event (its finish
+    included: a reader that reconnects gets each once); the run's finish when `offset` is past the end (a
+    reader shown events of a workflow task lost with its worker, by a live query, can hold more than the run's
+    history made). None while the run goes on or has events from `offset`."""
     if (await handle.describe()).status == WorkflowExecutionStatus.RUNNING:
         return None
     every: list[dict[str, Any]] = await handle.query(names.EVENTS_QUERY, 0, result_type=list)
     if offset < len(every) or not every or every[-1].get("type") != "workflow-finish":
         return None
-    return every[-1]
+    return [] if offset == len(every) else [every[-1]]
 
 
 def record_stream(events: AsyncIterator[dict[str, Any]]) -> StreamingResponse:

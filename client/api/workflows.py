@@ -250,7 +250,7 @@ async def observe(
     offset: Annotated[int, Query(ge=0)] = 0,
 ) -> StreamingResponse:
     handle = await _run_handle(ctx, workflow_id, run_id)
-    return record_stream(workflow_events(handle, offset))
+    return record_stream(workflow_events(handle, offset, through_suspensions=True))
 
 
 @router.get("/workflows/{workflow_id}/runs")

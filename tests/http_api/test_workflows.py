@@ -347,3 +347,25 @@ async def test_a_start_async_waiting_on_a_run_that_is_canceled_answers_canceled(
     assert answered.status_code == 200 and answered.json()["status"] == "canceled", answered.text
     assert "error" not in answered.json()
     assert run.json()["status"] == "canceled"
+
+
+async def test_observing_a_run_gives_its_every_event_once_through_its_suspensions(api: Api) -> None:
+    """Found from outside: `observe()` of a run that suspended and then ended gave the events up to its first
+    suspension only (client-js: "If omitted, replays all events"), and an observe from its end gave its finish
+    again, which the reader had."""
+    ask = {**ASK, "id": f"observed-{uuid.uuid4().hex[:6]}"}
+    out = await api.js(f"""
+        const drain = async (stream) => {{
+            const seen = []; const reader = stream.getReader();
+            for (;;) {{ const {{done, value}} = await reader.read(); if (done) return seen; seen.push(value.type); }}
+        }};
+        await client.upsertDynamicWorkflow({json.dumps(ask)});
+        const run = await client.getWorkflow("{ask["id"]}").createRun();
+        const live = await drain(await run.stream({{inputData: {{what: "v1"}}}}));
+        live.push(...await drain(await run.resumeStream({{step: "human", resumeData: {{answer: "yes"}}}})));
+        const whole = await drain(await run.observe());
+        const fromEnd = await drain(await run.observe({{offset: live.length}}));
+        return {{live, whole, fromEnd}};
+    """)
+    assert out["whole"] == out["live"] and out["fromEnd"] == []
+    assert [t for t in out["whole"] if t == "workflow-finish"] == ["workflow-finish"] * 2  # suspended, then ended
