@@ -658,7 +658,9 @@ SCENARIOS: dict[str, Scenario] = {
         lambda keel, name: keel.start_run("workspace", json.dumps(WORKSPACE_PLAN), run_id=name), DEFAULT_SHAPE
     ),
     "workspace_canceled": Scenario(_workspace_canceled, DEFAULT_SHAPE),
-    "canceled_in_local_step": Scenario(_canceled_in_local_step, DEFAULT_SHAPE),
+    "canceled_in_local_step": Scenario(_canceled_in_local_step, None),
+    # ... and says so in `KeelStatus` (`CANCELED_STATUS_PATCH`).
+    "canceled_in_local_step_gen2": Scenario(_canceled_in_local_step, DEFAULT_SHAPE),
     "definition_every_entry_type": Scenario(_definition_everything, DEFAULT_SHAPE),
     "definition_suspended_and_resumed": Scenario(_definition_resumed, DEFAULT_SHAPE),
     "definition_started_by_keel": Scenario(_definition_by_keel, DEFAULT_SHAPE),

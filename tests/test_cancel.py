@@ -12,6 +12,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from keel.app import Agent, App, ToolContext, tool
 from keel.model_providers import ModelRequest, ModelResponse, ModelToolCall, ScriptedModel
 from keel.storage import Storage
+from keel.workflows.search_attributes import KEEL_STATUS
 from tests.conftest import running_worker
 
 
@@ -54,4 +55,5 @@ async def test_a_run_canceled_while_its_tool_runs_ends_canceled_and_asks_the_mod
                 await asyncio.sleep(0.1)
                 described = await client.get_workflow_handle(run_id).describe()
     assert described.status == WorkflowExecutionStatus.CANCELED
+    assert described.typed_search_attributes.get(KEEL_STATUS) == "canceled"  # it said suspended or running
     assert len(asked) == 1

@@ -77,7 +77,7 @@ from keel.workflows.contracts import (
     ToolsThenModelResult,
     TurnConfig,
 )
-from keel.workflows.local_attempt import ONE_ATTEMPT, activity_cause, end_if_canceled, once_locally
+from keel.workflows.local_attempt import ONE_ATTEMPT, activity_cause, end_if_canceled, mark_canceled, once_locally
 from keel.workflows.options import options_for
 from keel.workflows.search_attributes import (
     KEEL_AGENT_ID,
@@ -439,6 +439,7 @@ class AgentRun:
         except asyncio.CancelledError:
             run_telemetry.ended("canceled")
             await loop.kill_processes()  # a canceled run leaves no command of its own running
+            mark_canceled()
             raise
         except (ActivityError, ApplicationError) as err:
             cause = activity_cause(err)

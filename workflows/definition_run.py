@@ -64,7 +64,7 @@ from keel.workflows.contracts import (
     WorkflowToolResult,
 )
 from keel.workflows.graph_values import MISSING, RunData, get_path, holds, map_values
-from keel.workflows.local_attempt import end_if_canceled, once_locally, retryable
+from keel.workflows.local_attempt import end_if_canceled, mark_canceled, once_locally, retryable
 from keel.workflows.resumable import Resumable, bounded_value
 from keel.workflows.search_attributes import KEEL_STATUS
 from keel.workflows.task_budget import TaskBudget, input_bytes
@@ -125,6 +125,13 @@ class DefinitionRun(TimeTravelling, Resumable):
 
     @workflow.run
     async def run(self, args: Sequence[RawValue]) -> Any:
+        try:
+            return await self._run(args)
+        except asyncio.CancelledError:
+            mark_canceled()
+            raise
+
+    async def _run(self, args: Sequence[RawValue]) -> Any:
         info = workflow.info()
         self.mark_keel_run()
         try:

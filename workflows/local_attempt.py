@@ -19,6 +19,8 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, FailureError
 from temporalio.exceptions import TimeoutError as TemporalTimeout
 
+from keel.workflows.search_attributes import KEEL_STATUS
+
 ONE_ATTEMPT = RetryPolicy(maximum_attempts=1)
 R = TypeVar("R")
 
@@ -31,11 +33,28 @@ session's `abort` sent while its turn's first step ran hung for good. Asked only
 open (those that went on are stuck: terminate them)."""
 
 
+def canceled_by_request() -> bool:
+    """Whether a cancel of this run has come, for a run that takes `CANCEL_ENDS_RUN_PATCH`."""
+    return workflow.cancellation_reason() is not None and workflow.patched(CANCEL_ENDS_RUN_PATCH)
+
+
 def end_if_canceled() -> None:
-    """Raises `asyncio.CancelledError` once a cancel of this run has come (`CANCEL_ENDS_RUN_PATCH`): asked
-    where an await may have taken the cancel for its own outcome."""
-    if workflow.cancellation_reason() is not None and workflow.patched(CANCEL_ENDS_RUN_PATCH):
+    """Raises `asyncio.CancelledError` once a cancel of this run has come (`canceled_by_request`): asked where
+    an await may have taken the cancel for its own outcome."""
+    if canceled_by_request():
         raise asyncio.CancelledError()
+
+
+CANCELED_STATUS_PATCH = "canceled-status"
+"""A run that ends canceled by request says so in `KeelStatus` (`canceled`); before, it kept `running` or
+`suspended`, the values of an open run, and a query on `KeelStatus` alone listed it. Asked only as such a run
+ends; it may go once no run canceled before this release is open."""
+
+
+def mark_canceled() -> None:
+    """`KeelStatus=canceled` for a run ending canceled by request (`CANCELED_STATUS_PATCH`)."""
+    if workflow.cancellation_reason() is not None and workflow.patched(CANCELED_STATUS_PATCH):
+        workflow.upsert_search_attributes([KEEL_STATUS.value_set("canceled")])
 
 
 async def once_locally(
@@ -86,4 +105,14 @@ def retryable(err: FailureError) -> bool:
     return not (isinstance(cause, ApplicationError) and cause.non_retryable)
 
 
-__all__ = ["CANCEL_ENDS_RUN_PATCH", "ONE_ATTEMPT", "activity_cause", "end_if_canceled", "once_locally", "retryable"]
+__all__ = [
+    "CANCELED_STATUS_PATCH",
+    "CANCEL_ENDS_RUN_PATCH",
+    "ONE_ATTEMPT",
+    "activity_cause",
+    "canceled_by_request",
+    "end_if_canceled",
+    "mark_canceled",
+    "once_locally",
+    "retryable",
+]

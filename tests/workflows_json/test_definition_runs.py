@@ -28,7 +28,7 @@ from keel.protocol import names
 from keel.storage import Storage
 from keel.workflows import definition_run
 from keel.workflows.contracts import ResumeStep, WorkflowRunState
-from keel.workflows.search_attributes import KEEL_WORKFLOW_ID
+from keel.workflows.search_attributes import KEEL_STATUS, KEEL_WORKFLOW_ID
 from tests.conftest import free_port, running_worker
 from tests.test_temporal_cli import temporal
 from tests.workflows_json.apps import ASK, CHILD, EVERYTHING, app, definition, mapping, tool_step
@@ -629,7 +629,9 @@ async def test_a_run_canceled_while_its_tool_step_runs_ends_canceled(
         await handle.cancel()
         with pytest.raises(WorkflowFailureError) as ended:
             await asyncio.wait_for(handle.result(), 20)
-    assert (await handle.describe()).status == WorkflowExecutionStatus.CANCELED, ended.value.cause
+    described = await handle.describe()
+    assert described.status == WorkflowExecutionStatus.CANCELED, ended.value.cause
+    assert described.typed_search_attributes.get(KEEL_STATUS) == "canceled"  # it said running
     assert len(log.read_text().splitlines()) == 1  # started once
 
 
