@@ -73,6 +73,11 @@ def body(error: str, details: Any = None) -> dict[str, Any]:
     return {"error": error} if details is None else {"error": error, "details": details}
 
 
+INVALID_PARTS = {"query": "Invalid query parameters", "path": "Invalid path parameters"}
+"""Mastra's messages for a request whose query or path does not validate (one of its body: "Invalid request
+body")."""
+
+
 def install(api: FastAPI) -> None:
     """Answer every failure as `{error, details?}`."""
 
@@ -86,8 +91,9 @@ def install(api: FastAPI) -> None:
             {"field": ".".join(str(p) for p in e.get("loc", ())[1:]) or "body", "message": e.get("msg", "")}
             for e in err.errors()
         ]
-        where = "body" if any(e.get("loc", ("",))[0] == "body" for e in err.errors()) else "request"
-        return JSONResponse({**body(f"Invalid request {where}", issues), "issues": issues}, status_code=400)
+        kinds = {e.get("loc", ("",))[0] for e in err.errors()}
+        message = "Invalid request body" if "body" in kinds else INVALID_PARTS.get(min(kinds), "Invalid request")
+        return JSONResponse({**body(message, issues), "issues": issues}, status_code=400)
 
     @api.exception_handler(StarletteHTTPException)
     async def _http(request: Request, err: StarletteHTTPException) -> JSONResponse:

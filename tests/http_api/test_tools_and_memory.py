@@ -176,6 +176,8 @@ async def test_bodies_and_ids_no_route_can_take_are_a_400_before_anything_is_wri
         said = {"messages": [{"id": "m\x00", "role": "user", "content": "hi"}]}
         nul = await http.post("/api/memory/threads/t-nul/messages", json=said)  # SQLite could not delete it after
         assert nul.status_code == 400 and "NUL" in nul.text and await api.storage.list_messages("t-nul") == ([], 0)
+        paged = await http.get("/api/workflows/release/runs", params={"page": -1})  # as Mastra says it
+        assert paged.status_code == 400 and paged.json()["error"] == "Invalid query parameters", paged.text
         long = await http.patch("/api/memory/threads/t-nul", json={"title": "t" * 5000})
         assert long.status_code == 400 and "A thread title holds at most 4096 characters" in long.text, long.text
         run = f"twice-{uuid.uuid4().hex[:8]}"
