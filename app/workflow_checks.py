@@ -128,9 +128,15 @@ def _shape_error(raw: Any, error: Any) -> DefinitionError:
         # else: a union member's name in the location (`tool`, `function-after[...]`): not a JSON key
     path = path.replace("$.", "", 1) if path.startswith("$.") else path
     kind, message = error["type"], error["msg"]
-    if kind == "union_tag_invalid":
-        tag = error.get("ctx", {}).get("tag")
-        message = f"unknown step type {tag!r} (one of: {', '.join(ENTRY_TYPES)})"
+    if kind == "union_tag_invalid":  # what may stand here: a container's steps take fewer types than the graph
+        ctx = error.get("ctx", {})
+        tag, here, by = ctx.get("tag"), ctx.get("expected_tags", "").replace("'", ""), ctx.get("discriminator")
+        if by != "'type'":  # a predicate's `op`
+            message = f"unknown {str(by).strip(chr(39))} {tag!r} (one of: {here})"
+        elif tag in ENTRY_TYPES:
+            message = f"a {tag!r} step cannot stand here (here: {here})"
+        else:
+            message = f"unknown step type {tag!r} (one of: {here or ', '.join(ENTRY_TYPES)})"
     elif kind == "extra_forbidden":
         message = "unknown field"
     elif kind == "missing":

@@ -160,7 +160,7 @@ MISTAKES: list[tuple[str, Any, str, str, Any]] = [
         "unknown predicate op",
         _set(["graph", 10, "predicates", 0, "op"], "equals"),
         "graph[10].predicates[0]",
-        "op",
+        "unknown op 'equals' (one of: eq, ne,",
         None,
     ),
     (
@@ -184,7 +184,7 @@ MISTAKES: list[tuple[str, Any, str, str, Any]] = [
         "container in parallel",
         _set(["graph", 5, "steps", 0], {"type": "sleep", "id": "s", "duration": 1}),
         "graph[5].steps[0]",
-        "unknown step type 'sleep'",
+        "a 'sleep' step cannot stand here (here: agent, tool, classifier, workflow)",
         None,
     ),
     ("bad cron", _set(["schedule", 0, "cron"], "every day"), "schedule[0].cron", "cron expression", "every day"),
