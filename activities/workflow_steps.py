@@ -116,6 +116,7 @@ class WorkflowSteps:
                 foreach_lanes=True,
                 start_budget=True,
                 reset_origin_goes_on=True,
+                re2_patterns=True,
             )
 
     @activity.defn(name=names.WORKFLOW_TOOL_STEP)

@@ -289,18 +289,25 @@ def _schema_errors(path: str, schema: Any) -> Iterator[DefinitionError]:
 
 DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples"})
 """What a schema holds as a value, not a schema: a `pattern` in it is data."""
+NAMED_SCHEMAS = frozenset({"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"})
+"""What a schema holds as schemas by name: a name there may be `default` (a property so named is a schema)."""
 
 
 def _subschemas(schema: Any, path: str) -> Iterator[tuple[str, dict[str, Any]]]:
     """Each object in `schema` that may be a schema, at its path (iteratively: a schema may nest deeply)."""
-    todo: list[tuple[str, Any]] = [(path, schema)]
+    todo: list[tuple[str, Any, bool]] = [(path, schema, False)]  # (where, node, a map of schemas by name)
     while todo:
-        at, node = todo.pop()
+        at, node, named = todo.pop()
         if isinstance(node, dict):
+            if named:
+                todo.extend((f"{at}.{key}", value, False) for key, value in node.items())
+                continue
             yield at, node
-            todo.extend((f"{at}.{key}", value) for key, value in node.items() if key not in DATA_KEYWORDS)
+            todo.extend(
+                (f"{at}.{key}", value, key in NAMED_SCHEMAS) for key, value in node.items() if key not in DATA_KEYWORDS
+            )
         elif isinstance(node, list):
-            todo.extend((f"{at}[{i}]", value) for i, value in enumerate(node))
+            todo.extend((f"{at}[{i}]", value, False) for i, value in enumerate(node))
 
 
 def _reference_errors(at: str, step: Any, workflow_id: str, known: Known) -> Iterator[DefinitionError]:

@@ -4,8 +4,10 @@ text, whatever the pattern, and with ECMA-262's meaning where Python's `re` diff
 A stored definition's schema is the caller's, and `re` backtracks: `^(a+)+$` against 64 `a`s and a `!` takes
 2**64 steps, in the HTTP API's event loop (a run's input check) or a workflow task (its output check, which the
 deadlock detector then fails on every retry). RE2 runs no lookaround and no backreference: a definition holding
-one is refused when it is saved (`pattern_problem`); a schema written in code (a tool's, a session state's) may
-hold one, and it runs on `re`.
+one is refused when it is saved (`pattern_problem`), and one stored before that is a problem of the check
+(`PatternRefused`), never run on `re`. Schemas written in code (a tool's resume schema, a session state's) are
+the app's own and keep `re` (`schema_problems(..., on_re2=False)`): inside workflows the engine decides what a
+recorded run did, and RE2 differs (`\\w` and `\\d` are ASCII, `$` is the end only).
 
 jsonschema matches patterns with `re.search` in four keywords; `PATTERN_KEYWORDS` are the same four on RE2.
 """
@@ -13,7 +15,6 @@ jsonschema matches patterns with `re.search` in four keywords; `PATTERN_KEYWORDS
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -31,16 +32,21 @@ def _quiet() -> re2.Options:
 _OPTIONS = _quiet()
 
 
+class PatternRefused(Exception):
+    """A schema's pattern RE2 does not take (`pattern_problem` says why)."""
+
+
 @functools.lru_cache(maxsize=512)
 def _compiled(pattern: str) -> Any:
     try:
         return re2.compile(pattern, _OPTIONS)
     except re2.error:
-        return re.compile(pattern)  # from code only: a stored definition cannot hold one (`pattern_problem`)
+        raise PatternRefused(pattern_problem(pattern)) from None
 
 
 def matches(pattern: str, text: str) -> bool:
-    """Whether `pattern` matches somewhere in `text` (JSON Schema's patterns are not anchored)."""
+    """Whether `pattern` matches somewhere in `text` (JSON Schema's patterns are not anchored); `PatternRefused`
+    for one RE2 does not take."""
     return _compiled(pattern).search(text) is not None
 
 
@@ -51,7 +57,8 @@ def pattern_problem(pattern: str) -> str | None:
     except re2.error as err:
         reason = err.args[0].decode() if err.args and isinstance(err.args[0], bytes) else str(err)
         return (
-            "Keel runs only patterns RE2 takes, in time linear in the text (no lookaround, no backreference): " + reason
+            "Keel runs only patterns RE2 takes, in time linear in the text (no lookaround, no backreference): "
+            f"{pattern!r}: {reason}"
         )
     return None
 

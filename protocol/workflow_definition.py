@@ -30,7 +30,7 @@ from pydantic import (
 from referencing import Registry
 from referencing.exceptions import NoSuchResource, Unresolvable
 
-from keel.protocol.schema_patterns import PATTERN_KEYWORDS
+from keel.protocol.schema_patterns import PATTERN_KEYWORDS, PatternRefused
 
 PREDICATE_PATH = re.compile(r"^(initData|inputData|stepResults|state)(\.[A-Za-z0-9_-]+)*$")
 Json = Any
@@ -407,21 +407,26 @@ waits on itself for good), made by the HTTP API and inside workflows."""
 _Draft202012OnRE2 = validators.extend(Draft202012Validator, PATTERN_KEYWORDS)
 
 
-def schema_validator(schema: Any) -> Validator:
+def schema_validator(schema: Any, *, on_re2: bool = True) -> Validator:
     """The one way Keel checks a value against a JSON Schema: draft 2020-12, local references only, patterns on
-    RE2 (`schema_patterns`)."""
-    return _Draft202012OnRE2(schema, registry=LOCAL_REFERENCES_ONLY)
+    RE2 (`schema_patterns`), or with `on_re2=False` on Python's `re` (a schema of the app's own code)."""
+    kind = _Draft202012OnRE2 if on_re2 else Draft202012Validator
+    return kind(schema, registry=LOCAL_REFERENCES_ONLY)
 
 
-def schema_problems(schema: Any, value: Any) -> list[str]:
+def schema_problems(schema: Any, value: Any, *, on_re2: bool = True) -> list[str]:
     """What is wrong with `value` under the JSON Schema `schema`, one line each at its JSON path: the first
     `MAX_PROBLEMS` found, each cut at `MAX_PROBLEM_CHARS`, then "and more" if there are. A schema whose `$ref`
-    cannot be resolved, or refers to itself for good, is a problem too (never an exception)."""
+    cannot be resolved, or refers to itself for good, or holds a pattern RE2 does not take, is a problem too
+    (never an exception). `on_re2`: see `schema_patterns` (False for the schemas of the app's own code, which
+    workflows check as they did before RE2)."""
     if schema in (None, {}, True):
         return []
     # Only as many as it says are made: jsonschema quotes the value in each, and there may be one per item.
     try:
-        found = list(itertools.islice(schema_validator(schema).iter_errors(value), MAX_PROBLEMS + 1))
+        found = list(itertools.islice(schema_validator(schema, on_re2=on_re2).iter_errors(value), MAX_PROBLEMS + 1))
+    except PatternRefused as err:
+        return [f"$: {err}"[:MAX_PROBLEM_CHARS]]
     except Unresolvable as err:
         return [f"$: the schema's $ref cannot be resolved (only references inside it are): {err}"[:MAX_PROBLEM_CHARS]]
     except RecursionError:

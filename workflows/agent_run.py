@@ -360,7 +360,8 @@ class AgentRun:
         if call is None or resume.tool_call_id in self._resumes:
             waiting = sorted(c for c in self._suspended if c not in self._resumes)
             return f"no suspended tool call {resume.tool_call_id!r} (suspended: {', '.join(waiting) or 'none'})"
-        problems = schema_problems(call.resume_schema, resume.resume_data) if call.resume_schema else []
+        # The tool's own schema (code), checked as recorded runs were: on Python's `re`.
+        problems = schema_problems(call.resume_schema, resume.resume_data, on_re2=False) if call.resume_schema else []
         if problems:
             return f"resume data for {resume.tool_call_id!r} does not match its schema: {'; '.join(problems)}"
         return None
@@ -462,6 +463,7 @@ class AgentRun:
         return result
 
     async def wait_for_decisions(self, calls: list[PlannedToolCall], step: int) -> dict[str, ToolApproval]:
+        end_if_canceled()  # taken by a call beside these (its error): a wait would never see it again
         for call in calls:
             self._pending[call.tool_call_id] = PendingToolCall(
                 tool_call_id=call.tool_call_id,
@@ -489,6 +491,7 @@ class AgentRun:
 
     async def wait_for_resumes(self, calls: list[tuple[PlannedToolCall, StepSuspension]], step: int) -> dict[str, Any]:
         """Wait for resume data for each suspended call (the `resume_tool` signal or `resume_tool_call` update)."""
+        end_if_canceled()  # as `wait_for_decisions`
         for call, suspension in calls:
             self._suspended[call.tool_call_id] = SuspendedToolCall(
                 tool_call_id=call.tool_call_id,
@@ -605,6 +608,7 @@ class _Loop:
             if step is not None:  # the tools ran together with the next model step
                 continue
             if c.step >= c.max_steps:
+                end_if_canceled()  # a tool's cancellation was its error: the run was canceled, not finished
                 finished = await self._finish("tool-calls")
                 lists = (finished.run_tool_calls, finished.run_tool_results) if finished else (None, None)
                 return self._result(answered.text, "tool-calls", *lists)

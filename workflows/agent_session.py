@@ -766,7 +766,7 @@ class AgentSession:
         merged = {**self._c.state, **request.updates}
         merged.pop("permissionRules", None)
         merged.pop("yolo", None)
-        problems = schema_problems(schema, merged) if schema else []
+        problems = schema_problems(schema, merged, on_re2=False) if schema else []  # the controller's (code)
         if problems:
             raise ApplicationError(
                 f"Invalid state update: {'; '.join(problems)}", type="InvalidState", non_retryable=True
@@ -860,7 +860,8 @@ class AgentSession:
         if not self._ready:
             return
         item = self._pending_of(response.tool_call_id, "suspension")
-        problems = schema_problems(item.resume_schema, response.resume_data) if item.resume_schema else []
+        resume_schema = item.resume_schema  # the tool's (code)
+        problems = schema_problems(resume_schema, response.resume_data, on_re2=False) if resume_schema else []
         if problems:
             raise ApplicationError(
                 f"Resume data for {response.tool_call_id!r} does not match its schema: {'; '.join(problems)}",

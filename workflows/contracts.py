@@ -671,6 +671,10 @@ class LoadDefinitionResult(Contract):
     """Whether a run whose `keel.reset_origin` failed every attempt goes on as a plain reset (or with a time
     travel signalled to it) rather than failing. Runs that loaded a definition before this field ask the patch
     `keel-reset-origin-failed-goes-on` after the failure (see `temporal_retry_rule` for why a load field)."""
+    re2_patterns: bool = False
+    """Whether the run checks its output against the definition's schema with patterns on RE2 (in linear time,
+    ECMA-262's `\\d` and `$`; `protocol/schema_patterns.py`). Runs that loaded a definition before this field
+    check it on Python's `re`, as they did: the engines differ on some texts, and the check decides the run."""
 
 
 class WorkflowToolInput(Contract):
@@ -718,7 +722,7 @@ class WorkflowRunState(Contract):
     version: int | None = None
     hash: str | None = None
     status: Literal["running", "success", "failed", "suspended", "canceled"] = "running"
-    """`canceled` only as a client answers it (Temporal's status): a run's own state never says it."""
+    """`canceled`: a run canceled by request (or as a client answers one canceled before its state said it)."""
     steps: dict[str, StepState] = Field(default_factory=dict)
     result: Any = None
     error: str | None = None

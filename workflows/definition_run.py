@@ -117,6 +117,7 @@ class DefinitionRun(TimeTravelling, Resumable):
         self._foreach_lanes = False
         self._local_in_task = 0  # local tool steps since the run last waited on the server
         self._start_budget = False
+        self._re2_patterns = False
         self._budget = TaskBudget()
         self._in_flight = 0  # activities and child runs started and not ended
         self._tool_calls = 0  # tool step calls so far (each call's storage key)
@@ -128,6 +129,9 @@ class DefinitionRun(TimeTravelling, Resumable):
         try:
             return await self._run(args)
         except asyncio.CancelledError:
+            # Its state and stream say so (no command: queries read them), so a reader's stream ends.
+            self._state.status = "canceled"
+            self.workflow_finished("canceled")
             mark_canceled()
             raise
 
@@ -156,6 +160,7 @@ class DefinitionRun(TimeTravelling, Resumable):
             self._foreach_lanes = loaded.foreach_lanes
             self._start_budget = loaded.start_budget
             self._reset_origin_goes_on = loaded.reset_origin_goes_on
+            self._re2_patterns = loaded.re2_patterns
             self._state.version, self._state.hash = loaded.version, loaded.hash
             if loaded.memo_version or workflow.memo_value("definitionHash", default=None) != loaded.hash:
                 workflow.upsert_memo({"definitionVersion": loaded.version, "definitionHash": loaded.hash})
@@ -167,7 +172,8 @@ class DefinitionRun(TimeTravelling, Resumable):
             data = RunData(init_data=input_data, input_data=input_data, request_context=self._request_context)
             for index, entry in enumerate(definition.graph):
                 data.input_data = await self._entry(entry, data, index)
-            problems = schema_problems(definition.output_schema, data.input_data)
+            # The caller's schema: on RE2 for runs that loaded their definition since (`re2_patterns`).
+            problems = schema_problems(definition.output_schema, data.input_data, on_re2=self._re2_patterns)
             if problems:
                 raise StepFailed("Invalid output: " + "; ".join(problems))
         except (StepFailed, ActivityError, ChildWorkflowError, ApplicationError) as err:

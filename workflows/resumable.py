@@ -193,7 +193,7 @@ class Resumable:
             waiting = ", ".join(self._suspended) or "none"
             return f"Step {resume.step!r} is not suspended (suspended steps: {waiting})"
         schema = self._suspended[key]
-        problems = schema_problems(schema, resume.resume_data) if schema else []
+        problems = schema_problems(schema, resume.resume_data, on_re2=False) if schema else []  # a tool's (code)
         if problems:
             return f"Invalid resumeData for step {key!r}: {problems[0]}"
         return None

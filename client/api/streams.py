@@ -293,12 +293,18 @@ async def _ended_behind(handle: WorkflowHandle[Any, Any], offset: int) -> list[d
     included: a reader that reconnects gets each once); the run's finish when `offset` is past the end (a
     reader shown events of a workflow task lost with its worker, by a live query, can hold more than the run's
     history made). None while the run goes on or has events from `offset`."""
-    if (await handle.describe()).status == WorkflowExecutionStatus.RUNNING:
+    status = (await handle.describe()).status
+    if status == WorkflowExecutionStatus.RUNNING:
         return None
     every: list[dict[str, Any]] = await handle.query(names.EVENTS_QUERY, 0, result_type=list)
-    if offset < len(every) or not every or every[-1].get("type") != "workflow-finish":
+    if offset < len(every):
         return None
-    return [] if offset == len(every) else [every[-1]]
+    if every and every[-1].get("type") == "workflow-finish":
+        return [] if offset == len(every) else [every[-1]]
+    if status in UNREADABLE_ENDS:  # ended without a finish of its own: canceled before runs said so
+        payload = {"workflowStatus": UNREADABLE_ENDS[status], "metadata": {}}
+        return [{"type": "workflow-finish", "runId": handle.id, "from": "WORKFLOW", "payload": payload}]
+    return None
 
 
 def record_stream(events: AsyncIterator[dict[str, Any]]) -> StreamingResponse:

@@ -326,7 +326,8 @@ NAPPING = {
 
 
 async def test_a_start_async_waiting_on_a_run_that_is_canceled_answers_canceled(api: Api) -> None:
-    """Found from outside: the answer said `failed` (error "failed") while the run reads `canceled`."""
+    """Found from outside: the answer said `failed` (error "failed") while the run reads `canceled`; and (found
+    in review) its stream had no finish, so an observe of it polled for good."""
     run_id = f"napping-{uuid.uuid4().hex[:8]}"
     async with httpx.AsyncClient(base_url=api.url, timeout=60) as http:
         assert (await http.post("/api/stored/workflows", json=NAPPING)).status_code == 200
@@ -344,6 +345,9 @@ async def test_a_start_async_waiting_on_a_run_that_is_canceled_answers_canceled(
         await handle.cancel()
         answered = await asyncio.wait_for(waiting, 30)
         run = await http.get(f"/api/workflows/napping/runs/{run_id}")
+        observed = await asyncio.wait_for(http.post("/api/workflows/napping/observe", params={"runId": run_id}), 20)
+    events = [json.loads(r) for r in observed.text.split("\x1e") if r]  # before: no finish, and it polled for good
+    assert (events[-1]["type"], events[-1]["payload"]["workflowStatus"]) == ("workflow-finish", "canceled")
     assert answered.status_code == 200 and answered.json()["status"] == "canceled", answered.text
     assert "error" not in answered.json()
     assert run.json()["status"] == "canceled"
