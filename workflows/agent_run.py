@@ -41,6 +41,7 @@ from keel.protocol.controller_events import shown_args
 from keel.protocol.identifiers import attribute_problem, run_ids_problem, workflow_id_problem
 from keel.protocol.workflow_definition import schema_problems
 from keel.workflows import run_telemetry
+from keel.workflows.cancellation import end_if_canceled, mark_canceled
 from keel.workflows.contracts import (
     ALL_SHAPES,
     LEGACY_LOCAL_STEPS_PER_TASK,
@@ -77,7 +78,7 @@ from keel.workflows.contracts import (
     ToolsThenModelResult,
     TurnConfig,
 )
-from keel.workflows.local_attempt import ONE_ATTEMPT, activity_cause, end_if_canceled, mark_canceled, once_locally
+from keel.workflows.local_attempt import ONE_ATTEMPT, activity_cause, once_locally
 from keel.workflows.options import options_for
 from keel.workflows.search_attributes import (
     KEEL_AGENT_ID,

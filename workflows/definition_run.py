@@ -53,6 +53,7 @@ from keel.protocol.workflow_definition import (
     WorkflowDefinition,
     schema_problems,
 )
+from keel.workflows.cancellation import end_if_canceled, mark_canceled
 from keel.workflows.contracts import (
     AgentRunInput,
     AgentRunResult,
@@ -64,7 +65,7 @@ from keel.workflows.contracts import (
     WorkflowToolResult,
 )
 from keel.workflows.graph_values import MISSING, RunData, get_path, holds, map_values
-from keel.workflows.local_attempt import end_if_canceled, mark_canceled, once_locally, retryable
+from keel.workflows.local_attempt import once_locally, retryable
 from keel.workflows.resumable import Resumable, bounded_value
 from keel.workflows.search_attributes import KEEL_STATUS
 from keel.workflows.task_budget import TaskBudget, input_bytes

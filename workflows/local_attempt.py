@@ -9,7 +9,6 @@ Retryable is Temporal's own rule for an activity's failure: a timeout, or an app
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -19,42 +18,10 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, FailureError
 from temporalio.exceptions import TimeoutError as TemporalTimeout
 
-from keel.workflows.search_attributes import KEEL_STATUS
+from keel.workflows.cancellation import end_if_canceled
 
 ONE_ATTEMPT = RetryPolicy(maximum_attempts=1)
 R = TypeVar("R")
-
-CANCEL_ENDS_RUN_PATCH = "cancel-ends-run"
-"""A cancel request ends the run wherever it lands. Before, an await that received it made its own outcome of
-it and the run went on: a local step's cancellation was a failure to retry (the step ran again as an activity),
-a signal to a turn's session was sent anyway (or canceled) and the turn went on to wait for its approvals. A
-session's `abort` sent while its turn's first step ran hung for good. Asked only once a cancel has come
-(`end_if_canceled`), by `AgentRun` and `DefinitionRun`; it may go once no run canceled before this release is
-open (those that went on are stuck: terminate them)."""
-
-
-def canceled_by_request() -> bool:
-    """Whether a cancel of this run has come, for a run that takes `CANCEL_ENDS_RUN_PATCH`."""
-    return workflow.cancellation_reason() is not None and workflow.patched(CANCEL_ENDS_RUN_PATCH)
-
-
-def end_if_canceled() -> None:
-    """Raises `asyncio.CancelledError` once a cancel of this run has come (`canceled_by_request`): asked where
-    an await may have taken the cancel for its own outcome."""
-    if canceled_by_request():
-        raise asyncio.CancelledError()
-
-
-CANCELED_STATUS_PATCH = "canceled-status"
-"""A run that ends canceled by request says so in `KeelStatus` (`canceled`); before, it kept `running` or
-`suspended`, the values of an open run, and a query on `KeelStatus` alone listed it. Asked only as such a run
-ends; it may go once no run canceled before this release is open."""
-
-
-def mark_canceled() -> None:
-    """`KeelStatus=canceled` for a run ending canceled by request (`CANCELED_STATUS_PATCH`)."""
-    if workflow.cancellation_reason() is not None and workflow.patched(CANCELED_STATUS_PATCH):
-        workflow.upsert_search_attributes([KEEL_STATUS.value_set("canceled")])
 
 
 async def once_locally(
@@ -105,14 +72,4 @@ def retryable(err: FailureError) -> bool:
     return not (isinstance(cause, ApplicationError) and cause.non_retryable)
 
 
-__all__ = [
-    "CANCELED_STATUS_PATCH",
-    "CANCEL_ENDS_RUN_PATCH",
-    "ONE_ATTEMPT",
-    "activity_cause",
-    "canceled_by_request",
-    "end_if_canceled",
-    "mark_canceled",
-    "once_locally",
-    "retryable",
-]
+__all__ = ["ONE_ATTEMPT", "activity_cause", "once_locally", "retryable"]
