@@ -190,16 +190,23 @@ class Session:
     async def send_message(self, content: Any, *, wait: bool = True, message_id: str | None = None) -> Accepted:
         """Send a message: it starts a turn (the session is idle), or goes into the running one. With `wait`
         (Mastra's behaviour) this returns once that turn has ended or waits on a person."""
-        accepted = await self._send(content, "send", message_id)
-        if wait and accepted.run_id is not None:
-            await self.settled(accepted.run_id)
-        return accepted
+        return await self._send_and_settle(content, "send", message_id, wait)
 
     async def steer(self, content: Any, *, wait: bool = False) -> Accepted:
         """Abort the running turn and start one with this message."""
-        accepted = await self._send(content, "steer", None)
+        return await self._send_and_settle(content, "steer", None, wait)
+
+    async def _send_and_settle(
+        self, content: Any, mode: Literal["send", "steer"], message_id: str | None, wait: bool
+    ) -> Accepted:
+        """The send, waiting in the same update when `wait` (one update per turn, not two); `settled` after it
+        only when that wait did not settle (the session continued as new first, or its worker predates it)."""
+        accepted = await self._send(content, mode, message_id, wait=wait)
         if wait and accepted.run_id is not None:
-            await self.settled(accepted.run_id)
+            if accepted.settled:
+                await self._heard()
+            else:
+                await self.settled(accepted.run_id)
         return accepted
 
     async def follow_up(self, content: Any) -> Accepted:
@@ -207,18 +214,33 @@ class Session:
         return await self._send(content, "follow_up", None)
 
     async def _send(
-        self, content: Any, mode: Literal["send", "steer", "follow_up"], message_id: str | None
+        self, content: Any, mode: Literal["send", "steer", "follow_up"], message_id: str | None, *, wait: bool = False
     ) -> Accepted:
         from keel.workflows.session_contracts import Accepted, SendMessage
 
-        message = SendMessage(content=content, mode=mode, id=message_id or f"msg-{uuid.uuid4()}")
+        message = SendMessage(content=content, mode=mode, id=message_id or f"msg-{uuid.uuid4()}", wait=wait)
         # A caller's id names the update too: Temporal answers a send made again with the first one's answer.
-        update_id = f"send-{message_id}" if message_id else None
+        # So does a waiting send's own id: asked again after its execution ended (a reset), the new one answers it
+        # once (the message is new to it, or it gives the first answer).
+        update_id = f"send-{message.id}" if message_id or wait else None
         problem = None if update_id is None else workflow_id_problem("The message id", update_id, kind="an update")
         if problem is not None:  # left to Temporal: an RPC error
             raise SessionError(problem, "InvalidInput")
-        result: Accepted = await self._update(names.SESSION_SEND_UPDATE, message, Accepted, update_id=update_id)
-        return result
+        ended = 0
+        while True:
+            try:
+                result: Accepted = await self._update(
+                    names.SESSION_SEND_UPDATE,
+                    message,
+                    Accepted,
+                    update_id=update_id,
+                    wait=SETTLED_WAIT if wait else None,
+                )
+                return result
+            except SessionError as err:
+                if not (wait and err.kind == ENDED_BEFORE_ANSWERING and ended < 3):
+                    raise
+                ended += 1
 
     async def abort(self) -> Accepted:
         from keel.workflows.session_contracts import Accepted

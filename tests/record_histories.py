@@ -333,6 +333,36 @@ async def _session_busy(keel: KeelClient, name: str) -> str:
     return session.id
 
 
+async def _session_send_waits(keel: KeelClient, name: str) -> str:
+    """Sends that wait for their turn in the `send` update itself (`SendMessage.wait`, one update per turn): a
+    text turn, a turn that waits on an approval (answered once the call waits), approved, and a waited steer."""
+    from keel.client.controller import ControllerClient
+
+    session = await ControllerClient(keel, _STORAGE[0], "assistant-controller").create_session(name)
+    assert (await session.send_message("text first")).settled
+    waiting = await session.send_message('tool save_note {"text": "asked"}')
+    assert waiting.settled
+    [call] = (await session.snapshot()).pending
+    await session.respond_to_tool_approval(call.tool_call_id, "approve")
+    await session.settled(waiting.run_id)
+    assert (await session.steer("text steered", wait=True)).settled
+    return session.id
+
+
+async def _session_send_waits_across_continue(keel: KeelClient, name: str) -> str:
+    """A waited steer queued behind follow-ups: the session continued as new before its turn ran and answered the
+    send "not settled" (`Accepted.settled` False); the client asked the new execution. Recorded on a server
+    suggesting continue-as-new after 12 events: the first execution."""
+    from keel.client.controller import ControllerClient
+
+    session = await ControllerClient(keel, _STORAGE[0], "assistant-controller").create_session(name)
+    await session.send_message("text start", wait=False)
+    for i in range(3):
+        await session.follow_up(f"text follow-up {i}")
+    assert (await session.steer("text steered", wait=True)).settled is False
+    return session.id
+
+
 async def _session_goal_aborted(keel: KeelClient, name: str) -> str:
     """An abort came while the goal was judged after a turn: the verdict said continue, and no turn was queued
     for it (generation 6). The judge is slowed so the abort lands while it decides."""
@@ -551,17 +581,21 @@ async def _session(keel: KeelClient, name: str) -> tuple[str, str, str, str]:
 
 _SESSION_RUNS: dict[str, str] = {}
 
+_SESSION_HISTORIES = (
+    "session_entity",
+    "session_sent_again",
+    "session_sent_again_gen2",
+    "session_delivered_gen3",
+    "session_late_waiting_gen4",
+    "session_busy_gen5",
+    "session_goal_aborted_gen6",
+    "session_pending_overflow_gen7",
+    "session_send_waits",
+    "session_send_waits_across_continue",
+)
+
 WORKFLOW_IDS = {
-    "session_entity": names.session_workflow_id("assistant-controller", "session_entity", None),
-    "session_sent_again": names.session_workflow_id("assistant-controller", "session_sent_again", None),
-    "session_sent_again_gen2": names.session_workflow_id("assistant-controller", "session_sent_again_gen2", None),
-    "session_delivered_gen3": names.session_workflow_id("assistant-controller", "session_delivered_gen3", None),
-    "session_late_waiting_gen4": names.session_workflow_id("assistant-controller", "session_late_waiting_gen4", None),
-    "session_busy_gen5": names.session_workflow_id("assistant-controller", "session_busy_gen5", None),
-    "session_goal_aborted_gen6": names.session_workflow_id("assistant-controller", "session_goal_aborted_gen6", None),
-    "session_pending_overflow_gen7": names.session_workflow_id(
-        "assistant-controller", "session_pending_overflow_gen7", None
-    ),
+    **{name: names.session_workflow_id("assistant-controller", name, None) for name in _SESSION_HISTORIES},
     "tool_call_approved": "keel-tool-call-listener-hold-tool_call_approved",  # `tool_call_workflow_id`
 }
 """Histories whose workflow id is not their file's name (a session's id is derived from its controller,
@@ -695,6 +729,10 @@ SCENARIOS: dict[str, Scenario] = {
     ),
     "session_goal_aborted_gen6": Scenario(_session_goal_aborted, DEFAULT_SHAPE, ends=False),
     "session_pending_overflow_gen7": Scenario(_session_pending_overflow, DEFAULT_SHAPE, ends=False),
+    "session_send_waits": Scenario(_session_send_waits, DEFAULT_SHAPE, ends=False),
+    "session_send_waits_across_continue": Scenario(
+        _session_send_waits_across_continue, DEFAULT_SHAPE, CONTINUE_AS_NEW_SERVER, ends=False, turn_then_continue=True
+    ),
     # Approvals that reached the run while the (regular) model step asking for the call ran.
     "approved_while_stepping": Scenario(_approved_while_stepping, ACTIVITY_STEPS_SHAPE),
     "signalled_while_stepping": Scenario(_signalled_while_stepping, ACTIVITY_STEPS_SHAPE),

@@ -482,10 +482,16 @@ class AgentSession:
         async with self._lock:
             known = next((sent.accepted for sent in self._c.sent if sent.id == message_id), None)
             if known is not None and (self._c.generation >= 2 or workflow.patched(SEND_ONCE_PATCH)):
-                return known
-            accepted = await self._send(message, message_id)
-            self._c.sent = [*self._c.sent[-(MAX_SENT - 1) :], SentMessage(id=message_id, accepted=accepted)]
+                accepted = known
+            else:
+                accepted = await self._send(message, message_id)
+                self._c.sent = [*self._c.sent[-(MAX_SENT - 1) :], SentMessage(id=message_id, accepted=accepted)]
+        if not message.wait or accepted.run_id is None:
             return accepted
+        # As `settled` waits (outside the lock: the turn's end takes it). The branch follows the input alone.
+        target = accepted.run_id
+        await workflow.wait_condition(lambda: self._is_settled(target) or self._leaving)
+        return accepted.model_copy(update={"settled": self._is_settled(target)})
 
     async def _send(self, message: SendMessage, message_id: str) -> Accepted:
         """The send itself (under the lock): into the running turn, or queued for one."""

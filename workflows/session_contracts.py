@@ -115,6 +115,10 @@ class Accepted(Contract):
     """The turn that reads the message (a new one, or the running one it was delivered into)."""
     queued: bool = False
     delivered: bool = False
+    settled: bool | None = None
+    """Answering a send that waits (`SendMessage.wait`): True once the turn has ended or waits on a person, False
+    when the session continued as new first (ask `settled` of the new execution); None for a send that did not
+    wait (or a worker older than the field)."""
 
 
 class SentMessage(Contract):
@@ -149,6 +153,10 @@ class SendMessage(Contract):
     content: Content
     id: str | None = None
     mode: Literal["send", "steer", "follow_up"] = "send"
+    wait: bool = False
+    """Answer once the turn that reads the message has ended or waits on a person (`Accepted.settled`), as the
+    `settled` update would: one update per waited turn instead of two (a worker older than the field answers at
+    once, and the client then asks `settled`)."""
 
 
 class Settle(Contract):

@@ -136,6 +136,52 @@ async def test_a_session_whose_queue_never_empties_still_continues_as_new_betwee
     assert client_side.CONTINUING == session_side.CONTINUING  # the error the client asks again on
 
 
+async def test_a_message_that_waits_for_its_turn_is_answered_once_that_turn_ends_across_continue_as_new(
+    storage: Storage, task_queue: str, tmp_path: Path
+) -> None:
+    """A send that waits does so in its own update (one update per turn): when the session continues as new
+    before the message's turn ends, it answers "not settled yet" and the client asks the new execution."""
+    async with server_suggesting_continue_as_new(tmp_path) as client:
+        async with build_worker(client, app, storage, task_queue=task_queue):
+            ctl = await attached(client, storage, task_queue)
+            session = await ctl.create_session(f"wait-{uuid.uuid4().hex[:6]}")
+            await session.send_message("text start", wait=False)
+            for i in range(3):
+                await session.follow_up(f"text follow-up {i}")
+            steered = await session.steer("text steered", wait=True)  # its turn comes after the follow-ups
+            assert steered.settled is False  # the session continued as new before the turn ran
+            messages = await session.thread.list_messages()
+            said = [m.get("content") for m in messages]
+            assert any(m["role"] == "assistant" for m in messages[said.index("text steered") + 1 :]), (
+                "the send returned before its turn ended"
+            )
+            answers = []
+            async for execution in client.list_workflows(f"WorkflowId='{session.id}'"):
+                history = await client.get_workflow_handle(session.id, run_id=execution.run_id).fetch_history()
+                answers += [
+                    e.workflow_execution_update_completed_event_attributes.outcome.success.payloads[0].data
+                    for e in history.events
+                    if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED
+                    and e.workflow_execution_update_completed_event_attributes.outcome.HasField("success")
+                ]
+            waits = [a for a in answers if b'"settled":true' in a or b'"settled":false' in a]
+            assert len(waits) == 1 and b'"settled":false' in waits[0], waits
+
+
+async def test_a_waited_message_adds_one_update_to_the_session_not_two(client: Client, ctl: AgentController) -> None:
+    """`send_message` waits for its turn in the `send` update itself: a waited turn adds one update to the
+    session's history (before, a `settled` update followed each send)."""
+    session = await ctl.create_session(f"one-{uuid.uuid4().hex[:6]}")
+    await session.send_message("text warm")
+    handle = client.get_workflow_handle(session.id)
+    before = len((await handle.fetch_history()).events)
+    accepted = await session.send_message("text once more")
+    assert accepted.settled is True and (await session.snapshot()).running is False
+    added = (await handle.fetch_history()).events[before:]
+    updates = [e for e in added if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED]
+    assert len(updates) == 1
+
+
 async def test_settled_on_a_turn_whose_unread_message_got_a_turn_waits_for_that_turn_across_continue_as_new(
     storage: Storage, task_queue: str, tmp_path: Path
 ) -> None:
