@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.worker import Replayer
 
 from keel.client import KeelClient
@@ -22,6 +22,7 @@ from keel.client.run_events import follow, read
 from keel.plugin import KeelPlugin
 from keel.protocol import names
 from keel.storage import Storage
+from keel.workflows.search_attributes import KEEL_STATUS
 from tests.apps import app as test_app
 from tests.conftest import free_port, running_worker, worker_subprocess
 from tests.test_agent_run import wait_for_pending
@@ -119,6 +120,31 @@ async def test_a_step_lost_with_its_worker_keeps_its_plan_and_re_runs_only_unfin
     assert sorted(n for n in naps if n.startswith("done")) == ["done c1", "done c2", "done c3"]
     assert [c.payload.tool_call_id for c in result.tool_calls] == [r.payload.tool_call_id for r in result.tool_results]
     assert len(result.tool_results) == 3
+
+
+async def test_a_run_canceled_then_its_worker_killed_ends_canceled_and_runs_nothing_again(
+    client: Client, dev_server: DevServer, task_queue: str, tmp_path: Path, data_dir: Path
+) -> None:
+    """The cancel is asked while the run's first step (the model's plan and its three naps, one local activity)
+    runs, and the worker is killed at once, before it could end the run: the next worker ends it canceled, asks
+    the model nothing more and starts no nap again."""
+    keel = KeelClient(client, task_queue=task_queue, app=test_app)
+    with worker_process(dev_server, task_queue, tmp_path, data_dir) as worker:
+        run_id = await keel.start_run("napper", "nap")
+        await wait_for_file_lines(data_dir / "naps.log", 4)  # c1 started and done, c2 and c3 started
+        await keel.cancel(run_id)
+        kill9(worker)
+    with worker_process(dev_server, task_queue, tmp_path, data_dir):
+        handle = client.get_workflow_handle(run_id)
+        async with asyncio.timeout(60):
+            while (described := await handle.describe()).status == WorkflowExecutionStatus.RUNNING:
+                await asyncio.sleep(0.1)
+        await asyncio.sleep(1)  # a nap started again would have noted it by now
+    assert described.status == WorkflowExecutionStatus.CANCELED
+    assert described.typed_search_attributes.get(KEEL_STATUS) == "canceled"
+    assert (data_dir / "model.log").read_text().splitlines() == ["asked with 0 results"]
+    starts = [n for n in (data_dir / "naps.log").read_text().splitlines() if n.startswith("start")]
+    assert sorted(starts) == ["start c1 attempt=1", "start c2 attempt=1", "start c3 attempt=1"]
 
 
 async def test_a_live_reader_of_a_step_lost_mid_stream_is_not_shown_what_its_retry_streams_again(
