@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
@@ -15,7 +16,9 @@ from keel.app import Agent, App
 from keel.client.connection import connect
 from keel.client.devserver import DevServer, DevServerConfig
 from keel.model_providers import ScriptedModel
+from keel.protocol import names
 from keel.storage import Storage
+from keel.workflows import agent_run
 from tests.apps import app as test_app
 from tests.apps import echo, steps_script
 from tests.conftest import free_port, running_worker
@@ -115,3 +118,30 @@ async def test_every_message_a_run_took_while_it_continued_as_new_reaches_its_th
     heard = [str(m.content).split()[-1] for m in messages if m.role == "user"][1:]
     assert len(carried) >= 2, "the run did not continue as new twice"
     assert sorted(heard, key=lambda m: int(m[1:])) == taken
+
+
+async def test_a_message_refused_before_a_continue_as_new_is_still_refused_to_its_sender_after_it(
+    storage: Storage, task_queue: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`deliver(confirm=True)` asks the run, after its signal, whether it took the message. A run that refused
+    messages (its unread room full) and continued as new before the question told it "taken": the new execution
+    had forgotten the refusals, and the sender believed a message the thread never got was delivered."""
+    monkeypatch.setattr(agent_run, "MAX_INBOX", 1)
+    chatty = Agent(id="chatty", model=ScriptedModel(steps_script, name="steps"), tools=(echo,), max_steps=10_000)
+    async with server_suggesting_continue_as_new(tmp_path) as client:
+        async with running_worker(client, App.of(chatty), storage, task_queue, sandboxed=False) as keel:
+            run_id = await keel.start_run("chatty", "steps=1000", thread_id="t-refused")
+            handle = client.get_workflow_handle(run_id)
+            ids = [f"m{n}" for n in range(20)]
+            await asyncio.gather(
+                *(handle.signal(names.USER_MESSAGE_SIGNAL, {"id": i, "content": f"steps=1000 {i}"}) for i in ids)
+            )
+            refused = {i for i in ids if await handle.query(names.MESSAGE_REFUSAL_QUERY, i)}
+            assert refused, "the run took all 20 messages at once: no refusal to carry"
+            first_run = (await handle.describe()).run_id
+            async with asyncio.timeout(30):
+                while (await handle.describe()).run_id == first_run:
+                    await asyncio.sleep(0.05)
+            told = {i for i in ids if await client.get_workflow_handle(run_id).query(names.MESSAGE_REFUSAL_QUERY, i)}
+            await handle.terminate("done")
+    assert told == refused

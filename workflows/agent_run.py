@@ -567,6 +567,9 @@ class _Loop:
         self.shape = pinned or LEGACY_SHAPE
         self.legacy = pinned is None
         self.carry = input.carry or RunCarry(step=0, message_seq=0)
+        # A refusal outlives continue-as-new (unless the message was taken since: signals come before this).
+        carried = {i: why for i, why in self.carry.refused.items() if i not in self.wf._delivered}
+        self.wf._refused = dict(list({**carried, **self.wf._refused}.items())[-MAX_REJECTED_SIGNALS:])
         self.local_in_task = 0  # local activities since the run last waited on the server (in this task)
         self.local_bytes_in_task = 0  # what they returned, as JSON (shapes past the legacy budget bound it)
         self.carry.shape = self.shape
@@ -621,6 +624,7 @@ class _Loop:
                 self.wf._continuing = True
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 self._drain_inbox()  # delivered while the writes were stored: the next execution stores them
+                c.refused = dict(self.wf._refused)
                 workflow.continue_as_new(self.input.model_copy(update={"carry": c, "turn": self.wf._turn}))
 
     def takes(self, rule: str) -> bool:

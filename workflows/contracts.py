@@ -153,6 +153,9 @@ class RunCarry(Contract):
     """Read-before-write state of workspace tools, by path (at most `MAX_FILE_READS`)."""
     processes: dict[str, str] = Field(default_factory=dict)
     """Background process id → the task queue of the worker host it runs on (at most `MAX_PROCESSES`)."""
+    refused: dict[str, str] = Field(default_factory=dict)
+    """The last user messages the run refused (their id: why), so a sender asking after a continue-as-new
+    (`message_refusal`) is still told (at most `MAX_REJECTED_SIGNALS`)."""
 
 
 Policy = Literal["allow", "ask", "deny"]
