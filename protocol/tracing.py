@@ -71,7 +71,7 @@ _FINISH_REASONS = {"tool-calls": "tool_calls", "content-filter": "content_filter
 
 def exporter_names() -> list[str]:
     """The exporters `OTEL_TRACES_EXPORTER` names (comma-separated; `none` names none)."""
-    names = [n.strip() for n in os.environ.get(TRACES_EXPORTER, "").split(",")]
+    names = [n.strip().lower() for n in os.environ.get(TRACES_EXPORTER, "").split(",")]  # case-insensitive
     return [n for n in names if n and n != "none"]
 
 
@@ -96,8 +96,8 @@ _configured = False
 
 def configure() -> None:
     """When tracing is on, give the process a tracer provider with the exporters the environment names (once;
-    a provider the process already set is kept as it is). Raises `ValueError` for an OTLP protocol other than
-    `http/protobuf` or `grpc`, or an exporter name nothing installed provides."""
+    a provider the process already set is kept as it is). Raises `SettingsError` (a `ValueError`) for an OTLP
+    protocol other than `http/protobuf` or `grpc`, or an exporter name nothing installed provides."""
     global _provider, _configured
     if not enabled():
         return
@@ -176,20 +176,28 @@ def register_exporter(name: str, factory: Callable[[], SpanExporter]) -> None:
 def _exporter(name: str) -> SpanExporter:
     from importlib.metadata import entry_points
 
+    from keel.protocol.settings import SettingsError  # a bad setting: `keel` commands report it on one line
+
     if name in _factories:
         return _factories[name]()
     if name == "otlp":
         protocol = (
-            os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-            or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
-            or "http/protobuf"
-        ).strip()
+            (
+                os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+                or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+                or "http/protobuf"
+            )
+            .strip()
+            .lower()
+        )
         if protocol not in _OTLP_EXPORTERS:
-            raise ValueError(f"OTLP protocol {protocol!r} is not supported: use http/protobuf or grpc")
+            raise SettingsError(f"OTLP protocol {protocol!r} is not supported: use http/protobuf or grpc")
         name = _OTLP_EXPORTERS[protocol]
     found = entry_points(group="opentelemetry_traces_exporter", name=name)
     if not found:
-        raise ValueError(f"{TRACES_EXPORTER} names {name!r}, which no installed package provides")
+        raise SettingsError(
+            f"{TRACES_EXPORTER} names {name!r}, which no installed package provides (otlp, console, keel or none)"
+        )
     exporter: SpanExporter = next(iter(found)).load()()
     return exporter
 
@@ -251,8 +259,24 @@ def known_secrets() -> list[str]:
 
 
 def redacted(text: str, secrets: Sequence[str] | None = None) -> str:
-    """`text` with every known secret and bearer token replaced by `[REDACTED]`."""
-    for secret in _secrets() if secrets is None else secrets:
+    """`text` with every known secret and bearer token replaced by `[REDACTED]`, also one percent-encoded (a URL's
+    query: then the text is given decoded, the secret replaced)."""
+    secrets = _secrets() if secrets is None else secrets
+    text = _replaced(text, secrets)
+    for _ in range(_MAX_ENCODINGS):
+        decoded = unquote(text) if "%" in text else text
+        if decoded == text or not _holds_secret(decoded, secrets):
+            break
+        text = _replaced(decoded, secrets)
+    return text
+
+
+_MAX_ENCODINGS = 3
+"""How many times over a secret is looked for percent-encoded (a URL inside a URL's query is encoded twice)."""
+
+
+def _replaced(text: str, secrets: Sequence[str]) -> str:
+    for secret in secrets:
         if secret in text:
             text = text.replace(secret, REDACTED)
     return _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
@@ -265,9 +289,17 @@ def _secret_finder(secrets: tuple[str, ...]) -> re.Pattern[str] | None:
 
 def _holds_secret(text: str, secrets: Sequence[str]) -> bool:
     """Whether `redacted` would change `text`: two scans in C, no copy (most strings hold nothing; the check of
-    every exported span's strings was ~8 % of a traced worker's CPU when it replaced instead, bench/README.md)."""
+    every exported span's strings was ~8 % of a traced worker's CPU when it replaced instead, bench/README.md),
+    and the same of its percent-decoded forms when it holds a `%`."""
     finder = _secret_finder(tuple(secrets))
-    return bool((finder is not None and finder.search(text)) or _BEARER.search(text))
+    for _ in range(_MAX_ENCODINGS + 1):
+        if (finder is not None and finder.search(text)) or _BEARER.search(text):
+            return True
+        decoded = unquote(text) if "%" in text else text
+        if decoded == text:
+            return False
+        text = decoded
+    return False
 
 
 def redacting(inner: SpanExporter) -> SpanExporter:

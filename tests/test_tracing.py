@@ -397,6 +397,30 @@ def test_a_secret_quoted_in_an_error_is_redacted_before_export(monkeypatch: pyte
     assert exported.status.description == f"key {tracing.REDACTED}"
 
 
+def test_a_secret_percent_encoded_in_a_url_is_redacted_before_export(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A key with `+`, `/` or `=` (base64) is always percent-encoded in a URL, and an HTTP span's `url.query` or
+    `url.full` holds it so: before, only the raw key was found, and the encoded one was exported."""
+    key = "Zk9/Plant+ed==123xyz"
+    monkeypatch.setenv("MY_API_KEY", key)
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(tracing.redacting(memory)))
+    with provider.get_tracer("t").start_as_current_span("GET /api/agents") as span:
+        span.set_attribute("url.query", "key=Zk9%2FPlant%2Bed%3D%3D123xyz&page=1")
+        span.set_attribute("url.full", "http://h/api?key=Zk9%2fPlant%2bed%3d%3d123xyz")  # lower-case hex digits
+        span.set_attribute("twice", "key%3DZk9%252FPlant%252Bed%253D%253D123xyz")  # encoded twice
+        span.set_attribute("header", "Authorization%3A%20Bearer%20abcdef0123456789xyz")
+        span.set_attribute("plain", "50% off, no secret")
+    [exported] = memory.get_finished_spans()
+    assert exported.attributes is not None
+    exported_text = " ".join(str(v) for v in exported.attributes.values())
+    assert tracing.REDACTED in str(exported.attributes["url.query"]) and "page=1" in exported_text
+    for attribute in ("url.full", "twice", "header"):
+        assert tracing.REDACTED in str(exported.attributes[attribute]), exported.attributes[attribute]
+    assert "123xyz" not in exported_text and "abcdef0123456789xyz" not in exported_text
+    assert exported.attributes["plain"] == "50% off, no secret"
+
+
 # --- over OTLP -------------------------------------------------------------------------------------------------
 
 
@@ -611,3 +635,20 @@ def test_otlp_over_grpc_when_the_protocol_says_so(monkeypatch: pytest.MonkeyPatc
         tracing.build_provider(["otlp"])
     monkeypatch.delenv("OTEL_SERVICE_NAME")
     assert tracing.build_provider([]).resource.attributes["service.name"] == tracing.DEFAULT_SERVICE_NAME
+
+
+def test_exporter_names_are_case_insensitive_and_an_unknown_one_is_one_line_for_every_command(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The OpenTelemetry spec's enum values are case-insensitive (`OTLP` is `otlp`). An exporter nothing provides
+    was a 25-line traceback and exit 1 (a failed run's code) from every `keel` command: now one line, exit 2."""
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "OTLP, Keel ,NONE")
+    assert tracing.exporter_names() == ["otlp", "keel"]
+    env = {**os.environ, "OTEL_TRACES_EXPORTER": "bogus", "KEEL_DATA_DIR": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-m", "keel.cli", "runs"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "error: OTEL_TRACES_EXPORTER names 'bogus', which no installed package provides (otlp, console, keel or none)"
+    ]
