@@ -14,6 +14,7 @@ Loaded only when metrics are on (`keel.client.metrics.configure`).
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -37,13 +38,23 @@ from opentelemetry.metrics._internal.instrument import Gauge
 from opentelemetry.util.types import Attributes
 from temporalio.common import MetricAttributes, MetricMeter
 
-__all__ = ["TemporalMeterProvider"]
+__all__ = ["TemporalMeterProvider", "prometheus_name"]
+
+_NOT_IN_A_NAME = re.compile(r"[^a-zA-Z0-9_]")
+
+
+def prometheus_name(name: str) -> str:
+    """`name` as Prometheus (and Temporal's meter) takes it: OpenTelemetry's dots (`http.server.request.duration`,
+    what the HTTP instrumentations record) and any other character outside `[a-zA-Z0-9_]` as `_`, and a leading
+    digit after one (Temporal refused such a name, logging an error at each recording, and dropped its values)."""
+    cleaned = _NOT_IN_A_NAME.sub("_", name)
+    return f"_{cleaned}" if cleaned[:1].isdigit() else cleaned
 
 
 def _attributes(attributes: Attributes) -> MetricAttributes | None:
     if not attributes:
         return None
-    return {k: v if isinstance(v, str | int | float | bool) else str(v) for k, v in attributes.items()}
+    return {prometheus_name(k): v if isinstance(v, str | int | float | bool) else str(v) for k, v in attributes.items()}
 
 
 class _Counter(Counter):
@@ -98,7 +109,7 @@ class _Meter(Meter):
         with self._lock:
             found = self._made.get(name)
             if found is None:
-                found = self._made[name] = kind(self._meter, name, unit, desc)
+                found = self._made[name] = kind(self._meter, prometheus_name(name), unit, desc)
             return found
 
     def create_counter(self, name: str, unit: str = "", description: str = "") -> Counter:

@@ -445,6 +445,30 @@ async def test_a_worker_serves_temporals_and_keels_metrics_on_its_prometheus_por
     assert f"keel worker: metrics at {endpoint}" in (tmp_path / "worker.log").read_text()
 
 
+def test_instruments_named_as_opentelemetry_names_them_are_served_under_prometheus_names(tmp_path: Path) -> None:
+    """The HTTP instrumentations record `http.server.request.duration` (labels `http.request.method`, ...): with
+    metrics and tracing on, Temporal's meter refused the dotted name, logged an error (with a backtrace) at every
+    request and dropped the values. A process of its own: its Temporal runtime serves the port."""
+    port = free_port()
+    script = f"""
+import time, urllib.request
+from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
+from keel.client.metric_bridge import TemporalMeterProvider
+runtime = Runtime(telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address="127.0.0.1:{port}")))
+meter = TemporalMeterProvider(runtime.metric_meter).get_meter("opentelemetry.instrumentation.fastapi")
+for _ in range(3):
+    meter.create_histogram("http.server.request.duration", unit="s").record(0.25, {{"http.request.method": "GET"}})
+    meter.create_up_down_counter("http.server.active_requests").add(1, {{"url.scheme": "http"}})
+time.sleep(0.3)
+print(urllib.request.urlopen("http://127.0.0.1:{port}/metrics").read().decode())
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "not a valid metric name" not in done.stderr and "ERROR" not in done.stderr, done.stderr[:2000]
+    assert samples(done.stdout, "http_server_request_duration_count") == {'http_request_method="GET"': 3}
+    assert samples(done.stdout, "http_server_active_requests") == {'url_scheme="http"': 3}
+
+
 def test_with_no_metrics_port_a_worker_serves_none_and_loads_none_of_it(dev_server: DevServer, tmp_path: Path) -> None:
     """A separate process: this one has loaded OpenTelemetry for the other tests."""
     script = """
