@@ -652,3 +652,29 @@ def test_exporter_names_are_case_insensitive_and_an_unknown_one_is_one_line_for_
     assert done.stderr.strip().splitlines() == [
         "error: OTEL_TRACES_EXPORTER names 'bogus', which no installed package provides (otlp, console, keel or none)"
     ]
+
+
+async def test_reading_logs_traces_and_the_api_description_makes_no_request_span(
+    traced: InMemorySpanExporter, storage: Storage, client: Client, task_queue: str
+) -> None:
+    """A UI polling `/api/logs` made four spans a read, which pushed the runs' spans out of the span store
+    (`KEEL_TRACE_MAX_SPANS`): reads of what Keel keeps, and the API's own description, are not traced."""
+    import httpx
+
+    from keel.client.api import create_api
+
+    api = create_api(tracing_app, KeelClient(client, task_queue=task_queue, app=tracing_app), storage)
+    transport = httpx.ASGITransport(app=api)
+    async with httpx.AsyncClient(transport=transport, base_url="http://keel") as http:
+        for path in (
+            "/api/logs/transports",
+            "/api/logs?transportId=keel",
+            "/api/logs/run-1?transportId=keel",
+            "/api/openapi.json",
+            "/api/observability/traces",
+            "/api/telemetry",
+        ):
+            assert (await http.get(path)).status_code < 500, path
+        assert not traced.get_finished_spans(), sorted({s.name for s in traced.get_finished_spans()})
+        assert (await http.get("/api/agents")).status_code == 200
+    assert any(s.name == "GET /api/agents" for s in traced.get_finished_spans())

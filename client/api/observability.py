@@ -60,9 +60,16 @@ MAX_PAGE = 1_000_000
 _LEGACY_NAME = re.compile(r"^(agent|workflow) run: '([^']+)'$")
 
 
+UNTRACED_PREFIXES = ("/api/observability/", "/api/telemetry", "/api/logs", "/api/openapi.json", "/api/docs", "/codec/")
+"""What FastAPI's request spans leave out: the reads of kept traces, logs and metrics (a UI polling them filled
+the span store with its own reads, pushing the runs' spans out), the API's own description, and the Temporal
+UI's payload codec (a call per payload it shows)."""
+
+
 def untraced(scope: MutableMapping[str, Any]) -> bool:
-    """FastAPI's own request spans leave these routes out: reading the kept traces makes no trace to keep."""
-    return str(scope.get("path", "")).startswith(("/api/observability/", "/api/telemetry"))
+    """FastAPI's own request spans leave these routes out (`UNTRACED_PREFIXES`): reading what Keel keeps makes no
+    trace to keep."""
+    return str(scope.get("path", "")).startswith(UNTRACED_PREFIXES)
 
 
 def fastapi_options() -> dict[str, Any]:
