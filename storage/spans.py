@@ -5,15 +5,17 @@ A span is stored as the exporter made it (`StoredSpan`: OpenTelemetry's fields, 
 entity worked out from its name and attributes) and two things are kept up to date as spans arrive, in any
 order and from several processes:
 
-- which spans head their trace: `is_root` is set on a span whose parent is not stored (it has none, or it was
-  made in a process that keeps its spans elsewhere, or it was pruned); of those, the earliest heads the trace;
+- which spans head their trace: its earliest agent or workflow run span (a run started over HTTP has the
+  request's span above it); in a trace without one, `is_root` is set on a span whose parent is not stored (it
+  has none, or it was made in a process that keeps its spans elsewhere, or it was pruned), and of those the
+  earliest heads the trace;
 - which agent a run's spans belong to: only the model and tool calls name their agent, so the spans of the same
   run (the workflow's and activities' own, from the Temporal interceptor) get it from them, whichever arrives
   first.
 
-Pruning happens on write, a bounded batch at a time (`SpanRetention.batch`): spans that started more than
-`max_age` ago, then the oldest written beyond `max_spans`. A trace may lose its oldest spans first; its earliest
-span left then heads it.
+Pruning happens on write, a bounded batch at a time (`SpanRetention.batch`), and takes whole traces, so a trace
+is kept whole or not at all (one cut at its oldest spans had lost its head and its early steps): the traces whose
+every span started more than `max_age` ago, and the traces of the oldest written spans beyond `max_spans`.
 
 Nothing here imports OpenTelemetry: the exporter (`keel.client.span_exporter`) turns its spans into these.
 """
@@ -74,11 +76,12 @@ class SpanRetention:
     """How much the store keeps: what a write prunes."""
 
     max_age: timedelta = timedelta(hours=72)
-    """Spans that started longer ago are deleted."""
+    """A trace whose every span started longer ago is deleted."""
     max_spans: int = 100_000
-    """Beyond this many, the oldest written are deleted."""
+    """Beyond this many spans, the traces of the oldest written are deleted (whole)."""
     batch: int = 1_000
-    """At most this many deleted per write and reason, so one write stays short; the next write goes on."""
+    """Per write, at most this many expired traces, and the traces of at most this many spans beyond the count,
+    are deleted, so one write stays short; the next write goes on."""
 
 
 @dataclass(frozen=True)
@@ -89,12 +92,18 @@ class TimeRange:
     end_exclusive: bool = False
 
 
+RUN_SPAN_TYPES = ("agent_run", "workflow_run")
+"""A trace that holds a run's span is headed by its earliest: a run started over HTTP has the request's span at its
+root, and Mastra's lists give (and filter) a trace by its agent or workflow run."""
+
+
 @dataclass(frozen=True)
 class SpanQuery:
     """Which spans `list_spans` returns; every field given must match."""
 
     roots_only: bool = False
-    """One span per trace: the one that heads it."""
+    """One span per trace: the one that heads it (its earliest run span, else its earliest span whose parent is
+    not stored)."""
     trace_id: str | None = None
     span_type: str | None = None
     entity_type: str | None = None
@@ -145,7 +154,8 @@ class SpanStore(abc.ABC):
 
     @abc.abstractmethod
     async def delete_traces(self, trace_ids: Sequence[str]) -> int:
-        """Delete every span of these traces; how many were deleted."""
+        """Delete every span of these traces, and the log records of them (Mastra's `deleteTraces` cascades to
+        them); how many spans were deleted."""
 
 
 # --- the rules both backends follow ----------------------------------------------------------------------------
@@ -279,11 +289,14 @@ def conditions(query: SpanQuery, dialect: Dialect, param: Callable[[Any], str]) 
         else:
             found.append(f"s.attributes ->> {param(key)} = {param(value)}")
     if query.roots_only:
-        earlier = (
-            f"SELECT 1 FROM spans r WHERE r.trace_id = s.trace_id AND r.is_root = {true}"
-            " AND (r.started_at < s.started_at OR (r.started_at = s.started_at AND r.seq < s.seq))"
+        before = "(r.started_at < s.started_at OR (r.started_at = s.started_at AND r.seq < s.seq))"
+        runs = ", ".join(f"'{t}'" for t in RUN_SPAN_TYPES)
+        run_in_trace = f"SELECT 1 FROM spans r WHERE r.trace_id = s.trace_id AND r.span_type IN ({runs})"
+        earlier_root = f"SELECT 1 FROM spans r WHERE r.trace_id = s.trace_id AND r.is_root = {true} AND {before}"
+        found.append(
+            f"((s.span_type IN ({runs}) AND NOT EXISTS ({run_in_trace} AND {before}))"
+            f" OR (s.is_root = {true} AND NOT EXISTS ({earlier_root}) AND NOT EXISTS ({run_in_trace})))"
         )
-        found.append(f"s.is_root = {true} AND NOT EXISTS ({earlier})")
     return found
 
 
@@ -299,11 +312,17 @@ ORPHANS_FOUND_PARENT = (
 )
 """Spans of the written traces whose parent is now stored no longer head their trace."""
 
-ORPHANED = (
-    "UPDATE spans SET is_root = {true} WHERE trace_id IN ({traces}) AND is_root = {false}"
-    " AND NOT EXISTS (SELECT 1 FROM spans p WHERE p.trace_id = spans.trace_id AND p.span_id = spans.parent_span_id)"
+EXPIRED_TRACES = (
+    "SELECT DISTINCT trace_id FROM spans s WHERE started_at < {cutoff}"
+    " AND NOT EXISTS (SELECT 1 FROM spans n WHERE n.trace_id = s.trace_id AND n.started_at >= {cutoff})"
+    " LIMIT {limit}"
 )
-"""Spans of pruned traces whose parent was pruned head what is left of their trace."""
+"""Traces whose every span started before `cutoff`, at most `limit` of them."""
+
+OLDEST_TRACES = (
+    "SELECT DISTINCT trace_id FROM (SELECT trace_id FROM spans WHERE seq < {last} ORDER BY seq LIMIT {limit}) o"
+)
+"""The traces of the oldest written spans before the one of seq `last` (at most `limit` spans)."""
 
 
 def cutoff(retention: SpanRetention) -> datetime:

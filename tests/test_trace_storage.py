@@ -38,7 +38,17 @@ from keel.client.devserver import DevServer
 from keel.client.span_exporter import StorageSpanExporter
 from keel.client.trace_cli import render
 from keel.protocol import tracing
-from keel.storage import SpanQuery, SpanRetention, SQLiteStorage, Storage, StoredSpan, TimeRange, open_storage
+from keel.storage import (
+    LogQuery,
+    SpanQuery,
+    SpanRetention,
+    SQLiteStorage,
+    Storage,
+    StoredLog,
+    StoredSpan,
+    TimeRange,
+    open_storage,
+)
 from tests import test_tracing
 from tests.conftest import ROOT, free_port, npm_installed, running_worker, worker_subprocess
 from tests.http_api.conftest import JS, Api
@@ -379,6 +389,37 @@ async def test_a_trace_is_headed_by_its_earliest_span_whose_parent_is_not_stored
     assert step is not None and replace(step, created_at=None) == span("t", "step", parent="run", at=2)
 
 
+async def test_a_trace_started_over_http_is_headed_by_its_run_and_found_by_it(store: Storage) -> None:
+    """A run started over HTTP: the request's span is the trace's root, its run's span under it. Mastra's lists
+    give a trace by its head, the agent run, and filter on it: with the request's span at the head, a run
+    started from client-js was found by none of the run, agent or span-type filters."""
+    agent = {"entity_type": "agent", "entity_id": "demo", "entity_name": "demo"}
+    await store.save_spans([
+        span("h", "http", at=0),
+        span("h", "start", "http", at=1, span_type="agent_run", run_id="r1"),
+        span("h", "chat", "start", at=2, span_type="model_generation", run_id="r1", **agent),
+        span("g", "plain", at=3),  # a request that started no run: headed by its own span
+    ])  # fmt: skip
+    assert await roots(store, descending=False) == ["start", "plain"]
+    assert await roots(store, run_id="r1") == ["start"]
+    assert await roots(store, span_type="agent_run", entity_type="agent", entity_id="demo") == ["start"]
+    assert await roots(store, span_type="generic") == ["plain"]
+
+
+async def test_deleting_traces_deletes_their_spans_and_their_log_records(store: Storage) -> None:
+    """client-js documents `deleteTraces` as cascading to what references the traces, logs among them: their
+    records were left behind."""
+    await store.save_spans([span("gone", "a", at=0), span("kept", "b", at=1)])
+    at = T0 + timedelta(seconds=2)
+    await store.save_logs([StoredLog(at, "info", "of gone", "keel.tests", trace_id="gone"),
+                           StoredLog(at, "info", "of kept", "keel.tests", trace_id="kept"),
+                           StoredLog(at, "info", "of none", "keel.tests")])  # fmt: skip
+    assert await store.delete_traces(["gone", "unknown"]) == 1
+    assert await store.trace_spans("gone") == [] and len(await store.trace_spans("kept")) == 1
+    left, _ = await store.list_logs(LogQuery())
+    assert sorted(log.message for log in left) == ["of kept", "of none"]
+
+
 async def test_a_runs_spans_get_its_agent_whichever_arrives_first(store: Storage) -> None:
     agent = {"entity_type": "agent", "entity_id": "demo", "entity_name": "demo", "thread_id": "th-1"}
     await store.save_spans([span("t", "root", at=0, run_id="r1"), span("t", "act", "root", at=1, run_id="r1")])
@@ -420,30 +461,40 @@ async def test_spans_are_found_by_time_status_name_scope_and_attribute(store: St
     assert await roots(store) == ["b1"]
 
 
-async def test_a_write_prunes_the_oldest_spans_beyond_the_count_a_batch_at_a_time(store: Storage) -> None:
+async def test_a_write_prunes_whole_traces_the_oldest_first_beyond_the_count_a_batch_at_a_time(
+    store: Storage,
+) -> None:
+    """Pruning by count takes the traces of the oldest spans whole: cut at its oldest spans, a trace had lost its
+    head (the run) and its first steps, and was listed by an orphan step (`keel trace` counted what was left)."""
     retention = SpanRetention(max_age=timedelta(days=365 * 100), max_spans=9, batch=3)
     # Four traces of a root and its child (s0 <- s1, s2 <- s3, ...), then six traces of one span.
     await store.save_spans([span(f"t{i // 2}", f"s{i}", f"s{i - 1}" if i % 2 else None, at=i) for i in range(8)])
-    assert await store.save_spans([span(f"n{i}", f"n{i}", at=20 + i) for i in range(6)], retention=retention) == 3
-    # s2 went, its child s3 stayed: s3 heads what is left of its trace.
-    assert await roots(store, descending=False) == ["s3", "s4", "s6", "n0", "n1", "n2", "n3", "n4", "n5"]
-    assert (await store.list_spans(SpanQuery()))[1] == 11
-    assert await store.save_spans([], retention=retention) == 2
-    assert await roots(store, descending=False) == ["s5", "s6", "n0", "n1", "n2", "n3", "n4", "n5"]
-    assert (await store.list_spans(SpanQuery()))[1] == 9
+    # 14 spans: the oldest three beyond the count (s0, s1, s2) are of t0 and t1, which go whole (4 spans).
+    assert await store.save_spans([span(f"n{i}", f"n{i}", at=20 + i) for i in range(6)], retention=retention) == 4
+    assert await roots(store, descending=False) == ["s4", "s6", "n0", "n1", "n2", "n3", "n4", "n5"]
+    assert (await store.list_spans(SpanQuery()))[1] == 10
+    assert await store.save_spans([], retention=retention) == 2  # t2 (s4, s5)
+    assert await roots(store, descending=False) == ["s6", "n0", "n1", "n2", "n3", "n4", "n5"]
+    assert (await store.list_spans(SpanQuery()))[1] == 8
     assert await store.save_spans([], retention=retention) == 0
+    for trace_id in ("t3", "n0"):  # what is kept is whole
+        kept = await store.trace_spans(trace_id)
+        assert all(s.parent_span_id is None or s.parent_span_id in {p.span_id for p in kept} for s in kept)
 
 
-async def test_a_write_prunes_the_spans_older_than_the_retention(store: Storage) -> None:
+async def test_a_write_prunes_the_traces_older_than_the_retention(store: Storage) -> None:
+    """A trace goes once its every span is older than the retention: one still growing is kept whole."""
     now = datetime.now(UTC)
-    old = [replace(span("old", f"o{i}", at=i), started_at=now - timedelta(hours=80 - i)) for i in range(3)]
+    old = [replace(span(f"old{i}", f"o{i}", at=i), started_at=now - timedelta(hours=80 - i)) for i in range(3)]
     fresh = replace(span("new", "f0"), started_at=now - timedelta(hours=1), ended_at=now)
-    await store.save_spans([*old, fresh])
+    growing = [replace(span("long", "l0"), started_at=now - timedelta(hours=90)),
+               replace(span("long", "l1", "l0"), started_at=now - timedelta(minutes=5))]  # fmt: skip
+    await store.save_spans([*old, fresh, *growing])
     retention = SpanRetention(max_age=timedelta(hours=72), batch=2)
     assert await store.save_spans([], retention=retention) == 2
     assert await store.save_spans([], retention=retention) == 1
     assert await store.save_spans([], retention=retention) == 0
-    assert await roots(store) == ["f0"]
+    assert await roots(store) == ["f0", "l0"]
 
 
 # --- across processes ------------------------------------------------------------------------------------------

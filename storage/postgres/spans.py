@@ -38,12 +38,11 @@ async def _known_entities(conn: Any, run_ids: list[str]) -> dict[str, StoredSpan
 
 
 async def _prune(conn: Any, retention: SpanRetention) -> int:
-    """Delete at most a batch of expired spans and a batch beyond the count; heads what is left of their traces."""
-    doomed = list(
-        await conn.fetch(
-            "SELECT seq, trace_id FROM spans WHERE started_at < $1 LIMIT $2", rules.cutoff(retention), retention.batch
-        )
-    )
+    """Delete whole traces (`keel.storage.spans`): those of at most a batch of spans beyond the count, the oldest
+    written first, and at most a batch of traces whose every span is older than the retention."""
+    cutoff = rules.cutoff(retention)
+    expired = rules.EXPIRED_TRACES.format(cutoff="$1", limit="$2")
+    doomed = {r["trace_id"] for r in await conn.fetch(expired, cutoff, retention.batch)}
     bounds = await conn.fetchrow("SELECT max(seq) AS newest, min(seq) AS oldest FROM spans")
     # seq only grows and the oldest go first: max - min + 1 bounds the count, read from the index alone.
     if bounds["newest"] is not None and bounds["newest"] - bounds["oldest"] + 1 > retention.max_spans:
@@ -51,15 +50,12 @@ async def _prune(conn: Any, retention: SpanRetention) -> int:
             "SELECT seq FROM spans ORDER BY seq DESC LIMIT 1 OFFSET $1", retention.max_spans - 1
         )
         if last_kept is not None:
-            doomed += await conn.fetch(
-                "SELECT seq, trace_id FROM spans WHERE seq < $1 ORDER BY seq LIMIT $2", last_kept, retention.batch
-            )
-    seqs = sorted({r["seq"] for r in doomed})
-    if not seqs:
+            oldest = rules.OLDEST_TRACES.format(last="$1", limit="$2")
+            doomed |= {r["trace_id"] for r in await conn.fetch(oldest, last_kept, retention.batch)}
+    if not doomed:
         return 0
-    await conn.execute("DELETE FROM spans WHERE seq = ANY($1::bigint[])", seqs)
-    await conn.execute(rules.ORPHANED.format(traces=_TRACES, **_TRUE_FALSE), sorted({r["trace_id"] for r in doomed}))
-    return len(seqs)
+    result = await conn.execute("DELETE FROM spans WHERE trace_id = ANY($1::text[])", sorted(doomed))
+    return int(result.split()[-1])
 
 
 class PostgresSpans(PostgresPool, SpanStore):
@@ -142,5 +138,8 @@ class PostgresSpans(PostgresPool, SpanStore):
         if not trace_ids:
             return 0
         pool = await self._get_pool()
-        result = await pool.execute("DELETE FROM spans WHERE trace_id = ANY($1::text[])", sorted(set(trace_ids)))
+        ids = sorted(set(trace_ids))
+        async with pool.acquire() as conn, conn.transaction():
+            result = await conn.execute("DELETE FROM spans WHERE trace_id = ANY($1::text[])", ids)
+            await conn.execute("DELETE FROM logs WHERE trace_id = ANY($1::text[])", ids)  # Mastra's cascade
         return int(result.split()[-1])

@@ -41,10 +41,11 @@ def _known_entities(conn: sqlite3.Connection, run_ids: list[str]) -> dict[str, S
 
 
 def _prune(conn: sqlite3.Connection, retention: SpanRetention) -> int:
-    """Delete at most a batch of expired spans and a batch beyond the count; heads what is left of their traces."""
-    doomed = conn.execute(
-        "SELECT seq, trace_id FROM spans WHERE started_at < ? LIMIT ?", (ts(rules.cutoff(retention)), retention.batch)
-    ).fetchall()
+    """Delete whole traces (`keel.storage.spans`): those of at most a batch of spans beyond the count, the oldest
+    written first, and at most a batch of traces whose every span is older than the retention."""
+    cutoff = ts(rules.cutoff(retention))
+    expired = rules.EXPIRED_TRACES.format(cutoff=":cutoff", limit=":limit")
+    doomed = {r[0] for r in conn.execute(expired, {"cutoff": cutoff, "limit": retention.batch})}
     newest, oldest = conn.execute("SELECT max(seq), min(seq) FROM spans").fetchone()
     # seq only grows and the oldest go first: max - min + 1 bounds the count, read from the index alone.
     if newest is not None and newest - oldest + 1 > retention.max_spans:
@@ -52,20 +53,14 @@ def _prune(conn: sqlite3.Connection, retention: SpanRetention) -> int:
             "SELECT seq FROM spans ORDER BY seq DESC LIMIT 1 OFFSET ?", (retention.max_spans - 1,)
         ).fetchone()
         if last_kept is not None:
-            doomed += conn.execute(
-                "SELECT seq, trace_id FROM spans WHERE seq < ? ORDER BY seq LIMIT ?", (last_kept[0], retention.batch)
-            ).fetchall()
-    seqs = sorted({r[0] for r in doomed})
-    if not seqs:
-        return 0
-    for start in range(0, len(seqs), 500):
-        batch = seqs[start : start + 500]
-        conn.execute(f"DELETE FROM spans WHERE seq IN ({_marks(batch)})", batch)
-    traces = sorted({r[1] for r in doomed})
+            oldest_traces = rules.OLDEST_TRACES.format(last="?", limit="?")
+            doomed |= {r[0] for r in conn.execute(oldest_traces, (last_kept[0], retention.batch))}
+    traces = sorted(doomed)
+    deleted = 0
     for start in range(0, len(traces), 500):
         batch = traces[start : start + 500]
-        conn.execute(rules.ORPHANED.format(traces=_marks(batch), **_TRUE_FALSE), batch)
-    return len(seqs)
+        deleted += conn.execute(f"DELETE FROM spans WHERE trace_id IN ({_marks(batch)})", batch).rowcount
+    return deleted
 
 
 class SQLiteSpans(SQLiteConnection, SpanStore):
@@ -145,6 +140,7 @@ class SQLiteSpans(SQLiteConnection, SpanStore):
             for start in range(0, len(ids), 500):
                 batch = ids[start : start + 500]
                 deleted += conn.execute(f"DELETE FROM spans WHERE trace_id IN ({_marks(batch)})", batch).rowcount
+                conn.execute(f"DELETE FROM logs WHERE trace_id IN ({_marks(batch)})", batch)  # Mastra's cascade
             return deleted
 
         return await self._write_tx(delete) if ids else 0
