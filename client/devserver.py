@@ -19,6 +19,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -75,6 +76,12 @@ class DevServerConfig:
     @property
     def pid_file(self) -> Path:
         return self.state_dir / f"temporal-{self.port}.pid"
+
+    @property
+    def dev_pid_file(self) -> Path:
+        """The server `keel dev` started (in a session of its own, out of the terminal's reach): a `keel dev`
+        killed with SIGKILL leaves it running, and the next one, or `keel server stop`, stops it from this."""
+        return self.state_dir / f"temporal-{self.port}.dev.pid"
 
     @property
     def log_file(self) -> Path:
@@ -225,6 +232,7 @@ class DevServer:
         self.cfg = cfg or DevServerConfig()
         self.proc: subprocess.Popen[bytes] | None = None
         self.owned = False
+        self._adopted: int | None = None
 
     async def start(self, *, detach: bool = False, reuse: bool = True, own_session: bool = False) -> DevServer:
         """Start the server (or reuse one already listening) and wait until it is ready.
@@ -241,6 +249,8 @@ class DevServer:
             if not reuse:
                 raise DevServerError(f"Port {cfg.port} is already in use")
             await wait_until_ready(cfg)
+            if own_session and not detach:  # left by a `keel dev` that was killed: this one stops it
+                self._adopted = recorded_server(cfg.dev_pid_file, cfg)
             return self
         cfg.state_dir.mkdir(parents=True, exist_ok=True)
         for attempt in range(1, START_ATTEMPTS + 1):
@@ -257,6 +267,8 @@ class DevServer:
             self.owned = True
             if detach:
                 cfg.pid_file.write_text(str(self.proc.pid))
+            elif own_session:
+                cfg.dev_pid_file.write_text(str(self.proc.pid))
             try:
                 await wait_until_ready(cfg, proc=self.proc)
             except DevServerError:
@@ -271,34 +283,63 @@ class DevServer:
             return self
         raise AssertionError("unreachable: the last attempt returns or raises")
 
+    @property
+    def taken_over(self) -> bool:
+        """A server a killed `keel dev` left, reused here and stopped with this one."""
+        return self._adopted is not None
+
     def stop(self, timeout: float = 10.0) -> None:
-        """Stop the server if this process started it: SIGTERM, then SIGKILL after `timeout`."""
+        """Stop the server if this process started it, or took over one a killed `keel dev` left: SIGTERM, then
+        SIGKILL after `timeout`."""
         if self.proc is None:
+            if self._adopted is not None:
+                _terminate(self._adopted, timeout, partial(_gone, self._adopted))
+                self.cfg.dev_pid_file.unlink(missing_ok=True)
+                self._adopted = None
             return
         _terminate(self.proc.pid, timeout, lambda: self.proc is not None and self.proc.poll() is not None)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=1)
         self.cfg.pid_file.unlink(missing_ok=True)
+        self.cfg.dev_pid_file.unlink(missing_ok=True)
         self.proc = None
 
 
+def recorded_server(pid_file: Path, cfg: DevServerConfig) -> int | None:
+    """The pid `pid_file` records, if it is a live Temporal dev server on `cfg`'s port (not a pid reused since)."""
+    try:
+        pid = int(pid_file.read_text())
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except (OSError, ValueError):
+        return None
+    return pid if b"start-dev" in command and str(cfg.port).encode() in command else None
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    # A child of this process that exited stays a zombie until reaped: gone as a server.
+    with contextlib.suppress(ChildProcessError):
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return True
+    return False
+
+
 def stop_detached(cfg: DevServerConfig, timeout: float = 10.0) -> bool:
-    """Stop a server started with `detach=True`; False if none was recorded."""
+    """Stop a server started with `detach=True`, or one a killed `keel dev` left; False if none was recorded."""
     try:
         pid = int(cfg.pid_file.read_text())
+        recorded = cfg.pid_file
     except (FileNotFoundError, ValueError):
-        return False
-
-    def gone() -> bool:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        return False
-
-    if not gone():
-        _terminate(pid, timeout, gone)
-    cfg.pid_file.unlink(missing_ok=True)
+        left = recorded_server(cfg.dev_pid_file, cfg)
+        if left is None:
+            return False
+        pid, recorded = left, cfg.dev_pid_file
+    if not _gone(pid):
+        _terminate(pid, timeout, partial(_gone, pid))
+    recorded.unlink(missing_ok=True)
     return True
 
 

@@ -151,6 +151,8 @@ async def _cmd_dev(args: argparse.Namespace) -> int:
         await wait_for_ui(server.cfg)
         async with serving(api_for_settings(app, keel, storage, settings), settings.api_host, settings.api_port) as url:
             origin = "started" if server.owned else "reused"
+            if server.taken_over:
+                origin = "taken over (a killed keel dev left it running)"
             print(f"Temporal {origin} at {server.cfg.address}; UI {server.cfg.ui_url}", flush=True)
             print(f"worker on task queue {keel.task_queue!r}; agents: {', '.join(app.agents)}", flush=True)
             print(api_banner(url), flush=True)

@@ -101,3 +101,26 @@ async def test_the_server_starts_whatever_opentelemetry_variables_the_stack_expo
         assert server.proc is not None and server.proc.poll() is None
     finally:
         server.stop()
+
+
+async def test_a_server_left_by_a_killed_keel_dev_is_stopped_by_the_next_or_by_keel_server_stop(
+    tmp_path: Path,
+) -> None:
+    """`keel dev` runs its server in a session of its own (out of the terminal's reach): a `keel dev` killed with
+    SIGKILL left it running, the next `keel dev` reused it and left it running at its Ctrl-C too, and `keel server
+    stop` said no server was recorded. Now the next one takes it over and stops it; so does `keel server stop`."""
+    cfg = DevServerConfig(port=free_port(), ui_port=free_port(), state_dir=tmp_path)
+    crashed = await DevServer(cfg).start(own_session=True)
+    assert crashed.proc is not None
+    first_pid = crashed.proc.pid
+    # SIGKILL of `keel dev`: its `finally` never runs, the server stays.
+    again = await DevServer(cfg).start(own_session=True)
+    assert devserver.is_listening(cfg.host, cfg.port) and not again.owned
+    again.stop()
+    assert not devserver.is_listening(cfg.host, cfg.port)
+    assert crashed.proc.wait(timeout=10) is not None and crashed.proc.pid == first_pid
+
+    orphan = await DevServer(cfg).start(own_session=True)
+    assert orphan.proc is not None
+    assert devserver.stop_detached(cfg)  # `keel server stop`
+    assert orphan.proc.wait(timeout=10) is not None and not devserver.is_listening(cfg.host, cfg.port)
