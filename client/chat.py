@@ -45,6 +45,8 @@ RESULT_WIDTH = 160
 CATCH_UP_QUIET = 0.3
 """Seconds without a missed event after which the catch-up is over (a superseded attempt's events are skipped, so
 the last offset before the start may never be printed)."""
+SLOW_ANSWER_SECONDS = 2.0
+"""A session that has not answered the chat's first question by then: the chat says it waits (for a worker)."""
 RETRY_SECONDS = 1.0
 
 HELP = """\
@@ -288,13 +290,14 @@ class Chat:
         self.line_wanted = threading.Semaphore(0)
         """Piped input is read a line per prompt (a scripted `y` answers the approval it follows, not sent on)."""
         self.line_asked = False
+        self.reading = False
+        """Whether what is typed is read yet (from when the chat has shown what the session waits on)."""
         self._tasks: set[asyncio.Future[Any]] = set()
 
     # --- the loop ---------------------------------------------------------------------------------------------
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
-        threading.Thread(target=self._read_lines, args=(loop,), daemon=True, name="keel-chat-input").start()
         loop.add_signal_handler(signal.SIGINT, self.inbox.put_nowait, ("interrupt",))
         pump: asyncio.Future[None] | None = None
         try:
@@ -392,7 +395,10 @@ class Chat:
         """The header, then what this terminal missed (or, the first time, the last messages); returns the offset
         the events are read from."""
         session = self.session
-        snapshot = await session.snapshot()
+        asked = asyncio.ensure_future(session.snapshot())
+        if not (await asyncio.wait({asked}, timeout=SLOW_ANSWER_SECONDS))[0]:
+            self.screen.note("waiting for the session to answer (is a worker of its task queue running?)")
+        snapshot = await asked
         self.thread_id = snapshot.thread_id
         scope = f" ({session.scope})" if session.scope else ""
         self.screen.note(f"keel chat: {self.definition.id} for {session.resource_id}{scope}, session {session.id}")
@@ -415,11 +421,17 @@ class Chat:
         return last + 1
 
     async def _caught_up(self, snapshot: SessionSnapshot | None = None) -> None:
-        """Missed events printed: ask about what the session waits on now (its snapshot says)."""
+        """Missed events printed: ask about what the session waits on now (its snapshot says), and from then on
+        read what is typed (a line typed while the chat attached waits in the terminal until then: it answers
+        the question shown, rather than being sent as a message that declines it)."""
         self.catching_up = False
         snapshot = snapshot or await self.session.snapshot()
         self.running = snapshot.running
         self.questions = {q.key: q for q in map(Question.of, snapshot.pending)}
+        if not self.reading:
+            self.reading = True
+            loop = asyncio.get_running_loop()
+            threading.Thread(target=self._read_lines, args=(loop,), daemon=True, name="keel-chat-input").start()
 
     async def _last_messages(self, thread_id: str | None) -> None:
         if thread_id is None:

@@ -177,6 +177,27 @@ async def test_a_restarted_chat_shows_what_it_missed_and_the_pending_approval(
     second.expect(r'got: \{"saved": "milk"\}\n> $')
 
 
+async def test_a_line_typed_before_a_restarted_chat_shows_the_pending_approval_answers_it(
+    stack: Stack, terms: list[Term], tmp_path: Path
+) -> None:
+    """A line typed while the chat re-attaches (its worker restarting, say) was sent as a new message, which
+    declined the approval the chat then showed: now the chat reads what is typed once it has shown what the
+    session waits on, so the line answers it."""
+    who = resource()
+    first = chat(stack, terms, who, tmp_path)
+    first.expect(PROMPT)
+    first.send('tool save_note {"text": "milk"}')
+    first.expect(APPROVAL)
+    first.kill()
+
+    second = chat(stack, terms, who, tmp_path)
+    second.send("y")  # typed at once: before the chat has attached
+    second.expect(APPROVAL)
+    second.expect(r'  <- save_note: \{"saved": "milk"\}\n')
+    said = [m["content"] for m in await stack.controllers.session(who).thread.list_messages() if m["role"] == "user"]
+    assert said == ['tool save_note {"text": "milk"}']
+
+
 async def test_ctrl_c_aborts_a_turn_and_at_the_prompt_leaves(stack: Stack, terms: list[Term], tmp_path: Path) -> None:
     term = chat(stack, terms, resource(), tmp_path)
     term.expect(PROMPT)
