@@ -722,7 +722,7 @@ def _runs_args(p: argparse.ArgumentParser) -> None:
         help="only runs in this state",
     )
     p.add_argument("--agent", help="only this agent's runs")
-    p.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
+    p.add_argument("--limit", type=positive, default=50, help="at most this many (default 50)")
     _json_arg(p)
 
 
@@ -784,7 +784,7 @@ def _chat_args(p: argparse.ArgumentParser) -> None:
 def _sessions_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--controller", help="only this controller's sessions")
     p.add_argument("--resource", help="only this resource's sessions")
-    p.add_argument("--limit", type=int, default=100, help="at most this many (default 100)")
+    p.add_argument("--limit", type=positive, default=100, help="at most this many (default 100)")
     _json_arg(p)
 
 
@@ -834,7 +834,7 @@ async def _logs(args: argparse.Namespace) -> int:
 def _logs_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_id", metavar="RUN", help="the run")
     p.add_argument("--level", choices=["debug", "info", "warn", "error"], help="this level and above (default: all)")
-    p.add_argument("--limit", type=int, help="the first N records")
+    p.add_argument("--limit", type=positive, help="the first N records")
     p.add_argument("--json", action="store_true", help="print Mastra's log records (as /api/logs/:runId) as JSON")
 
 
@@ -958,6 +958,17 @@ def build_parser(commands: dict[str, Command]) -> argparse.ArgumentParser:
         command.arguments(p)
         _add_options(p, command.options)
     return parser
+
+
+def positive(text: str) -> int:
+    """An argument that counts something: a whole number of 1 or more (`--limit 0` printed everything)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more: {value}")
+    return value
 
 
 def exit_code(err: BaseException) -> int:

@@ -102,11 +102,13 @@ def render(trace_id: str, spans: Sequence[StoredSpan]) -> str:
 async def cmd_trace(args: argparse.Namespace) -> int:
     from keel.client.cli import CliError, open_store
 
+    if not args.run_id.strip():
+        raise CliError("Give a run id or a trace id (32 hex digits)")
     store = await open_store()
     try:
         trace_ids = await store.run_traces(args.run_id)
-        if not trace_ids and _TRACE_ID.match(args.run_id):
-            trace_ids = [args.run_id]
+        if not trace_ids and _TRACE_ID.match(args.run_id.lower()):
+            trace_ids = [args.run_id.lower()]  # as OpenTelemetry writes it
         traces = [(t, spans) for t in trace_ids if (spans := await store.trace_spans(t))]
     finally:
         await store.close()

@@ -61,6 +61,10 @@ DEFAULT_SERVICE_NAME = "keel"
 MAX_CONTENT_CHARS = 16 * 1024
 """Captured content (a prompt, a completion, tool arguments or a result, as JSON) is cut to this many characters."""
 MAX_ERROR_CHARS = 1024
+MAX_ATTRIBUTE_CHARS = 32 * 1024
+"""Any span attribute's value is cut to this many characters unless `OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT` (or
+`OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT`) says otherwise: an HTTP request's 100,000-character query string went whole
+into its span. Above `MAX_CONTENT_CHARS`, so captured content keeps its own cut and its note."""
 _OTLP_EXPORTERS = {"http/protobuf": "otlp_proto_http", "grpc": "otlp_proto_grpc"}
 _FINISH_REASONS = {"tool-calls": "tool_calls", "content-filter": "content_filter"}
 """Keel's (Mastra's) finish reasons as the GenAI conventions spell them (OpenAI's)."""
@@ -158,7 +162,13 @@ def build_provider(names: Sequence[str] | None = None) -> TracerProvider:
     resource = Resource.create()
     if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
         resource = resource.merge(Resource({SERVICE_NAME: DEFAULT_SERVICE_NAME}))
-    provider = TracerProvider(resource=resource)
+    from opentelemetry.sdk.trace import SpanLimits
+
+    bounded = not any(
+        os.environ.get(v) for v in ("OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT", "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT")
+    )
+    limits = SpanLimits(max_span_attribute_length=MAX_ATTRIBUTE_CHARS) if bounded else None  # else the variables'
+    provider = TracerProvider(resource=resource, span_limits=limits)
     for name in exporter_names() if names is None else names:
         provider.add_span_processor(BatchSpanProcessor(redacting(_exporter(name))))
     return provider

@@ -103,3 +103,9 @@ async def test_cli_errors_are_one_clear_line_with_exit_code_2(
     keel.env["KEEL_TEMPORAL_ADDRESS"] = "127.0.0.1:1"
     code, _, err = await keel("runs")
     assert code == 2 and "Cannot reach Temporal at 127.0.0.1:1" in err
+    # A count of 0 or less was taken (`keel logs RUN --limit 0` printed every record); an empty id too.
+    for command in (("logs", "run-1", "--limit", "0"), ("runs", "--limit", "-1"), ("sessions", "--limit", "x")):
+        code, _, err = await keel(*command)
+        assert code == 2 and "argument --limit" in err, (command, err)
+    code, _, err = await keel("trace", "")
+    assert code == 2 and err.strip() == "error: Give a run id or a trace id (32 hex digits)"

@@ -347,6 +347,15 @@ async def test_the_observability_routes_refuse_what_they_cannot_answer(
         deleted = await http.post("/observability/traces/delete", json={"traceIds": ["t1"]})
         assert deleted.json() == {"success": True}
         assert [s["traceId"] for s in (await http.get("/observability/traces")).json()["spans"]] == ["t2"]
+        # A trace id in upper case is the same trace (OpenTelemetry writes lower case); a long one is not echoed.
+        await storage.save_spans([span("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7")])
+        upper = await http.get("/observability/traces/4BF92F3577B34DA6A3CE929D0E0E4736")
+        assert upper.status_code == 200 and len(upper.json()["spans"]) == 1
+        assert (
+            await http.get("/observability/traces/4BF92F3577B34DA6A3CE929D0E0E4736/spans/00F067AA0BA902B7")
+        ).is_success
+        long = await http.get(f"/observability/traces/{'a' * 20_000}")
+        assert long.status_code == 404 and len(long.text) < 200
 
 
 # --- the storage, both backends --------------------------------------------------------------------------------

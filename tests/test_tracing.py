@@ -678,3 +678,22 @@ async def test_reading_logs_traces_and_the_api_description_makes_no_request_span
         assert not traced.get_finished_spans(), sorted({s.name for s in traced.get_finished_spans()})
         assert (await http.get("/api/agents")).status_code == 200
     assert any(s.name == "GET /api/agents" for s in traced.get_finished_spans())
+
+
+def test_a_span_attribute_is_cut_to_a_bound_unless_the_environment_sets_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An HTTP request's 100,000-character query string went whole into its span, and into every store."""
+    for variable in ("OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT", "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT"):
+        monkeypatch.delenv(variable, raising=False)
+    lengths = []
+    for limit in (None, "100"):
+        if limit:
+            monkeypatch.setenv("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", limit)
+        memory = InMemorySpanExporter()
+        provider = tracing.build_provider([])
+        provider.add_span_processor(SimpleSpanProcessor(memory))
+        with provider.get_tracer("t").start_as_current_span("GET /api/agents") as span:
+            span.set_attribute("url.query", "q=" + "x" * 100_000)
+        [exported] = memory.get_finished_spans()
+        assert exported.attributes is not None
+        lengths.append(len(str(exported.attributes["url.query"])))
+    assert lengths == [tracing.MAX_ATTRIBUTE_CHARS, 100]

@@ -187,10 +187,21 @@ async def _listed(
 
 
 async def _trace(ctx: Ctx, trace_id: str) -> list[StoredSpan]:
-    spans = await ctx.storage.trace_spans(trace_id)
+    spans = await ctx.storage.trace_spans(trace_key(trace_id))
     if not spans:
-        raise not_found(f"Trace with ID '{trace_id}' not found")
+        shown = trace_id if len(trace_id) <= MAX_SHOWN_ID_CHARS else trace_id[:MAX_SHOWN_ID_CHARS] + "..."
+        raise not_found(f"Trace with ID '{shown}' not found")
     return spans
+
+
+MAX_SHOWN_ID_CHARS = 64
+"""An id an error quotes is cut to this (a 404 echoed a 20,000-character id whole)."""
+_HEX = re.compile(r"[0-9a-fA-F]+")
+
+
+def trace_key(trace_id: str) -> str:
+    """A trace id as stored: hex digits in lower case, as OpenTelemetry writes them (upper case found nothing)."""
+    return trace_id.lower() if _HEX.fullmatch(trace_id) else trace_id
 
 
 @router.get("/observability/traces")
@@ -228,7 +239,7 @@ async def get_trace_light(ctx: Ctx, trace_id: str) -> dict[str, Any]:
 
 @router.get("/observability/traces/{trace_id}/spans/{span_id}")
 async def get_span(ctx: Ctx, trace_id: str, span_id: str) -> dict[str, Any]:
-    span = await ctx.storage.get_span(trace_id, span_id)
+    span = await ctx.storage.get_span(trace_key(trace_id), trace_key(span_id))
     if span is None:
         raise not_found("Span not found")
     return {"span": span_record(span)}
