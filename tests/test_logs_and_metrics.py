@@ -501,3 +501,12 @@ asyncio.run(main())
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["False", "[]"]
+
+
+async def test_a_nul_in_a_looked_up_run_id_is_a_400(storage: Storage, client: Client, task_queue: str) -> None:
+    """http-api.md: a NUL in an id that is looked up is a 400 naming it; `/api/logs/a%00b` answered 200, empty."""
+    api = create_api(app, KeelClient(client, task_queue=task_queue), storage)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=api), base_url="http://keel") as http:
+        answer = await http.get("/api/logs/a%00b", params={"transportId": "keel"})
+        assert answer.status_code == 400 and answer.json()["error"] == "Invalid path parameters", answer.text
+        assert (await http.get("/api/logs/ab", params={"transportId": "keel"})).status_code == 200

@@ -22,7 +22,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal, get_args
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Path, Query, Request
 
 from keel.client.api.bodies import UtcTime
 from keel.client.api.context import Ctx
@@ -111,10 +111,14 @@ async def list_logs(
     return await _legacy(ctx, None, transport_id, from_date, to_date, log_level, filters, page, per_page)
 
 
+RunId = Annotated[str, Path(min_length=1, pattern=r"^[^\x00]+$")]
+"""A run id that is looked up: a NUL in it is a 400, as elsewhere (storage cannot look it up)."""
+
+
 @router.get("/logs/{run_id}")
 async def list_run_logs(
     ctx: Ctx,
-    run_id: str,
+    run_id: RunId,
     transport_id: TransportId = None,
     from_date: FromDate = None,
     to_date: ToDate = None,
