@@ -81,6 +81,7 @@ async def with_local_phoenix(args: argparse.Namespace, run: Callable[[argparse.N
     virtualenv on first use) and stopped after, the stack's traces exported to it over OTLP/HTTP."""
     import asyncio
     import os
+    import shlex
 
     from keel.client.phoenix_server import PHOENIX_VERSION, LocalPhoenix, install_phoenix, phoenix_command, tools_dir
 
@@ -90,11 +91,15 @@ async def with_local_phoenix(args: argparse.Namespace, run: Callable[[argparse.N
     server = LocalPhoenix(settings_of(args).data_dir / "phoenix", args.phoenix_port)
     try:
         phoenix = await asyncio.to_thread(server.start)
+        ambient = dict(os.environ)
         os.environ.update(phoenix.env())
         print(
             f"Phoenix (traces) at {phoenix.url}, project {phoenix.project!r}; data in {phoenix.directory}", flush=True
         )
-        print(f"  OTEL_EXPORTER_OTLP_TRACES_ENDPOINT={phoenix.traces_endpoint}", flush=True)
+        # What a command in another terminal needs for its spans (a run's root among them) to land in the same
+        # project: Phoenix files a whole trace under the project of its first span.
+        exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in phoenix.env(ambient).items())
+        print(f"  in other terminals: export {exports}", flush=True)
         return await run(args)
     finally:
         from keel.protocol import tracing

@@ -248,7 +248,12 @@ async def test_keel_dev_phoenix_exports_the_stacks_traces_to_the_phoenix_it_prin
         "phoenix", phoenix_port, dev_server=dev_server, data=data, api_port=api_port, env=env, timeout=120
     ) as text:
         assert f"Phoenix (traces) at {url}, project 'keel'; data in {data.resolve() / 'phoenix'}" in text
-        assert f"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT={url}/v1/traces" in text
+        # The line to copy into another terminal names the project too: without it, a run started there was
+        # filed (whole, worker's spans and all) under Phoenix's "default" project.
+        [exports] = [line for line in text.splitlines() if line.startswith("  in other terminals: export ")]
+        assert f"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT={url}/v1/traces" in exports
+        assert "OTEL_RESOURCE_ATTRIBUTES=openinference.project.name=keel" in exports
+        assert "OTEL_TRACES_EXPORTER=" in exports
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{api_port}", timeout=60) as http:
             answer = (await http.post("/api/agents/demo/generate", json={"messages": "remember the milk"})).json()
             decision = {"runId": answer["runId"], "toolCallId": answer["suspendPayload"]["toolCallId"]}
