@@ -24,6 +24,7 @@ from keel.client.api.errors import ApiError, bad_request, not_found
 from keel.client.api.shapes import agent_details, full_output, suspended_output, tool_details
 from keel.client.api.streams import agent_chunks, log_end, sse, thread_chunks
 from keel.client.errors import RunFailed
+from keel.client.run_events import read
 from keel.client.visibility import quoted
 from keel.protocol import (
     Content,
@@ -37,6 +38,7 @@ from keel.protocol import (
     names,
     parse_chunk,
 )
+from keel.storage import Storage
 from keel.workflows.contracts import IfActive, PendingToolCall
 
 router = APIRouter(prefix="/agents", tags=["agents"])
@@ -192,13 +194,28 @@ async def _settle(ctx: Ctx, agent: Agent, run_id: str, offset: int = 0) -> dict[
         pending: Sequence[ToolCallPayload | PendingToolCall] = (
             [approvals[0].payload] if len(approvals) == 1 else await ctx.keel.pending_tool_calls(run_id)
         )
-        return suspended_output(run_id, agent.model.model_id, "".join(text), pending, approvals)
+        out = suspended_output(run_id, agent.model.model_id, "".join(text), pending, approvals)
+        used = await _usage_so_far(ctx.storage, run_id, offset)
+        return out | ({"usage": used, "totalUsage": used} if used else {})
     try:
         result = await ctx.keel.result(run_id)
     except RunFailed as err:  # the run's outcome, not the caller's mistake nor ours: 200, no client retry
         out = suspended_output(run_id, agent.model.model_id, "".join(text), [], [])
         return out | {"finishReason": "error", "error": {"message": str(err), "status": err.status}}
     return full_output(run_id, agent.model.model_id, result)
+
+
+async def _usage_so_far(storage: Storage, run_id: str, offset: int) -> dict[str, int]:
+    """What the run's steps from log `offset` used (their `step-finish`): a run waiting for an approval reports it
+    as the trace and the metrics count it (it answered 0; the stream stops at the approval, before its step's
+    `step-finish`)."""
+    used: dict[str, int] = {}
+    for shown in await read(storage, run_id, offset=offset):
+        if shown.event.type == "step-finish":
+            for key, value in ((shown.event.payload.get("output") or {}).get("usage") or {}).items():
+                if isinstance(value, int):
+                    used[key] = used.get(key, 0) + value
+    return used
 
 
 def _record(chunk: dict[str, Any]) -> EventRecord:

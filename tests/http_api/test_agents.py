@@ -107,6 +107,9 @@ async def test_a_tool_approval_through_generate_approves_and_declines(api: Api) 
         return {first, approved, declined, again};
     """)
     assert out["first"]["finishReason"] == "suspended"
+    # The step that asked for the call used tokens, as the trace and the metrics count them: it answered 0.
+    assert out["first"]["usage"]["inputTokens"] > 0 and out["first"]["usage"]["outputTokens"] > 0
+    assert out["first"]["totalUsage"] == out["first"]["usage"]
     assert out["first"]["suspendPayload"]["toolName"] == "pay"
     assert out["first"]["suspendPayload"]["args"] == {"amount": 500}
     assert out["approved"]["finishReason"] == "stop" and "large={'paid': 500}" in out["approved"]["text"]
