@@ -5,8 +5,9 @@ persist. Each takes one contract model and delegates to the model step (`model_s
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from temporalio import activity
@@ -46,6 +47,28 @@ INLINE_TOOL_RESULT_BYTES = 256
 """A fused step's tool results up to this size (as JSON) come back to the workflow inline, so the Temporal UI
 shows them in the step's result; larger ones by reference to their tool message (bench/history.py measured the
 history per step against this threshold)."""
+
+
+CANCEL_CHECK_AFTER_SECONDS = 0.25
+"""A fused step whose tools took this long or more asks Temporal, before its model step, whether its run was asked
+to cancel: a local step holds its workflow task open, so a cancel reaches the run only when the step ends or the
+task's heartbeat comes (up to 8 s); before, the step went on to ask the model, and stored its answer, in a run
+(a session's turn) the user had aborted. Quicker tools skip the question (one RPC)."""
+CANCEL_WAIT_SECONDS = 60.0
+"""How long a step asked to cancel waits for the cancel before it goes on as if it had not been."""
+
+
+async def _cancel_requested() -> bool:
+    """Whether this activity's run was asked to cancel (Temporal's `cancel_requested`, seen before the run does)."""
+    info = activity.info()
+    if info.workflow_id is None:  # a standalone activity: no run
+        return False
+    try:
+        handle = activity.client().get_workflow_handle(info.workflow_id, run_id=info.workflow_run_id)
+        described = await handle.describe(rpc_timeout=timedelta(seconds=5))
+    except (RPCError, RuntimeError):  # unknown: go on as before
+        return False
+    return described.raw_description.workflow_extended_info.cancel_requested
 
 
 class AgentActivities:
@@ -108,6 +131,7 @@ class AgentActivities:
                 tool_ids=[t.result_message_id for t in input.tools],
             )
             stored = {key: r for key, message in record.results.items() if (r := stored_result(message)) is not None}
+            began = time.monotonic()
             # Every tool finishes (and stores its result) before a failure is raised: a retry then re-runs only
             # the tool that failed, and no tool is left running after this attempt ends.
             outcomes = await asyncio.gather(
@@ -121,6 +145,11 @@ class AgentActivities:
                 ),
                 return_exceptions=True,
             )
+            if time.monotonic() - began >= CANCEL_CHECK_AFTER_SECONDS and await _cancel_requested():
+                # Asked to stop while the tools ran: the model is not asked. The step waits to be cancelled
+                # (a local step's cancel comes with its workflow task's next heartbeat), and goes on only if
+                # that never comes.
+                await asyncio.sleep(CANCEL_WAIT_SECONDS)
             results: list[ToolCallResult] = []
             for call, outcome in zip(input.tools, outcomes, strict=True):
                 if isinstance(outcome, BaseException):

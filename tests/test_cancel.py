@@ -20,7 +20,7 @@ class Nap(BaseModel):
     seconds: float
 
 
-def app_napping(idempotent: bool, asked: list[int], started: asyncio.Event) -> App:
+def app_napping(idempotent: bool, asked: list[int], started: asyncio.Event, seconds: float = 600) -> App:
     @tool("nap", idempotent=idempotent)
     async def nap(args: Nap, ctx: ToolContext) -> str:
         """Sleep."""
@@ -31,7 +31,7 @@ def app_napping(idempotent: bool, asked: list[int], started: asyncio.Event) -> A
     def answer(request: ModelRequest) -> ModelResponse:
         asked.append(len(request.messages))
         if len(asked) == 1:
-            return ModelResponse(tool_calls=[ModelToolCall(id="c1", name="nap", args={"seconds": 600})])
+            return ModelResponse(tool_calls=[ModelToolCall(id="c1", name="nap", args={"seconds": seconds})])
         return ModelResponse(text="went on")
 
     return App.of(Agent(id="napper", model=ScriptedModel(answer), tools=(nap,)))
@@ -57,3 +57,27 @@ async def test_a_run_canceled_while_its_tool_runs_ends_canceled_and_asks_the_mod
     assert described.status == WorkflowExecutionStatus.CANCELED
     assert described.typed_search_attributes.get(KEEL_STATUS) == "canceled"  # it said suspended or running
     assert len(asked) == 1
+
+
+async def test_a_run_canceled_while_a_short_tool_runs_in_a_local_step_never_asks_the_model_again(
+    client: Client, storage: Storage, task_queue: str
+) -> None:
+    """A tool that ends before the worker next hears from the server (a local step holds its workflow task open,
+    up to 8 s): the cancel had not reached the run, and the same step went on to ask the model, whose answer was
+    stored in a turn the user had aborted (from outside, through a session's `abort`). The step now asks
+    Temporal, after a tool that took a while, whether its run was asked to cancel, and then waits for it."""
+    asked: list[int] = []
+    started = asyncio.Event()
+    app = app_napping(True, asked, started, seconds=2)
+    async with running_worker(client, app, storage, task_queue) as keel:
+        run_id = await keel.start_run("napper", "nap")
+        await asyncio.wait_for(started.wait(), 20)
+        await keel.cancel(run_id)
+        handle = client.get_workflow_handle(run_id)
+        async with asyncio.timeout(30):
+            while (described := await handle.describe()).status == WorkflowExecutionStatus.RUNNING:
+                await asyncio.sleep(0.1)
+    assert described.status == WorkflowExecutionStatus.CANCELED
+    assert len(asked) == 1, "the model was asked again after the cancel"
+    messages, _ = await storage.list_messages(run_id)
+    assert not any(m.role == "assistant" and "went on" in str(m.content) for m in messages)
