@@ -24,7 +24,7 @@ from keel.activities.session import SessionActivities
 from keel.activities.tools import ToolCalls, stored_result
 from keel.activities.workflow_steps import WorkflowSteps
 from keel.app import App
-from keel.protocol import FinishChunk, FinishPayload, StepResult, names
+from keel.protocol import FinishChunk, FinishPayload, StepResult, names, tracing
 from keel.storage import Storage, StoredMessage
 from keel.workflows.contracts import (
     ExecuteToolInput,
@@ -131,6 +131,8 @@ class AgentActivities:
                 tool_ids=[t.result_message_id for t in input.tools],
             )
             stored = {key: r for key, message in record.results.items() if (r := stored_result(message)) is not None}
+            if record.results or record.answer is not None or any(a > 1 for a in record.attempts.values()):
+                tracing.mark_attempt(max(activity.info().attempt, 2, *record.attempts.values()))  # it ran before
             began = time.monotonic()
             # Every tool finishes (and stores its result) before a failure is raised: a retry then re-runs only
             # the tool that failed, and no tool is left running after this attempt ends.

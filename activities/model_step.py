@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from pydantic import ValidationError
+from temporalio import activity
 
 from keel.activities.events import StepWriter, mirror_of
 from keel.activities.failures import MissingMessages, RunIdReused
@@ -111,6 +112,8 @@ class ModelSteps:
         # tools of the first answer may have run.
         if record is None:
             record = await self._storage.begin_step(run_id, answer_id=input.message_id)
+            if record.answer is not None and activity.in_activity():  # it ran before (see `mark_attempt`)
+                tracing.mark_attempt(max(activity.info().attempt, 2))
         if record.answer is not None:
             stored = dict(record.answer)
             heard = stored.pop(HEARD, None)

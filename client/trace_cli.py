@@ -42,6 +42,9 @@ def details(span: StoredSpan) -> list[str]:
     """What a line shows beside the span's name and duration."""
     found: list[str] = []
     attributes = span.attributes
+    attempt = attributes.get("temporalActivityAttempt")
+    if isinstance(attempt, int) and attempt > 1:  # a step retried, or executed again after its worker was lost
+        found.append(f"attempt {attempt}")
     if span.span_type == "model_generation":
         if (counted := tokens(span)) is not None:
             found.append(f"tokens {counted[0]} in / {counted[1]} out")

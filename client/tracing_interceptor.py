@@ -23,7 +23,7 @@ from temporalio.contrib.opentelemetry import TracingInterceptor, TracingWorkflow
 
 from keel.protocol import tracing
 
-ATTEMPT_ATTRIBUTE = "temporalActivityAttempt"
+ATTEMPT_ATTRIBUTE = tracing.ATTEMPT_ATTRIBUTE
 MAX_STARTED = 10_000
 """Workflow spans whose start this worker remembers: a wait that ends on another worker is forgotten here."""
 

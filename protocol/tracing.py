@@ -233,6 +233,24 @@ def shutdown() -> None:
         flush()
 
 
+# --- a step's attempt ------------------------------------------------------------------------------------------
+
+ATTEMPT_ATTRIBUTE = "temporalActivityAttempt"
+"""The attempt on an activity's `RunActivity` span (Temporal's, put there by Keel's tracing interceptor)."""
+
+
+def mark_attempt(attempt: int) -> None:
+    """Put `attempt` on the current span (a step's `RunActivity`), when tracing is on: a local step lost with its
+    worker runs again at Temporal's attempt 1, and only storage knows it ran before."""
+    if not enabled():
+        return
+    from opentelemetry import trace
+
+    span = trace.get_current_span()
+    if span.is_recording():
+        span.set_attribute(ATTEMPT_ATTRIBUTE, attempt)
+
+
 # --- secrets ---------------------------------------------------------------------------------------------------
 
 REDACTED = "[REDACTED]"

@@ -563,6 +563,48 @@ async def test_with_otel_traces_exporter_keel_a_worker_and_the_commands_keep_one
     assert "No spans of run-never in storage" in err
 
 
+async def test_a_local_step_executed_again_after_its_worker_was_killed_has_its_span_marked_attempt_2(
+    client: Client, dev_server: DevServer, task_queue: str, tmp_path: Path, data_dir: Path
+) -> None:
+    """A local step lost with its worker runs again at Temporal's attempt 1: its `RunActivity` span said 1 (from
+    outside, `kill -9` of `keel dev` mid-step), while its tools were told 2. Storage knows the step ran before."""
+    url = f"sqlite:///{tmp_path / 'keel.db'}"
+    otel = {"OTEL_TRACES_EXPORTER": "keel", "OTEL_BSP_SCHEDULE_DELAY": "100", "KEEL_TEST_TOOL_SECONDS": "4"}
+    base = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    commands = {**base, **otel, "KEEL_TEMPORAL_ADDRESS": dev_server.cfg.address, "KEEL_TASK_QUEUE": task_queue,
+                "KEEL_STORAGE_URL": url, "KEEL_DATA_DIR": str(data_dir)}  # fmt: skip
+    run_id = f"run-lost-{task_queue}"
+    keel = KeelClient(client, task_queue=task_queue)
+    with worker_subprocess(dev_server, task_queue, tmp_path, data_dir, env=otel) as first:
+        await keel.wait_for_worker(30)
+        await keel_command(
+            commands, "run", "napper", "nap", "--run-id", run_id, "--no-follow", "--app", "tests.apps:app"
+        )
+        async with asyncio.timeout(30):  # c1 started and done, c2 and c3 started: the fused local step runs
+            while len((data_dir / "naps.log").read_text().splitlines() if (data_dir / "naps.log").exists() else []) < 4:
+                await asyncio.sleep(0.05)
+        first.kill()
+        first.wait()
+    with worker_subprocess(dev_server, task_queue, tmp_path, data_dir, env=otel) as second:
+        async with asyncio.timeout(60):
+            assert (await keel.result(run_id)).text == "woke after 3 naps"
+        second.send_signal(signal.SIGTERM)
+        await asyncio.to_thread(second.wait, 30)
+    store = SQLiteStorage(tmp_path / "keel.db")
+    await store.init()
+    try:
+        [trace_id] = await store.run_traces(run_id)
+        spans = await store.trace_spans(trace_id)
+    finally:
+        await store.close()
+    steps = [s for s in spans if s.name.startswith("RunActivity:keel.")]
+    attempts = {(s.name, s.attributes.get("temporalActivityAttempt")) for s in steps}
+    assert ("RunActivity:keel.tools_then_model", 2) in attempts, attempts
+    assert ("RunActivity:keel.tools_then_model", 1) not in attempts, attempts  # the lost one never ended
+    printed, _ = await keel_command(commands, "trace", run_id)
+    assert any("RunActivity:keel.tools_then_model" in line and "attempt 2" in line for line in printed.splitlines())
+
+
 @pytest.fixture(scope="session")
 def client_js() -> Path:
     return npm_installed(JS, "@mastra/client-js", "the observability routes are read with the real @mastra/client-js")
