@@ -960,6 +960,11 @@ def build_parser(commands: dict[str, Command]) -> argparse.ArgumentParser:
     return parser
 
 
+EXPORT_SECONDS = 3.0
+"""How long a command waits, as it exits, for its spans to be exported (an OTLP endpoint that does not answer held
+every command for its exporter's 10 s of retries)."""
+
+
 def positive(text: str) -> int:
     """An argument that counts something: a whole number of 1 or more (`--limit 0` printed everything)."""
     try:
@@ -1052,6 +1057,8 @@ def main(argv: Sequence[str] | None = None, commands: dict[str, Command] | None 
     with contextlib.suppress(Exception):
         sys.stdout.flush()
         sys.stderr.flush()
-    if (tracing := sys.modules.get("keel.protocol.tracing")) is not None:
-        tracing.shutdown()  # the command's spans, still buffered: os._exit runs no exit handler
+    # The command's spans, still buffered (os._exit runs no exit handler), for a few seconds at most.
+    if (tracing := sys.modules.get("keel.protocol.tracing")) is not None and not tracing.shutdown(EXPORT_SECONDS):
+        print(f"keel: the command's spans were not exported in {EXPORT_SECONDS:g} s (is the OTLP endpoint up?)",
+              file=sys.stderr)  # fmt: skip
     os._exit(code)  # sdk-python#300: a Temporal client process can crash at interpreter exit

@@ -222,15 +222,21 @@ def flush() -> None:
             force_flush()
 
 
-def shutdown() -> None:
+def shutdown(timeout: float | None = None) -> bool:
     """Export what is buffered and stop the exporters `configure()` set up (before the process exits: the worker
-    and the `keel` command end with `os._exit`, which runs no exit handler)."""
+    and the `keel` command end with `os._exit`, which runs no exit handler). With `timeout`, give up after so many
+    seconds (an exporter retries an endpoint that does not answer for 10 s: a short command waited for it);
+    False then."""
     global _provider
     provider, _provider = _provider, None
-    if provider is not None:
-        provider.shutdown()
-    else:
-        flush()
+    stop = provider.shutdown if provider is not None else flush
+    if timeout is None:
+        stop()
+        return True
+    done = threading.Thread(target=stop, daemon=True, name="keel-tracing-shutdown")
+    done.start()
+    done.join(timeout)
+    return not done.is_alive()
 
 
 # --- a step's attempt ------------------------------------------------------------------------------------------

@@ -697,3 +697,26 @@ def test_a_span_attribute_is_cut_to_a_bound_unless_the_environment_sets_one(monk
         assert exported.attributes is not None
         lengths.append(len(str(exported.attributes["url.query"])))
     assert lengths == [tracing.MAX_ATTRIBUTE_CHARS, 100]
+
+
+async def test_a_command_whose_otlp_endpoint_does_not_answer_gives_up_on_its_spans_in_seconds(
+    dev_server: DevServer, client: Client, storage: Storage, task_queue: str, tmp_path: Path
+) -> None:
+    """Every `keel` command waited out its exporter's 10 s of retries when the OTLP endpoint was down (from
+    outside: 7.97 s for `keel run` against 0.97 s with tracing off); it now gives up after `EXPORT_SECONDS`,
+    saying so."""
+    from keel.client.cli import EXPORT_SECONDS
+
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("OTEL_")},
+        "OTEL_TRACES_EXPORTER": "otlp",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9",  # discard: nothing listens
+        "KEEL_TEMPORAL_ADDRESS": dev_server.cfg.address,
+        "KEEL_TASK_QUEUE": task_queue,
+        "KEEL_DATA_DIR": str(tmp_path),
+    }
+    command = [sys.executable, "-m", "keel.cli", "run", "demo", "hi", "--no-follow", "--app", "keel.app.demo:app"]
+    async with running_worker(client, demo_app, storage, task_queue):
+        done = await asyncio.to_thread(subprocess.run, command, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr  # a started run: its start is a span
+    assert f"keel: the command's spans were not exported in {EXPORT_SECONDS:g} s" in done.stderr
