@@ -353,8 +353,9 @@ async def _session_busy(keel: KeelClient, name: str) -> str:
 
 
 async def _session_send_waits(keel: KeelClient, name: str) -> str:
-    """Sends that wait for their turn in the `send` update itself (`SendMessage.wait`, one update per turn): a
-    text turn, a turn that waits on an approval (answered once the call waits), approved, and a waited steer."""
+    """Sends that wait for their turn in the `send` update itself (`SendMessage.wait`, generation 8, one update
+    per turn): a text turn, a turn that waits on an approval (answered once the call waits), approved, and a
+    waited steer."""
     from keel.client.controller import ControllerClient
 
     session = await ControllerClient(keel, _STORAGE[0], "assistant-controller").create_session(name)
@@ -609,8 +610,8 @@ _SESSION_HISTORIES = (
     "session_busy_gen5",
     "session_goal_aborted_gen6",
     "session_pending_overflow_gen7",
-    "session_send_waits",
-    "session_send_waits_across_continue",
+    "session_send_waits_gen8",
+    "session_send_waits_across_continue_gen8",
 )
 
 WORKFLOW_IDS = {
@@ -749,8 +750,8 @@ SCENARIOS: dict[str, Scenario] = {
     ),
     "session_goal_aborted_gen6": Scenario(_session_goal_aborted, DEFAULT_SHAPE, ends=False),
     "session_pending_overflow_gen7": Scenario(_session_pending_overflow, DEFAULT_SHAPE, ends=False),
-    "session_send_waits": Scenario(_session_send_waits, DEFAULT_SHAPE, ends=False),
-    "session_send_waits_across_continue": Scenario(
+    "session_send_waits_gen8": Scenario(_session_send_waits, DEFAULT_SHAPE, ends=False),
+    "session_send_waits_across_continue_gen8": Scenario(
         _session_send_waits_across_continue, DEFAULT_SHAPE, CONTINUE_AS_NEW_SERVER, ends=False, turn_then_continue=True
     ),
     # Approvals that reached the run while the (regular) model step asking for the call ran.

@@ -3,6 +3,8 @@ replaying worker's run shape; a deliberately changed workflow does not replay.""
 
 from __future__ import annotations
 
+import base64
+import json
 import shutil
 from pathlib import Path
 
@@ -68,3 +70,23 @@ async def test_a_changed_workflow_fails_replay_with_a_nondeterminism_error() -> 
     )
     with pytest.raises(NondeterminismError):
         await replayer.replay_workflow(load(HISTORIES[0]))
+
+
+@pytest.mark.parametrize("name", ["session_late_waiting_gen4", "session_pending_overflow_gen7"])
+async def test_a_session_whose_older_worker_answered_a_waiting_send_at_once_replays(name: str) -> None:
+    """A client newer than the worker sends `wait: true`; the older worker ignores it and answers at once (the
+    client then asks `settled`). A newer worker replaying that execution must answer at once too: only sessions
+    of generation 8 wait in the send. The recorded sends, each given `wait: true`, replay."""
+    history = json.loads((Path(__file__).parent / "histories" / f"{name}.json").read_text())
+    waited = 0
+    for event in history["events"]:
+        request = event.get("workflowExecutionUpdateAcceptedEventAttributes", {}).get("acceptedRequest", {})
+        if request.get("input", {}).get("name") != "send_message":
+            continue
+        [payload] = request["input"]["args"]["payloads"]
+        sent = json.loads(base64.b64decode(payload["data"]))
+        payload["data"] = base64.b64encode(json.dumps({**sent, "wait": True}).encode()).decode()
+        waited += 1
+    assert waited, f"{name} holds no send"
+    replayed = WorkflowHistory.from_json(WORKFLOW_IDS[name], json.dumps(history))
+    await Replayer(workflows=[], plugins=[KeelPlugin()]).replay_workflow(replayed)

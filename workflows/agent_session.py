@@ -118,6 +118,11 @@ GENERATION_7 = "keel-session-generation-7"
 `MAX_PENDING` are declined at once (the reason told to the model, an `info` event to the session); before it they
 were dropped, and the turn waited for decisions the session could not take. The old branch may go once no
 session begun before it is open."""
+GENERATION_8 = "keel-session-generation-8"
+"""Asked as `GENERATION_2` is, by sessions below generation 8. From 8 a send that asks to wait
+(`SendMessage.wait`) waits for its turn in its own update, `settled` then being one update fewer. Before it such a
+send answered at once (the client then asks `settled`): an older worker ignores the field, and an execution
+that one answered so must replay so. The old branch may go once no session begun before it is open."""
 MAX_MESSAGE_BYTES = 32 * 1024 * 1024
 """The most a message sent to a session may hold (its content as UTF-8 JSON): a run's input takes as much."""
 MAX_WAITING_BYTES = 64 * 1024 * 1024
@@ -171,6 +176,8 @@ class AgentSession:
             self._c.generation = 6
         if self._c.generation < 7 and workflow.patched(GENERATION_7):
             self._c.generation = 7
+        if self._c.generation < 8 and workflow.patched(GENERATION_8):
+            self._c.generation = 8
         self._leaving = False  # continuing as new: `settled` calls still waiting end (`CONTINUING`)
         self._turns_here = 0  # turns this execution started (one at least before it continues as new with a queue)
         self._ready = input.carry is not None and input.carry.config is not None
@@ -486,9 +493,9 @@ class AgentSession:
             else:
                 accepted = await self._send(message, message_id)
                 self._c.sent = [*self._c.sent[-(MAX_SENT - 1) :], SentMessage(id=message_id, accepted=accepted)]
-        if not message.wait or accepted.run_id is None:
+        if not message.wait or accepted.run_id is None or self._c.generation < 8:
             return accepted
-        # As `settled` waits (outside the lock: the turn's end takes it). The branch follows the input alone.
+        # As `settled` waits (outside the lock: the turn's end takes it).
         target = accepted.run_id
         await workflow.wait_condition(lambda: self._is_settled(target) or self._leaving)
         return accepted.model_copy(update={"settled": self._is_settled(target)})

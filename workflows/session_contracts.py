@@ -155,8 +155,8 @@ class SendMessage(Contract):
     mode: Literal["send", "steer", "follow_up"] = "send"
     wait: bool = False
     """Answer once the turn that reads the message has ended or waits on a person (`Accepted.settled`), as the
-    `settled` update would: one update per waited turn instead of two (a worker older than the field answers at
-    once, and the client then asks `settled`)."""
+    `settled` update would: one update per waited turn instead of two. A session below generation 8 (or a worker
+    older than the field) answers at once, and the client then asks `settled`."""
 
 
 class Settle(Contract):
