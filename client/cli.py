@@ -622,7 +622,14 @@ async def cmd_config(args: argparse.Namespace) -> int:
 
 
 async def cmd_server(args: argparse.Namespace) -> int:
-    from keel.client.devserver import DevServer, DevServerConfig, is_listening, stop_detached, wait_for_ui
+    from keel.client.devserver import (
+        DevServer,
+        DevServerConfig,
+        dev_owner,
+        is_listening,
+        stop_detached,
+        wait_for_ui,
+    )
 
     cfg = DevServerConfig()
     if args.action == "start":
@@ -631,7 +638,12 @@ async def cmd_server(args: argparse.Namespace) -> int:
         state = "started" if server.owned else "already running"
         print(f"Temporal dev server {state} at {cfg.address}; UI {cfg.ui_url}")
     elif args.action == "stop":
-        print("stopped" if stop_detached(cfg) else "no dev server started by `keel server start` is recorded")
+        if stop_detached(cfg):
+            print("stopped")
+        elif (owner := dev_owner(cfg)) is not None:
+            print(f"the dev server belongs to a running keel dev (pid {owner}): stop that one (Ctrl-C)")
+        else:
+            print("no dev server started by `keel server start` (or left by a killed keel dev) is recorded")
     else:
         print(f"{cfg.address}: {'listening' if is_listening(cfg.host, cfg.port) else 'not running'}")
     return 0

@@ -267,8 +267,8 @@ class DevServer:
             self.owned = True
             if detach:
                 cfg.pid_file.write_text(str(self.proc.pid))
-            elif own_session:
-                cfg.dev_pid_file.write_text(str(self.proc.pid))
+            elif own_session:  # the server, and this process: the server is left only once this one is gone
+                cfg.dev_pid_file.write_text(f"{self.proc.pid} {os.getpid()}")
             try:
                 await wait_until_ready(cfg, proc=self.proc)
             except DevServerError:
@@ -306,13 +306,25 @@ class DevServer:
 
 
 def recorded_server(pid_file: Path, cfg: DevServerConfig) -> int | None:
-    """The pid `pid_file` records, if it is a live Temporal dev server on `cfg`'s port (not a pid reused since)."""
+    """The server `pid_file` records, if it is a live Temporal dev server on `cfg`'s port (not a pid reused since)
+    whose `keel dev` is gone (a running one keeps its server: another `keel dev` or `keel demo` only reuses it)."""
     try:
-        pid = int(pid_file.read_text())
+        pid, *owner = (int(word) for word in pid_file.read_text().split())
         command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except (OSError, ValueError):
         return None
-    return pid if b"start-dev" in command and str(cfg.port).encode() in command else None
+    if b"start-dev" not in command or str(cfg.port).encode() not in command:
+        return None
+    return None if owner and not _gone(owner[0]) else pid
+
+
+def dev_owner(cfg: DevServerConfig) -> int | None:
+    """The running `keel dev` whose server listens on `cfg`'s port, if one does."""
+    try:
+        _, owner = (int(word) for word in cfg.dev_pid_file.read_text().split())
+    except (OSError, ValueError):
+        return None
+    return None if _gone(owner) else owner
 
 
 def _gone(pid: int) -> bool:
@@ -320,6 +332,8 @@ def _gone(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return True
+    except PermissionError:  # another user's: alive
+        return False
     # A child of this process that exited stays a zombie until reaped: gone as a server.
     with contextlib.suppress(ChildProcessError):
         if os.waitpid(pid, os.WNOHANG)[0] == pid:

@@ -5,6 +5,7 @@ is picked again; a port the caller named and finds taken fails at once, saying w
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import subprocess
 import sys
@@ -108,19 +109,27 @@ async def test_a_server_left_by_a_killed_keel_dev_is_stopped_by_the_next_or_by_k
 ) -> None:
     """`keel dev` runs its server in a session of its own (out of the terminal's reach): a `keel dev` killed with
     SIGKILL left it running, the next `keel dev` reused it and left it running at its Ctrl-C too, and `keel server
-    stop` said no server was recorded. Now the next one takes it over and stops it; so does `keel server stop`."""
+    stop` said no server was recorded. Now the next one takes it over and stops it; so does `keel server stop`.
+    A server whose `keel dev` still runs is only reused: another `keel dev` or `keel demo` leaves it be."""
     cfg = DevServerConfig(port=free_port(), ui_port=free_port(), state_dir=tmp_path)
-    crashed = await DevServer(cfg).start(own_session=True)
-    assert crashed.proc is not None
-    first_pid = crashed.proc.pid
-    # SIGKILL of `keel dev`: its `finally` never runs, the server stays.
+    owned = await DevServer(cfg).start(own_session=True)  # this process is its `keel dev`, alive
+    assert owned.proc is not None
+    beside = await DevServer(cfg).start(own_session=True)
+    assert not beside.taken_over and devserver.recorded_server(cfg.dev_pid_file, cfg) is None
+    beside.stop()
+    assert devserver.is_listening(cfg.host, cfg.port) and not devserver.stop_detached(cfg)
+    assert devserver.dev_owner(cfg) == os.getpid()
+
+    dead = await asyncio.create_subprocess_exec(sys.executable, "-c", "pass")
+    await dead.wait()
+    cfg.dev_pid_file.write_text(f"{owned.proc.pid} {dead.pid}")  # its `keel dev` killed: the server left
     again = await DevServer(cfg).start(own_session=True)
-    assert devserver.is_listening(cfg.host, cfg.port) and not again.owned
+    assert again.taken_over
     again.stop()
-    assert not devserver.is_listening(cfg.host, cfg.port)
-    assert crashed.proc.wait(timeout=10) is not None and crashed.proc.pid == first_pid
+    assert not devserver.is_listening(cfg.host, cfg.port) and owned.proc.wait(timeout=10) is not None
 
     orphan = await DevServer(cfg).start(own_session=True)
     assert orphan.proc is not None
+    cfg.dev_pid_file.write_text(f"{orphan.proc.pid} {dead.pid}")
     assert devserver.stop_detached(cfg)  # `keel server stop`
     assert orphan.proc.wait(timeout=10) is not None and not devserver.is_listening(cfg.host, cfg.port)
