@@ -80,8 +80,8 @@ class SpanRetention:
     max_spans: int = 100_000
     """Beyond this many spans, the traces of the oldest written are deleted (whole)."""
     batch: int = 1_000
-    """Per write, at most this many expired traces, and the traces of at most this many spans beyond the count,
-    are deleted, so one write stays short; the next write goes on."""
+    """Per write, the traces of at most this many of the oldest expired spans, and of at most this many spans
+    beyond the count, are deleted (whole), so one write stays short; the next write goes on."""
 
 
 @dataclass(frozen=True)
@@ -313,11 +313,12 @@ ORPHANS_FOUND_PARENT = (
 """Spans of the written traces whose parent is now stored no longer head their trace."""
 
 EXPIRED_TRACES = (
-    "SELECT DISTINCT trace_id FROM spans s WHERE started_at < {cutoff}"
-    " AND NOT EXISTS (SELECT 1 FROM spans n WHERE n.trace_id = s.trace_id AND n.started_at >= {cutoff})"
-    " LIMIT {limit}"
+    "SELECT DISTINCT trace_id FROM (SELECT trace_id FROM spans WHERE started_at < {cutoff} ORDER BY started_at"
+    " LIMIT {limit}) o WHERE NOT EXISTS (SELECT 1 FROM spans n WHERE n.trace_id = o.trace_id"
+    " AND n.started_at >= {cutoff})"
 )
-"""Traces whose every span started before `cutoff`, at most `limit` of them."""
+"""Of the traces of the oldest `limit` spans started before `cutoff`, those whose every span did (a bounded scan
+by time, then one index probe per trace: `spans_by_trace_time`)."""
 
 OLDEST_TRACES = (
     "SELECT DISTINCT trace_id FROM (SELECT trace_id FROM spans WHERE seq < {last} ORDER BY seq LIMIT {limit}) o"
