@@ -87,7 +87,7 @@ class RunningPhoenix:
     def env(self, environ: dict[str, str] | None = None) -> dict[str, str]:
         """The variables that send a process's spans here, given its environment (default `os.environ`)."""
         current = dict(os.environ if environ is None else environ)
-        exporters = [n.strip() for n in current.get("OTEL_TRACES_EXPORTER", "").split(",")]
+        exporters = [n.strip().lower() for n in current.get("OTEL_TRACES_EXPORTER", "").split(",")]
         exporters = [n for n in exporters if n and n != "none"]
         resource = current.get("OTEL_RESOURCE_ATTRIBUTES", "").strip().strip(",")
         if f"{PROJECT_ATTRIBUTE}=" not in resource:

@@ -76,7 +76,7 @@ _FINISH_REASONS = {"tool-calls": "tool_calls", "content-filter": "content_filter
 def exporter_names() -> list[str]:
     """The exporters `OTEL_TRACES_EXPORTER` names (comma-separated; `none` names none)."""
     names = [n.strip().lower() for n in os.environ.get(TRACES_EXPORTER, "").split(",")]  # case-insensitive
-    return [n for n in names if n and n != "none"]
+    return list(dict.fromkeys(n for n in names if n and n != "none"))  # each once (`OTLP,otlp` exported twice)
 
 
 def enabled() -> bool:

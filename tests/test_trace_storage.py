@@ -354,6 +354,10 @@ async def test_the_observability_routes_refuse_what_they_cannot_answer(
         assert (
             await http.get("/observability/traces/4BF92F3577B34DA6A3CE929D0E0E4736/spans/00F067AA0BA902B7")
         ).is_success
+        listed = await http.get("/observability/traces", params={"traceId": "4BF92F3577B34DA6A3CE929D0E0E4736"})
+        assert listed.json()["pagination"]["total"] == 1
+        await http.post("/observability/traces/delete", json={"traceIds": ["4BF92F3577B34DA6A3CE929D0E0E4736"]})
+        assert (await http.get("/observability/traces/4bf92f3577b34da6a3ce929d0e0e4736")).status_code == 404
         long = await http.get(f"/observability/traces/{'a' * 20_000}")
         assert long.status_code == 404 and len(long.text) < 200
 

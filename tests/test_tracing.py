@@ -642,7 +642,7 @@ def test_exporter_names_are_case_insensitive_and_an_unknown_one_is_one_line_for_
 ) -> None:
     """The OpenTelemetry spec's enum values are case-insensitive (`OTLP` is `otlp`). An exporter nothing provides
     was a 25-line traceback and exit 1 (a failed run's code) from every `keel` command: now one line, exit 2."""
-    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "OTLP, Keel ,NONE")
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "OTLP, Keel ,NONE,otlp")  # each once: `OTLP,otlp` exported twice
     assert tracing.exporter_names() == ["otlp", "keel"]
     env = {**os.environ, "OTEL_TRACES_EXPORTER": "bogus", "KEEL_DATA_DIR": str(tmp_path)}
     done = subprocess.run(

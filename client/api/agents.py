@@ -195,7 +195,7 @@ async def _settle(ctx: Ctx, agent: Agent, run_id: str, offset: int = 0) -> dict[
             [approvals[0].payload] if len(approvals) == 1 else await ctx.keel.pending_tool_calls(run_id)
         )
         out = suspended_output(run_id, agent.model.model_id, "".join(text), pending, approvals)
-        used = await _usage_so_far(ctx.storage, run_id, offset)
+        used = await _usage_so_far(ctx.storage, run_id)  # the whole run's, as a finished run's answer says
         return out | ({"usage": used, "totalUsage": used} if used else {})
     try:
         result = await ctx.keel.result(run_id)
@@ -205,12 +205,12 @@ async def _settle(ctx: Ctx, agent: Agent, run_id: str, offset: int = 0) -> dict[
     return full_output(run_id, agent.model.model_id, result)
 
 
-async def _usage_so_far(storage: Storage, run_id: str, offset: int) -> dict[str, int]:
-    """What the run's steps from log `offset` used (their `step-finish`): a run waiting for an approval reports it
-    as the trace and the metrics count it (it answered 0; the stream stops at the approval, before its step's
+async def _usage_so_far(storage: Storage, run_id: str) -> dict[str, int]:
+    """What the run's steps so far used (their `step-finish`): a run waiting for an approval reports it as the
+    trace and the metrics count it (it answered 0; the stream stops at the approval, before its step's
     `step-finish`)."""
     used: dict[str, int] = {}
-    for shown in await read(storage, run_id, offset=offset):
+    for shown in await read(storage, run_id):
         if shown.event.type == "step-finish":
             for key, value in ((shown.event.payload.get("output") or {}).get("usage") or {}).items():
                 if isinstance(value, int):

@@ -151,7 +151,7 @@ def traces_query(
         unsupported = unsupported or scope_name is None
     query = SpanQuery(
         roots_only=True,
-        trace_id=trace_id or None,
+        trace_id=trace_key(trace_id) if trace_id else None,
         span_type=_choice("spanType", span_type, SPAN_TYPES),
         entity_type=_choice("entityType", entity_type, ENTITY_TYPES),
         entity_id=entity_id or None,
@@ -222,7 +222,7 @@ class DeleteTracesBody(Lenient):
 
 @router.post("/observability/traces/delete")
 async def delete_traces(ctx: Ctx, body: DeleteTracesBody) -> dict[str, Any]:
-    await ctx.storage.delete_traces(body.trace_ids)
+    await ctx.storage.delete_traces([trace_key(t) for t in body.trace_ids])
     return {"success": True}
 
 
