@@ -28,6 +28,7 @@ from pathlib import Path
 from keel.client.errors import KeelClientError
 from keel.client.local_service import LocalService, environment, free_ports
 from keel.client.tool_venv import install_command, installed_command
+from keel.protocol import tracing
 
 PHOENIX_VERSION = "20.26.1"
 DEFAULT_PORT = 6006
@@ -87,8 +88,7 @@ class RunningPhoenix:
     def env(self, environ: dict[str, str] | None = None) -> dict[str, str]:
         """The variables that send a process's spans here, given its environment (default `os.environ`)."""
         current = dict(os.environ if environ is None else environ)
-        exporters = [n.strip().lower() for n in current.get("OTEL_TRACES_EXPORTER", "").split(",")]
-        exporters = [n for n in exporters if n and n != "none"]
+        exporters = tracing.exporter_names(current)
         resource = current.get("OTEL_RESOURCE_ATTRIBUTES", "").strip().strip(",")
         if f"{PROJECT_ATTRIBUTE}=" not in resource:
             resource = ",".join(p for p in (resource, f"{PROJECT_ATTRIBUTE}={self.project}") if p)

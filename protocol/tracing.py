@@ -73,9 +73,11 @@ _FINISH_REASONS = {"tool-calls": "tool_calls", "content-filter": "content_filter
 # --- on or off -------------------------------------------------------------------------------------------------
 
 
-def exporter_names() -> list[str]:
-    """The exporters `OTEL_TRACES_EXPORTER` names (comma-separated; `none` names none)."""
-    names = [n.strip().lower() for n in os.environ.get(TRACES_EXPORTER, "").split(",")]  # case-insensitive
+def exporter_names(environ: Mapping[str, str] | None = None) -> list[str]:
+    """The exporters `OTEL_TRACES_EXPORTER` names (comma-separated; `none` names none), in `environ` (default
+    this process's)."""
+    given = (os.environ if environ is None else environ).get(TRACES_EXPORTER, "")
+    names = [n.strip().lower() for n in given.split(",")]  # case-insensitive
     return list(dict.fromkeys(n for n in names if n and n != "none"))  # each once (`OTLP,otlp` exported twice)
 
 

@@ -38,8 +38,8 @@ async def _known_entities(conn: Any, run_ids: list[str]) -> dict[str, StoredSpan
 
 
 async def _prune(conn: Any, retention: SpanRetention) -> int:
-    """Delete whole traces (`keel.storage.spans`): those of at most a batch of spans beyond the count, the oldest
-    written first, and at most a batch of traces whose every span is older than the retention."""
+    """Delete whole traces (`keel.storage.spans`): of the oldest batch of expired spans, those whose every span
+    expired, and those of the oldest batch of spans beyond the count."""
     cutoff = rules.cutoff(retention)
     expired = rules.EXPIRED_TRACES.format(cutoff="$1", limit="$2")
     doomed = {r["trace_id"] for r in await conn.fetch(expired, cutoff, retention.batch)}

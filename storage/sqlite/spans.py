@@ -41,8 +41,8 @@ def _known_entities(conn: sqlite3.Connection, run_ids: list[str]) -> dict[str, S
 
 
 def _prune(conn: sqlite3.Connection, retention: SpanRetention) -> int:
-    """Delete whole traces (`keel.storage.spans`): those of at most a batch of spans beyond the count, the oldest
-    written first, and at most a batch of traces whose every span is older than the retention."""
+    """Delete whole traces (`keel.storage.spans`): of the oldest batch of expired spans, those whose every span
+    expired, and those of the oldest batch of spans beyond the count."""
     cutoff = ts(rules.cutoff(retention))
     expired = rules.EXPIRED_TRACES.format(cutoff=":cutoff", limit=":limit")
     doomed = {r[0] for r in conn.execute(expired, {"cutoff": cutoff, "limit": retention.batch})}
