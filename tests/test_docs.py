@@ -146,6 +146,23 @@ def test_every_page_is_run() -> None:
             assert block.lang in ("python", "sh", "js"), f"{page.path}:{block.line}: a block no test runs"
 
 
+def test_every_fence_of_a_page_opens_a_named_block_or_closes_one() -> None:
+    """A stray fence turns the rest of a page into one code block on GitHub, and `blocks` (which pairs fences)
+    would not see it: each fence line must open a block with a language, or close the open one."""
+    for page in [*(ROOT / p.path for p in PAGES), *(ROOT / p for p in RUN_ELSEWHERE)]:
+        open_at = 0
+        for number, line in enumerate(page.read_text().splitlines(), 1):
+            if not line.startswith("```"):
+                continue
+            if open_at:
+                assert line == "```", f"{page.name}:{number}: a fence with a language inside the block of {open_at}"
+                open_at = 0
+            else:
+                assert line[3:].strip(), f"{page.name}:{number}: a fence that opens a block with no language"
+                open_at = number
+        assert not open_at, f"{page.name}:{open_at}: a block never closed"
+
+
 def expect(output: str, expected: list[str], where: str) -> None:
     lines = output.splitlines()
     at = 0
