@@ -19,6 +19,8 @@ _EXPORTS: dict[str, str] = {
     "RunFailed": "keel.client.errors",
     "RunIdInUse": "keel.client.errors",
     "RunNotFound": "keel.client.errors",
+    "SessionError": "keel.client.controller",
+    "SessionNotFound": "keel.client.controller",
     "TemporalUnavailable": "keel.client.outages",
     "ToolCallRejected": "keel.client.errors",
     "ToolFailed": "keel.client.errors",
@@ -50,6 +52,8 @@ __all__ = [
     "RunNotFound",
     "RunReset",
     "RunStatus",
+    "SessionError",
+    "SessionNotFound",
     "TemporalUnavailable",
     "ToolCallRejected",
     "ToolFailed",
@@ -60,6 +64,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from keel.client.controller import SessionError, SessionNotFound
     from keel.client.errors import (
         InvalidRunInput,
         KeelClientError,

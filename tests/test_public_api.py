@@ -4,6 +4,7 @@ cheap (Temporal's sandbox imports it for every workflow of a `keel.*` module).""
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -31,6 +32,21 @@ def test_all_is_the_public_api_and_every_name_resolves_from_where_it_is_declared
     assert type_checking_imports() == keel._EXPORTS
     for name in keel.__all__:
         assert getattr(keel, name) is not None, name
+
+
+def test_every_error_the_python_pages_name_is_importable_from_keel() -> None:
+    """A reader who meets `SessionError` or `RunIdInUse` on the pages of the Python API writes
+    `from keel import ...` (or `keel.client`, where the client's errors live)."""
+    docs = INIT.resolve().parents[1] / "docs"
+    pattern = r"`(?:keel\.)?([A-Z]\w*(?:Error|Refused|InUse|NotFound|Closed|Failed|Rejected|Unavailable|NoWorker))`"
+    named = {
+        m for page in ("python-client.md", "controller.md") for m in re.findall(pattern, (docs / page).read_text())
+    }
+    assert {"SessionError", "RunIdInUse", "MessageRefused", "KeelClientError"} <= named
+    for name in named:
+        assert name in keel.__all__, f"the docs name {name}, which `from keel import {name}` does not give"
+        if keel._EXPORTS[name] == "keel.client":
+            assert hasattr(__import__("keel.client", fromlist=[name]), name), name
 
 
 def test_importing_keel_loads_none_of_its_packages() -> None:
