@@ -143,7 +143,7 @@ async def _follow_run(keel: KeelClient, storage: Storage, run_id: str, offset: i
         if quiet % 5 == 0 and not await keel.workers(queue):
             raise CliError(
                 f"No worker is polling task queue {queue!r}: run {run_id} waits until one does "
-                "(start one with `keel worker --app <module:attr>` or `keel dev`)"
+                f"(start one with `keel worker --app <module:attr> --task-queue {queue}` or `keel dev`)"
             )
         return False
 
@@ -166,9 +166,14 @@ async def _follow_run(keel: KeelClient, storage: Storage, run_id: str, offset: i
 
 
 async def cmd_run(args: argparse.Namespace) -> int:
-    from keel.app import load_app
+    from keel.app import UnknownAgent, load_app
 
-    app = load_app(args.app)
+    settings = settings_of(args)
+    app = load_app(settings.app)
+    if args.agent not in app.agents:  # before Temporal: a reader of your-app.md who left out --app lands here
+        given = {"flag": "--app", "environment": "KEEL_APP"}.get(settings.sources()["app"])
+        where = f"given by {given}" if given else "the default: pass --app module:attr or set KEEL_APP for yours"
+        raise CliError(f"{UnknownAgent(args.agent, app.agents)} in the app {settings.app} ({where})")
     keel = await connect_client(args, app)
     messages: Any = args.message
     if args.message.lstrip().startswith("["):
@@ -969,6 +974,10 @@ def build_parser(commands: dict[str, Command]) -> argparse.ArgumentParser:
         )  # fmt: skip
         command.arguments(p)
         _add_options(p, command.options)
+        # `--app` is accepted by every command, as $KEEL_APP is, so one set of flags works everywhere. (A command
+        # with actions, `keel workflows`, takes it on each action: argparse lets an action's default overwrite it.)
+        if "app" not in command.options and not p._subparsers:
+            p.add_argument("--app", help="the app, module:attr: accepted by every command; this one does not use it")
     return parser
 
 

@@ -92,7 +92,7 @@ class NoWorker(KeelClientError):
             message = f"No worker is polling task queue {task_queue!r}"
         else:
             message = f"No worker on task queue {task_queue!r} answered within {answered_within:g} s"
-        message += "; start one with `keel worker --app <module:attr>` (or `keel dev`)"
+        message += f"; start one with `keel worker --app <module:attr> --task-queue {task_queue}` (or `keel dev`)"
         if signal_hint is not None:
             message += (
                 f", or send the decision as a signal, applied when a worker runs: keel approve {signal_hint} --signal"

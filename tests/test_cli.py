@@ -87,8 +87,14 @@ async def test_cli_errors_are_one_clear_line_with_exit_code_2(
     async with running_worker(client, test_app, storage, task_queue):
         code, _, err = await keel("run", "nope", "hi")
         assert code == 2 and "Unknown agent 'nope'" in err and "demo" in err and "payer" in err
+        assert "in the app tests.apps:app (given by KEEL_APP)" in err
         code, _, err = await keel("run", "nope", "hi", "--app", "keel.app.demo:app")
-        assert code == 2 and "(known agents: assistant, coder, demo)" in err
+        assert code == 2 and "(known agents: assistant, coder, demo)" in err and "(given by --app)" in err
+        keel.env.pop("KEEL_APP")  # your-app.md's `KEEL_TASK_QUEUE=offline keel run weather ...`, --app left out
+        code, _, err = await keel("run", "weather", "hi")
+        assert code == 2 and err.count("\n") == 1, err
+        assert "Unknown agent 'weather'" in err and "pass --app module:attr or set KEEL_APP" in err
+        keel.env["KEEL_APP"] = "tests.apps:app"
 
         code, out, _ = await keel("run", "demo", "hi", "--no-follow")
         run_id = out.strip()

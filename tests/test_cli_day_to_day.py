@@ -233,8 +233,10 @@ async def test_exit_codes_formats_and_the_new_commands(
         assert code == 0 and out.startswith("keel ")
         code, out, _ = await keel("--help")
         assert "exit codes:" in out and "1    the run ended without a result" in out
-        code, _, err = await keel("server", "status", "--app", "x:y")
-        assert code == 2 and "unrecognized arguments: --app" in err
+        code, _, err = await keel("server", "status", "--app", "x:y")  # taken by every command, as $KEEL_APP is
+        assert code == 0, err
+        code, _, err = await keel("server", "status", "--apps", "x:y")
+        assert code == 2 and "unrecognized arguments: --apps" in err
 
         cancel_id = await k.start_run("demo", "cancel me")
         await wait_for_pending(k, cancel_id)
@@ -327,6 +329,22 @@ def test_every_command_and_option_has_help() -> None:
                     check(command_parser, f"{prefix} {name}")
 
     check(build_parser(COMMANDS), "keel")
+
+
+def test_every_command_takes_app_as_the_docs_say() -> None:
+    """cli.md: "`--app module:attr` (or `$KEEL_APP`) loads your own app", and your-app.md puts it on each command
+    it shows: `keel runs --app ...` was a usage error."""
+    from keel.cli import COMMANDS
+    from keel.client.cli import build_parser
+
+    parser = build_parser(COMMANDS)
+    [sub] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    for name, command_parser in sub.choices.items():
+        [*actions] = [a for a in command_parser._actions if isinstance(a, argparse._SubParsersAction)]
+        for each in [command_parser] if not actions else list(actions[0].choices.values()):
+            assert "--app" in each._option_string_actions, name
+    args = parser.parse_args(["runs", "--app", "myproject.app:app", "--status", "suspended"])
+    assert args.app == "myproject.app:app"
 
 
 async def test_a_providers_multi_line_message_is_one_line_on_stderr(
