@@ -257,7 +257,50 @@ class Session:
         return result
 
     async def settled(self, run_id: str | None = None) -> SessionSnapshot:
-        """Once the turn `run_id` (default: the latest) has ended, or waits on a person."""
+        """Once the turn `run_id` (default: the latest) has ended, or waits on a person.
+
+        A call decided on its run itself (the `temporal` CLI's `tool_approval` signal, say) reaches the session
+        by the run's signal a moment later: until then the session would answer that the turn waits on that
+        call. Each call it answers waiting is checked with its run (a query), and while one was decided there,
+        the session is asked again once it has heard."""
+        deadline = time.monotonic() + SETTLED_WAIT.total_seconds()
+        while True:
+            result = await self._settle_once(run_id)
+            decided = await self._decided_on_their_runs(result)
+            if not decided:
+                break
+            while time.monotonic() < deadline and decided & {(p.run_id, p.tool_call_id) for p in result.pending}:
+                await asyncio.sleep(0.05)
+                result = await self.snapshot()
+            if time.monotonic() >= deadline:
+                break
+        await self._heard()
+        return result
+
+    async def _decided_on_their_runs(self, snapshot: SessionSnapshot) -> set[tuple[str, str]]:
+        """The (run, call) pairs `snapshot` lists as waiting that their runs no longer wait on. A run that cannot
+        be asked (ended, no worker) counts as still waiting: the session's own answer stands."""
+        from keel.workflows.contracts import SuspendedToolCall
+
+        decided: set[tuple[str, str]] = set()
+        keel = self.controller.keel
+        for run_id in dict.fromkeys(p.run_id for p in snapshot.pending):
+            items = [p for p in snapshot.pending if p.run_id == run_id]
+            try:
+                waiting = {c.tool_call_id for c in await keel.pending_tool_calls(run_id)}
+                if any(p.kind == "suspension" for p in items):
+                    suspended = await keel.temporal.get_workflow_handle(run_id).query(
+                        names.SUSPENDED_TOOL_CALLS_QUERY,
+                        result_type=list[SuspendedToolCall],
+                        rpc_timeout=timedelta(seconds=WAIT_SECONDS),
+                    )
+                    waiting |= {c.tool_call_id for c in suspended}
+            except (KeelClientError, RPCError, WorkflowQueryFailedError):
+                continue
+            decided |= {(run_id, p.tool_call_id) for p in items if p.tool_call_id not in waiting}
+        return decided
+
+    async def _settle_once(self, run_id: str | None) -> SessionSnapshot:
         from keel.workflows.session_contracts import SessionSnapshot, Settle
 
         ended, continuing, deadline = 0, 0, time.monotonic() + SETTLED_WAIT.total_seconds()
@@ -278,7 +321,6 @@ class Session:
                     await asyncio.sleep(min(0.02 * continuing, 0.5))
                 else:
                     raise
-        await self._heard()
         return result
 
     async def _settled_by_query(self, run_id: str | None, refused: SessionError) -> SessionSnapshot:

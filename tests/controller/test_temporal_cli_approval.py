@@ -17,11 +17,12 @@ from tests.test_temporal_cli import temporal
 
 
 async def idle(session: Session) -> SessionSnapshot:
-    """The session once the turn has ended (`settled` answers at once while the call still shows as waiting: the
-    signal went to the turn, not through the session)."""
+    """The session once the turn has ended: `settled()` right after the signal, which went to the turn, not
+    through the session (it answered at once, the decided call still shown as waiting, the turn's text not yet
+    written)."""
     async with asyncio.timeout(20):
-        while (snapshot := await session.settled()).running or snapshot.pending:
-            await asyncio.sleep(0.05)
+        snapshot = await session.settled()
+    assert snapshot.pending == [] and not snapshot.running, snapshot
     return snapshot
 
 
@@ -39,9 +40,10 @@ async def test_the_temporal_cli_approves_a_session_turns_call_and_the_session_se
         dev_server, "workflow", "signal", "-w", pending.run_id, "--name", "tool_approval",
         "--input", json.dumps({"toolCallId": pending.tool_call_id, "approved": True}),
     )  # fmt: skip
-    final = await idle(session)
-    assert final.pending == [] and not final.running
+    await idle(session)
     assert (data_dir / "notes.log").read_text() == "by cli\n"
+    [*_, last] = await session.thread.list_messages()
+    assert last["role"] == "assistant" and last["content"][-1]["type"] == "text", last
     events = await collect(session.events(offset=0, display_state=False), "agent_end")
     [ended] = [e for e in events if e["type"] == "tool_end"]
     assert ended["result"] == {"saved": "by cli"} and not ended["isError"]
