@@ -738,6 +738,22 @@ class KeelClient:
                 agents.setdefault(agent_id, {})[status] = count
         return {"agents": agents, "workflows": {}, "total": total}
 
+    async def runs_of_other_agents(self, *, limit: int = 1000) -> dict[str, int]:
+        """Open runs on this client's task queue whose agent its app lacks, counted per agent (up to `limit`
+        runs looked at): a worker of this app fails them (`UnknownAgent`) when they next run a step."""
+        if self.app is None:
+            return {}
+        known = ", ".join(f"'{quoted(a)}'" for a in self.app.agents) or "''"
+        query = (
+            f"KeelKind='agent' AND ExecutionStatus='Running' AND TaskQueue='{quoted(self.task_queue)}' "
+            f"AND KeelAgentId NOT IN ({known})"
+        )
+        found: dict[str, int] = {}
+        async for ex in self.temporal.list_workflows(query, limit=limit):
+            agent = RunInfo.from_execution(ex).agent_id or "?"
+            found[agent] = found.get(agent, 0) + 1
+        return found
+
     # --- helpers ---------------------------------------------------------------------------------------
 
     def _handle(self, run_id: str) -> WorkflowHandle[Any, Any]:

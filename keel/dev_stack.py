@@ -145,6 +145,18 @@ def _dev_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--phoenix-port", type=int, default=6006, help="Phoenix's UI and OTLP/HTTP port (default 6006)")
 
 
+def other_agents_warning(foreign: dict[str, int], task_queue: str) -> str:
+    """What `keel dev` says when open runs on its queue are of agents its app lacks (another app served this data
+    dir and queue before): this worker fails them when they next run a step."""
+    runs = sum(foreign.values())
+    agents = ", ".join(sorted(foreign))
+    return (
+        f"warning: {runs} open run{'s' if runs > 1 else ''} on task queue {task_queue!r} {'are' if runs > 1 else 'is'} "
+        f"of agents this app lacks ({agents}): this worker fails them when they next run a step; serve them with "
+        "their app (--app), or give this app another KEEL_DATA_DIR or --task-queue"
+    )
+
+
 async def _cmd_dev(args: argparse.Namespace) -> int:
     from keel.client.api import api_for_settings
     from keel.client.api.server import serving
@@ -160,6 +172,8 @@ async def _cmd_dev(args: argparse.Namespace) -> int:
                 origin = "taken over (a killed keel dev left it running)"
             print(f"Temporal {origin} at {server.cfg.address}; UI {server.cfg.ui_url}", flush=True)
             print(f"worker on task queue {keel.task_queue!r}; agents: {', '.join(app.agents)}", flush=True)
+            if foreign := await keel.runs_of_other_agents():
+                print(other_agents_warning(foreign, keel.task_queue), flush=True)
             print(api_banner(url), flush=True)
             await until_interrupted("Ctrl-C stops everything")
         return 0

@@ -225,3 +225,27 @@ async def test_a_worker_started_before_its_database_waits_for_it_and_says_so(dev
     finally:
         worker.terminate()
         await worker.wait()
+
+
+async def test_keel_dev_warns_of_open_runs_whose_agent_its_app_lacks(client: Client, task_queue: str) -> None:
+    """Another app served this queue before (the demo, then `keel dev --app mine` on the same data dir): its open
+    runs fail with `UnknownAgent` at their next step on this app's worker, so `keel dev` names them at start."""
+    from keel.dev_stack import other_agents_warning
+
+    before = KeelClient(client, task_queue=task_queue)  # no worker polls: the runs stay open
+    started = [await before.start_run(agent, "hi") for agent in ("ghost", "ghost", "spirit", "demo")]
+    mine = KeelClient(client, task_queue=task_queue, app=test_app)
+    elsewhere = KeelClient(client, task_queue=f"{task_queue}-other", app=test_app)
+    try:
+        async with asyncio.timeout(20):  # visibility is eventually consistent
+            while (found := await mine.runs_of_other_agents()) != {"ghost": 2, "spirit": 1}:
+                await asyncio.sleep(0.2)
+        assert await elsewhere.runs_of_other_agents() == {}
+        assert other_agents_warning(found, task_queue) == (
+            f"warning: 3 open runs on task queue {task_queue!r} are of agents this app lacks (ghost, spirit): this "
+            "worker fails them when they next run a step; serve them with their app (--app), or give this app "
+            "another KEEL_DATA_DIR or --task-queue"
+        )
+    finally:
+        for run_id in started:
+            await client.get_workflow_handle(run_id).terminate()
