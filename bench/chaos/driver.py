@@ -615,10 +615,14 @@ class Faults:
             await asyncio.sleep(self.rng.expovariate(1 / self.cfg.fault_every))
             if time.monotonic() > stop_at:
                 return
-            if not self.bag:  # every kind by its weight, in a seeded order: a short run still has each kind
+            if not self.bag:  # every kind by its weight, in a seeded order, each kind once first: a short run
+                # (or a slow machine's, whose faults take longer) still has each kind
                 kinds = {k: w for k, w in FAULTS.items() if k != "disk-full" or self.stack.small_disk}
-                self.bag = [kind for kind, weight in kinds.items() for _ in range(weight)]
-                self.rng.shuffle(self.bag)
+                again = [kind for kind, weight in kinds.items() for _ in range(weight - 1)]
+                once = list(kinds)
+                self.rng.shuffle(again)
+                self.rng.shuffle(once)
+                self.bag = again + once  # popped from the end
             kind = self.bag.pop()
             self.count[kind] += 1
             await getattr(self, kind.replace("-", "_"))()
