@@ -216,6 +216,19 @@ async def test_messages_come_back_in_insertion_order(storage: Storage) -> None:
     assert (ids(page), page_total) == (["z", "b", "y"], 5)
 
 
+@pytest.mark.parametrize("count", [31, 32, 33, 100])
+async def test_a_whole_thread_comes_back_whole_and_in_order_short_or_long(storage: Storage, count: int) -> None:
+    """SQLite reads a thread of up to 32 messages on the caller's loop and a longer one on its thread: both
+    whole, in order, with the right total."""
+    await storage.create_thread("t1", "user-1")
+    made = [f"m{n:03d}" for n in range(count)]
+    await storage.save_messages([message(m, created_at=at(n)) for n, m in enumerate(made)])
+
+    messages, total = await storage.list_messages("t1")
+
+    assert (ids(messages), total) == (made, count)
+
+
 async def test_saving_a_message_to_a_missing_thread_raises_thread_not_found(storage: Storage) -> None:
     await storage.create_thread("t1", "user-1")
 

@@ -166,6 +166,19 @@ class SQLiteThreads(SQLiteConnection, ThreadStore):
         self, thread_id: str, *, offset: int = 0, limit: int | None = None
     ) -> tuple[list[StoredMessage], int]:
         rules.check_page(offset, limit)
+        if offset == 0 and limit is None:
+            # A short thread (a new run's first step reads its whole thread) is read inline, as a page is: the
+            # hand-off to the store's thread and back costs more than the read. A longer one is the thread's.
+            def short(conn: sqlite3.Connection) -> tuple[list[StoredMessage], int] | None:
+                rows = conn.execute(
+                    f"SELECT {rules.MESSAGE_COLUMNS} FROM messages WHERE thread_id = ?"
+                    " ORDER BY created_at, seq LIMIT ?",
+                    (thread_id, INLINE_ROWS + 1),
+                ).fetchall()
+                return ([rules.message(r) for r in rows], len(rows)) if len(rows) <= INLINE_ROWS else None
+
+            if (whole := await self._read_tx(short, inline=True)) is not None:
+                return whole
 
         def page(conn: sqlite3.Connection) -> tuple[list[StoredMessage], int]:
             total: int = conn.execute("SELECT count(*) FROM messages WHERE thread_id = ?", (thread_id,)).fetchone()[0]
