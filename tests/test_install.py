@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -121,3 +122,39 @@ async def test_the_wheel_adds_only_keel_and_runs_a_turn_beside_a_project_with_it
     finally:
         worker.terminate()
         await worker.wait()
+
+
+def _series(version: str) -> tuple[str, ...]:
+    """A release series whose versions keep one API: the major version, or for a 0.x the major and minor."""
+    parts = version.split(".")
+    return tuple(parts[:2]) if parts[0] == "0" else (parts[0],)
+
+
+def test_make_dev_installs_the_release_series_of_each_direct_dependency_the_tests_run(tmp_path: Path) -> None:
+    """`make dev` installs the `dev` extra, the tests the `test` one, whose packages can hold a shared dependency
+    back (LiteLLM holds mcp below 2): `make dev` took mcp 2.3, whose server lacks the decorators Keel's MCP
+    routes use (every route a 500), while the tests ran 1.30. pip's resolution of `.[dev]` must pick, for each of
+    Keel's own dependencies, the release series installed here."""
+    import tomllib
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    direct = {Requirement(r).name.lower() for r in project["dependencies"]}
+    direct |= {Requirement(r).name.lower() for r in project["optional-dependencies"]["dev"]} - {"keel"}
+    report = tmp_path / "report.json"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--ignore-installed", "--report",
+         str(report), f"{REPO}[dev]"],
+        check=True, capture_output=True, timeout=600,
+    )  # fmt: skip
+    resolved = {
+        i["metadata"]["name"].lower(): i["metadata"]["version"] for i in json.loads(report.read_text())["install"]
+    }
+    drifted = {
+        name: (resolved[name], metadata.version(name))
+        for name in direct & set(resolved)
+        if _series(resolved[name]) != _series(metadata.version(name))
+    }
+    assert not drifted, f"make dev would install (dev, tested): {drifted}: bound them in pyproject.toml"
