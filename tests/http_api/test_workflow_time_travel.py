@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -20,20 +21,23 @@ import httpx
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
-from temporalio.client import WorkflowHistory
+from temporalio.client import Client, WorkflowHistory
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Replayer
 
-from keel.client import workflow_time_travel, workflows
+from keel.client import KeelClient, NoWorker, workflow_time_travel, workflows
+from keel.client.api import create_api
+from keel.client.api.server import serving
 from keel.client.devserver import DevServer
 from keel.client.temporal_reset import describe_run, reset_to_task, task_completed_after
 from keel.client.workflow_time_travel import NOT_AGAIN
 from keel.client.workflows import Workflows
 from keel.plugin import KeelPlugin
 from keel.protocol import names
-from keel.storage import StepAnswer, StepRecord
+from keel.storage import StepAnswer, StepRecord, Storage
 from keel.workflows.contracts import TimeTravel, TimeTravelPoint, time_travel_key
 from keel.workflows.time_travel import RESET_ORIGIN_FAILED_PATCH, RESET_ORIGIN_RETRY
+from tests.conftest import free_port, worker_subprocess
 from tests.http_api.apps import app
 from tests.http_api.conftest import Api
 from tests.test_cli import Keel
@@ -530,3 +534,30 @@ async def test_the_step_run_again_is_told_it_is_a_first_attempt(api: Api, data_d
     assert out["status"] == "success"
     naps = (data_dir / "naps.log").read_text().splitlines()
     assert naps == ["start a attempt=1", "done a", "start a attempt=1", "done a"]
+
+
+async def test_time_travel_with_no_worker_is_no_worker_at_once_and_a_503(
+    client: Client, storage: Storage, task_queue: str, dev_server: DevServer, tmp_path: Path, data_dir: Path
+) -> None:
+    """Found from outside: with its worker gone, the HTTP time travel answered 500 ("no poller seen") after 29 s
+    and `keel workflows reset` printed a traceback; the docs promise a 503 when no worker polls."""
+    await storage.save_definition("ask", ASK)
+    keel = KeelClient(client, task_queue=task_queue, app=app)
+    with worker_subprocess(dev_server, task_queue, tmp_path, data_dir, app="tests.http_api.apps:app") as worker:
+        run_id = (await Workflows(storage, app, keel).start_and_settle("ask", {"what": "v1"})).run_id
+        worker.kill()  # kill -9: Temporal remembers its last poll for minutes
+        worker.wait()
+    began = time.monotonic()
+    with pytest.raises(NoWorker, match=f"No worker is polling task queue '{task_queue}'"):
+        await workflow_time_travel.time_travel(keel, storage, run_id, "human", resume_data={"answer": "x"})
+    assert time.monotonic() - began < 10
+    async with serving(create_api(app, keel, storage), "127.0.0.1", free_port()) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+            answer = await http.post(
+                "/api/workflows/ask/time-travel",
+                params={"runId": run_id},
+                json={"step": "human", "resumeData": {"answer": "x"}},
+            )
+    assert answer.status_code == 503, answer.text
+    assert answer.json()["error"].startswith(f"No worker is polling task queue '{task_queue}'")
+    assert (await keel.describe(run_id)).status == "suspended"  # nothing was reset
