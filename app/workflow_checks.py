@@ -182,6 +182,8 @@ def _semantic_errors(d: WorkflowDefinition, known: Known) -> Iterator[Definition
     # are inside run ids too: left to Temporal, a run would be refused with an RPC error, or a step's child start
     # would fail the run's workflow task for good.
     problem = workflow_id_problem("The id", d.id, room=DEFINITION_ID_ROOM) or attribute_problem("The id", d.id)
+    if problem is None and "/" in d.id:  # the HTTP routes take it as one path segment (`/api/workflows/:id`)
+        problem = "The id cannot hold '/': the HTTP routes (/api/workflows/:workflowId) could not address it"
     if problem is not None:
         yield DefinitionError("id", problem, d.id)
     for i, schedule in enumerate(d.schedules()):

@@ -205,6 +205,7 @@ MISTAKES: list[tuple[str, Any, str, str, Any]] = [
     ),
     ("empty graph", _set(["graph"], []), "graph", "at least 1 item", []),
     ("an id too long for run ids", _set(["id"], "w" * 700), "id", "Temporal takes at most 1000 bytes", "w" * 700),
+    ("an id no route can address", _set(["id"], "a/b?c"), "id", "cannot hold '/'", "a/b?c"),
     ("a step id too long for run ids", _set(["graph", 1, "id"], "s" * 129), "graph[1].id", "at most 128 bytes", None),
     (
         "a schedule id too long for run ids",
