@@ -13,7 +13,7 @@ import builtins
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -37,6 +37,10 @@ if TYPE_CHECKING:
 
 Listener = Callable[[dict[str, Any]], Any]
 WAIT_SECONDS = 30.0
+ASK_RUN_SECONDS = 5.0
+"""How long `settled()` gives a run to say which calls it waits on before taking the session's word."""
+CATCH_UP_SECONDS = 5.0
+"""How long `settled()` waits for the session to hear of calls decided on their run itself."""
 HEARD_SECONDS = 30.0
 """How long `send_message` and `settled` wait for this process's listeners to handle what the turn wrote."""
 
@@ -260,45 +264,64 @@ class Session:
         """Once the turn `run_id` (default: the latest) has ended, or waits on a person.
 
         A call decided on its run itself (the `temporal` CLI's `tool_approval` signal, say) reaches the session
-        by the run's signal a moment later: until then the session would answer that the turn waits on that
-        call. Each call it answers waiting is checked with its run (a query), and while one was decided there,
-        the session is asked again once it has heard."""
+        by the run's signal once the run has every decision of that step: until then the session answers that
+        the turn waits on it. When a run the session says waits on a person waits on none of the calls the
+        session lists for it (asked of the run, a query each), the session is asked again once it has heard, for
+        up to `CATCH_UP_SECONDS` each time; a run that still waits on one of them (the step's other call) is a
+        turn that waits on a person, answered at once."""
         deadline = time.monotonic() + SETTLED_WAIT.total_seconds()
         while True:
             result = await self._settle_once(run_id)
-            decided = await self._decided_on_their_runs(result)
-            if not decided:
-                break
-            while time.monotonic() < deadline and decided & {(p.run_id, p.tool_call_id) for p in result.pending}:
-                await asyncio.sleep(0.05)
-                result = await self.snapshot()
-            if time.monotonic() >= deadline:
+            stale = await self._runs_decided_elsewhere(result)
+            if not stale or not await self._until_heard(stale) or time.monotonic() >= deadline:
                 break
         await self._heard()
         return result
 
-    async def _decided_on_their_runs(self, snapshot: SessionSnapshot) -> set[tuple[str, str]]:
-        """The (run, call) pairs `snapshot` lists as waiting that their runs no longer wait on. A run that cannot
-        be asked (ended, no worker) counts as still waiting: the session's own answer stands."""
+    async def _runs_decided_elsewhere(self, snapshot: SessionSnapshot) -> set[str]:
+        """The runs `snapshot` says wait on a person that wait on none of the calls it lists for them. A run that
+        cannot be asked in `ASK_RUN_SECONDS` (ended, no worker, busy) counts as waiting: the session's answer
+        stands."""
+        runs = list(dict.fromkeys(p.run_id for p in snapshot.pending))
+        waiting = await asyncio.gather(*(self._waiting_on(r) for r in runs))
+        return {
+            run
+            for run, calls in zip(runs, waiting, strict=True)
+            if calls is not None and not any(p.tool_call_id in calls for p in snapshot.pending if p.run_id == run)
+        }
+
+    async def _waiting_on(self, run_id: str) -> set[str] | None:
+        """The calls the run waits on now (approvals and suspensions), or None when it cannot say."""
+        from keel.workflows.agent_run import AgentRun
         from keel.workflows.contracts import SuspendedToolCall
 
-        decided: set[tuple[str, str]] = set()
-        keel = self.controller.keel
-        for run_id in dict.fromkeys(p.run_id for p in snapshot.pending):
-            items = [p for p in snapshot.pending if p.run_id == run_id]
+        handle = self.controller.keel.temporal.get_workflow_handle_for(AgentRun.run, run_id)
+        timeout = timedelta(seconds=ASK_RUN_SECONDS)
+
+        async def ids(answer: Awaitable[list[Any]]) -> set[str] | None:
             try:
-                waiting = {c.tool_call_id for c in await keel.pending_tool_calls(run_id)}
-                if any(p.kind == "suspension" for p in items):
-                    suspended = await keel.temporal.get_workflow_handle(run_id).query(
-                        names.SUSPENDED_TOOL_CALLS_QUERY,
-                        result_type=list[SuspendedToolCall],
-                        rpc_timeout=timedelta(seconds=WAIT_SECONDS),
-                    )
-                    waiting |= {c.tool_call_id for c in suspended}
-            except (KeelClientError, RPCError, WorkflowQueryFailedError):
-                continue
-            decided |= {(run_id, p.tool_call_id) for p in items if p.tool_call_id not in waiting}
-        return decided
+                return {c.tool_call_id for c in await answer}
+            except (RPCError, WorkflowQueryFailedError):
+                return None
+
+        pending, suspended = await asyncio.gather(
+            ids(handle.query(AgentRun.pending_tool_calls, rpc_timeout=timeout)),
+            ids(
+                handle.query(names.SUSPENDED_TOOL_CALLS_QUERY, result_type=list[SuspendedToolCall], rpc_timeout=timeout)
+            ),
+        )
+        return None if pending is None or suspended is None else pending | suspended
+
+    async def _until_heard(self, runs: set[str]) -> bool:
+        """Wait (backing off) until the session lists no waiting call of `runs`: True, or False after
+        `CATCH_UP_SECONDS` (its signal lost, or the run reset: the session's answer stands)."""
+        delay, deadline = 0.02, time.monotonic() + CATCH_UP_SECONDS
+        while time.monotonic() < deadline:
+            await asyncio.sleep(delay)
+            if not any(p.run_id in runs for p in (await self.snapshot()).pending):
+                return True
+            delay = min(delay * 2, 0.5)
+        return False
 
     async def _settle_once(self, run_id: str | None) -> SessionSnapshot:
         from keel.workflows.session_contracts import SessionSnapshot, Settle

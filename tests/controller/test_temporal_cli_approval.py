@@ -65,3 +65,28 @@ async def test_a_cli_decline_is_the_sessions_decline(
     events = await collect(session.events(offset=0, display_state=False), "agent_end")
     [ended] = [e for e in events if e["type"] == "tool_end"]
     assert ended["denied"] is True
+
+
+async def test_settled_after_one_of_a_steps_two_calls_is_decided_on_the_run_answers_at_once(
+    ctl: AgentController, dev_server: DevServer
+) -> None:
+    """From review: the run tells the session of a step's decisions once it has all of them, so while its other
+    call waits the session still lists both; `settled()` waited for the session to drop the decided one (up to
+    an hour, a query every 50 ms) though the turn waits on a person."""
+    session = await ctl.create_session(user())
+    await session.send_message("tools save_note save_note")
+    async with asyncio.timeout(20):
+        while len((await session.snapshot()).pending) < 2:
+            await asyncio.sleep(0.05)
+    first, second = (await session.snapshot()).pending
+    await temporal(
+        dev_server, "workflow", "signal", "-w", first.run_id, "--name", "tool_approval",
+        "--input", json.dumps({"toolCallId": first.tool_call_id, "approved": True}),
+    )  # fmt: skip
+    async with asyncio.timeout(10):
+        waiting = await session.settled()
+    assert second.tool_call_id in {p.tool_call_id for p in waiting.pending}
+    await session.respond_to_tool_approval(second.tool_call_id, "approve")
+    async with asyncio.timeout(20):
+        final = await session.settled()
+    assert final.pending == [] and not final.running
