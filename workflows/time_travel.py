@@ -7,8 +7,11 @@ Keel runs refuses a post-reset signal), so the client stores the instruction bef
 answer of the run, `time_travel_key`) and the run reads it where it matters:
 
 - It sees each reset in its history: core gives the run a new random seed at the reset point (the seed
-  callback); a reset to the run's first workflow task gives none, so a later execution whose first step
-  starts live counts one there. Each reset seen passes a patch (`keel-time-travel-N`) that is recorded only
+  callback); a reset to the run's first workflow task gives none live (core sends its seed with the activation
+  that starts the run, before the callback is registered), so a later execution whose first step starts live
+  counts one there. A replay of the whole history does deliver those seeds, one per such reset (a run time
+  travelled twice to a step it began in that task has two): a first step started in that task counts them as
+  one too, as the run did live. Each reset seen passes a patch (`keel-time-travel-N`) that is recorded only
   when the run meets it live: so histories recorded before this module, and resets made before it, replay as
   they ran.
 - At its next step start it asks a local activity (`keel.reset_origin`) whether Keel's time travel made the
@@ -124,6 +127,8 @@ class TimeTravelling:
         self._done: list[_Done] = []
         self._gated_from: tuple[int, int] | None = None
         self._entry_index = -1
+        self._first_task = workflow.info().get_current_history_length()
+        """The workflow task the run's activation that starts it is in (its started event id)."""
         workflow.register_random_seed_callback(self._reset_seen)
 
     def _reset_seen(self, seed: int) -> None:
@@ -137,6 +142,10 @@ class TimeTravelling:
         if not self._first_start_seen:
             self._first_start_seen = True
             info = workflow.info()
+            if info.get_current_history_length() == self._first_task:
+                # Every seed seen so far is a reset's to the run's first workflow task: live, their seeds came
+                # with the run's start and none reached the callback; replayed, each does. Count one, as live.
+                self._resets_seen = min(self._resets_seen, 1)
             if self._resets_seen == 0 and info.run_id != info.first_execution_run_id:
                 self._resets_seen = 1  # a reset to the first workflow task, or the replay of a later one's start
         seen = self._resets_seen

@@ -37,7 +37,7 @@ from keel.protocol import names
 from keel.storage import StepAnswer, StepRecord, Storage
 from keel.workflows.contracts import TimeTravel, TimeTravelPoint, time_travel_key
 from keel.workflows.time_travel import RESET_ORIGIN_FAILED_PATCH, RESET_ORIGIN_RETRY
-from tests.conftest import free_port, worker_subprocess
+from tests.conftest import free_port, running_worker, worker_subprocess
 from tests.http_api.apps import app
 from tests.http_api.conftest import Api
 from tests.test_cli import Keel
@@ -561,3 +561,37 @@ async def test_time_travel_with_no_worker_is_no_worker_at_once_and_a_503(
     assert answer.status_code == 503, answer.text
     assert answer.json()["error"].startswith(f"No worker is polling task queue '{task_queue}'")
     assert (await keel.describe(run_id)).status == "suspended"  # nothing was reset
+
+
+async def test_a_run_time_travelled_twice_to_a_step_of_its_first_task_still_answers_where_its_steps_began(
+    client: Client, storage: Storage, task_queue: str
+) -> None:
+    """`ask` runs `q` and `human` in its first workflow task: each time travel to `human` resets the run to that
+    task. The execution after the second one sees two resets there when it replays (queries included), and must
+    count them as it did live: its `state` and `time_travel_point` queries answer, and it is time travelled
+    again (the CLI's `keel workflows reset RUN --to-step out` said "Nondeterminism error: ... keel-time-travel-1")."""
+    await storage.save_definition("ask", ASK)
+    async with running_worker(client, app, storage, task_queue) as keel:
+        workflows = Workflows(storage, app, keel)
+        run_id = (await workflows.start_and_settle("ask", {"what": "v1"}, run_id="tt-4")).run_id
+        await workflows.resume(run_id, "human", {"answer": "a"})
+        handle = keel.temporal.get_workflow_handle(run_id)
+        assert await handle.result() == {"answer": "a"}
+        for answer in ("b", "c"):
+            await workflow_time_travel.time_travel(keel, storage, run_id, "human", resume_data={"answer": answer})
+            async with asyncio.timeout(30):
+                assert await keel.temporal.get_workflow_handle(run_id).result() == {"answer": answer}
+        state = await workflows.state(run_id)
+        assert state.status == "success" and set(state.steps) == {"q", "human", "out"}
+
+        await workflow_time_travel.time_travel(keel, storage, run_id, "out")
+        async with asyncio.timeout(30):
+            assert await keel.temporal.get_workflow_handle(run_id).result() == {"answer": "c"}
+        await workflow_time_travel.time_travel(keel, storage, run_id, "q")  # `human` asks again
+        settled = await workflows.settle(run_id, timeout=30)
+        assert settled.state.status == "suspended" and settled.state.steps["human"].status == "suspended"
+        executions = [e async for e in keel.temporal.list_workflows(f"WorkflowId='{run_id}'")]
+        assert len(executions) == 5
+        for execution in executions:
+            history = await keel.temporal.get_workflow_handle(run_id, run_id=execution.run_id).fetch_history()
+            await replays(history, execution.run_id)
