@@ -410,7 +410,7 @@ class KeelClient:
         try:
             return await handle.query(AgentRun.pending_tool_calls, rpc_timeout=timedelta(seconds=WORKER_ANSWER_SECONDS))
         except RPCError as err:
-            raise await self._worker_error(run_id, err) from None
+            raise await self.worker_error(run_id, err) from None
 
     async def settle(self, run_id: str) -> RunSettled:
         """Wait until the run waits on a person or has ended, and say which: `pending` calls to approve or
@@ -520,7 +520,7 @@ class KeelClient:
         except WorkflowUpdateRPCTimeoutOrCancelledError:
             raise await self._no_answer(run_id, signal_hint=signal_hint) from None
         except RPCError as err:
-            raise await self._worker_error(run_id, err, signal_hint=signal_hint) from None
+            raise await self.worker_error(run_id, err, signal_hint=signal_hint) from None
 
     async def signal_approval(
         self,
@@ -773,7 +773,7 @@ class KeelClient:
                 raise KeelClientError(f"Unknown status {status!r} (use one of: {', '.join(_STATUS_QUERIES)})") from None
         return " AND ".join(clauses)
 
-    async def _worker_error(self, run_id: str, err: RPCError, *, signal_hint: str | None = None) -> KeelClientError:
+    async def worker_error(self, run_id: str, err: RPCError, *, signal_hint: str | None = None) -> KeelClientError:
         """A query's or update's failure; a timeout means no worker answered: say whether any polls at all."""
         if err.status not in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED):
             return self._rpc_error(run_id, err)

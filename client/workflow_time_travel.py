@@ -44,7 +44,7 @@ from temporalio.api.enums.v1 import EventType, ResetReapplyExcludeType
 from temporalio.client import WorkflowExecutionStatus, WorkflowQueryFailedError
 from temporalio.service import RPCError
 
-from keel.client.errors import KeelClientError, RunNotFound
+from keel.client.errors import KeelClientError, NoWorker, RunNotFound
 from keel.client.temporal_reset import (
     ResetRefused,
     describe_run,
@@ -167,7 +167,7 @@ async def time_travel(
         _check_input(entry, step, input_data, tools)
 
     execution = keel.temporal.get_workflow_handle(run_id, run_id=desc.run_id)
-    point = await _point(keel, execution, run_id, step)
+    point = await _point(keel, execution, run_id, step, desc.task_queue or keel.task_queue)
     history = await execution.fetch_history()
     reset_event = task_completed_after(history.events, point.history_length)
     if reset_event is None:
@@ -259,21 +259,21 @@ def _check_input(entry: GraphEntry, step: str, input_data: Any, tools: Mapping[s
             raise ResetRefused(f"Invalid inputData: {describe_validation_error(err)}") from None
 
 
-async def _point(keel: KeelClient, execution: Any, run_id: str, step: str) -> TimeTravelPoint:
+async def _point(keel: KeelClient, execution: Any, run_id: str, step: str, queue: str) -> TimeTravelPoint:
     """Where `step` began, asked of the run (a query: a worker answers it). No worker polling the run's queue is
     `NoWorker` at once (a 503), not the server's "no poller" 30 s later (it was a 500 and a traceback)."""
     from keel.client.keel_client import WORKER_ANSWER_SECONDS
 
-    if not await keel.workers(await keel.run_task_queue(run_id)):
-        raise await keel.no_answer(run_id)
+    if not await keel.workers(queue):
+        raise NoWorker(queue)
     try:
         raw = await execution.query(
             names.TIME_TRAVEL_POINT_QUERY, step, rpc_timeout=timedelta(seconds=WORKER_ANSWER_SECONDS)
         )
     except WorkflowQueryFailedError as err:
         raise KeelClientError(f"Run {run_id!r} cannot say where step {step!r} began: {err}") from None
-    except RPCError:  # none of the workers seen answered in time
-        raise await keel.no_answer(run_id) from None
+    except RPCError as err:  # a timeout: none of the workers seen answered in time
+        raise await keel.worker_error(run_id, err) from None
     if raw is None:
         raise ResetRefused(f"Cannot time travel run {run_id!r} to step {step!r}: the run never reached it")
     return TimeTravelPoint.model_validate(raw)
