@@ -170,12 +170,17 @@ class SQLiteThreads(SQLiteConnection, ThreadStore):
             # A short thread (a new run's first step reads its whole thread) is read inline, as a page is: the
             # hand-off to the store's thread and back costs more than the read. A longer one is the thread's.
             def short(conn: sqlite3.Connection) -> tuple[list[StoredMessage], int] | None:
+                longer = conn.execute(  # the index alone: no message's content is read to find out
+                    "SELECT 1 FROM messages WHERE thread_id = ? ORDER BY created_at, seq LIMIT 1 OFFSET ?",
+                    (thread_id, INLINE_ROWS),
+                ).fetchone()
+                if longer is not None:
+                    return None
                 rows = conn.execute(
-                    f"SELECT {rules.MESSAGE_COLUMNS} FROM messages WHERE thread_id = ?"
-                    " ORDER BY created_at, seq LIMIT ?",
-                    (thread_id, INLINE_ROWS + 1),
+                    f"SELECT {rules.MESSAGE_COLUMNS} FROM messages WHERE thread_id = ? ORDER BY created_at, seq",
+                    (thread_id,),
                 ).fetchall()
-                return ([rules.message(r) for r in rows], len(rows)) if len(rows) <= INLINE_ROWS else None
+                return [rules.message(r) for r in rows], len(rows)
 
             if (whole := await self._read_tx(short, inline=True)) is not None:
                 return whole
