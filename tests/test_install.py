@@ -12,6 +12,8 @@ import uuid
 import zipfile
 from pathlib import Path
 
+import pytest
+
 from keel.client.devserver import DevServer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -130,31 +132,35 @@ def _series(version: str) -> tuple[str, ...]:
     return tuple(parts[:2]) if parts[0] == "0" else (parts[0],)
 
 
+def _resolution(extra: str, tmp_path: Path) -> dict[str, str]:
+    """What pip would install for `.[extra]` in an empty environment: canonical name -> version."""
+    from packaging.utils import canonicalize_name
+
+    report = tmp_path / f"{extra}.json"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--ignore-installed", "--report",
+         str(report), f"{REPO}[{extra}]"],
+        check=True, capture_output=True, timeout=540,
+    )  # fmt: skip
+    installs = json.loads(report.read_text())["install"]
+    return {canonicalize_name(i["metadata"]["name"]): i["metadata"]["version"] for i in installs}
+
+
+@pytest.mark.timeout(600)
 def test_make_dev_installs_the_release_series_of_each_direct_dependency_the_tests_run(tmp_path: Path) -> None:
     """`make dev` installs the `dev` extra, the tests the `test` one, whose packages can hold a shared dependency
     back (LiteLLM holds mcp below 2): `make dev` took mcp 2.3, whose server lacks the decorators Keel's MCP
-    routes use (every route a 500), while the tests ran 1.30. pip's resolution of `.[dev]` must pick, for each of
-    Keel's own dependencies, the release series installed here."""
+    routes use (every route a 500), while the tests ran 1.30. pip's resolutions of `.[dev]` and `.[test]` must
+    pick, for each of Keel's own dependencies, the same release series."""
     import tomllib
-    from importlib import metadata
 
     from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
 
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    direct = {Requirement(r).name.lower() for r in project["dependencies"]}
-    direct |= {Requirement(r).name.lower() for r in project["optional-dependencies"]["dev"]} - {"keel"}
-    report = tmp_path / "report.json"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--ignore-installed", "--report",
-         str(report), f"{REPO}[dev]"],
-        check=True, capture_output=True, timeout=600,
-    )  # fmt: skip
-    resolved = {
-        i["metadata"]["name"].lower(): i["metadata"]["version"] for i in json.loads(report.read_text())["install"]
-    }
-    drifted = {
-        name: (resolved[name], metadata.version(name))
-        for name in direct & set(resolved)
-        if _series(resolved[name]) != _series(metadata.version(name))
-    }
+    direct = {canonicalize_name(Requirement(r).name) for r in project["dependencies"]}
+    direct |= {canonicalize_name(Requirement(r).name) for r in project["optional-dependencies"]["dev"]} - {"keel"}
+    dev, test = _resolution("dev", tmp_path), _resolution("test", tmp_path)
+    assert direct <= set(dev) | {"keel"}, direct - set(dev)
+    drifted = {name: (dev[name], test[name]) for name in direct & set(dev) if _series(dev[name]) != _series(test[name])}
     assert not drifted, f"make dev would install (dev, tested): {drifted}: bound them in pyproject.toml"
