@@ -4,6 +4,7 @@ the app), above both `keel.client` and the worker, so the client package never i
 from __future__ import annotations
 
 import argparse
+import contextlib
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
@@ -172,8 +173,9 @@ async def _cmd_dev(args: argparse.Namespace) -> int:
                 origin = "taken over (a killed keel dev left it running)"
             print(f"Temporal {origin} at {server.cfg.address}; UI {server.cfg.ui_url}", flush=True)
             print(f"worker on task queue {keel.task_queue!r}; agents: {', '.join(app.agents)}", flush=True)
-            if foreign := await keel.runs_of_other_agents():
-                print(other_agents_warning(foreign, keel.task_queue), flush=True)
+            with contextlib.suppress(Exception):  # a warning: visibility's answer never holds the stack up
+                if foreign := await keel.runs_of_other_agents():
+                    print(other_agents_warning(foreign, keel.task_queue), flush=True)
             print(api_banner(url), flush=True)
             await until_interrupted("Ctrl-C stops everything")
         return 0

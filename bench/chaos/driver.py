@@ -617,7 +617,7 @@ class Faults:
                 return
             if not self.bag:  # every kind by its weight, in a seeded order, each kind once first: a short run
                 # (or a slow machine's, whose faults take longer) still has each kind
-                kinds = {k: w for k, w in FAULTS.items() if k != "disk-full" or self.stack.small_disk}
+                kinds = {k: w for k, w in FAULTS.items() if w > 0 and (k != "disk-full" or self.stack.small_disk)}
                 again = [kind for kind, weight in kinds.items() for _ in range(weight - 1)]
                 once = list(kinds)
                 self.rng.shuffle(again)
