@@ -74,11 +74,9 @@ class CallIdInUse(KeelClientError):
 class RunIdInUse(KeelClientError):
     """A run id already used: run ids are never reused (each names one run's events, messages and history)."""
 
-    def __init__(self, run_id: str) -> None:
-        super().__init__(
-            f"Run id {run_id!r} is already used by another run: start with a new id (pass thread_id to continue "
-            "that run's conversation)"
-        )
+    def __init__(self, run_id: str, *, hint: str | None = "pass thread_id to continue that run's conversation") -> None:
+        said = f" ({hint})" if hint else ""
+        super().__init__(f"Run id {run_id!r} is already used by another run: start with a new id{said}")
         self.run_id = run_id
 
 

@@ -174,7 +174,7 @@ class Workflows:
                     self.keel.temporal, names.SETTLED_UPDATE, start=start, result_type=WorkflowRunState
                 )
         except WorkflowAlreadyStartedError:  # a run id names one run: a start again under it is refused
-            raise RunIdInUse(run_id) from None
+            raise RunIdInUse(run_id, hint=None) from None  # a workflow run has no conversation to continue
         except WorkflowUpdateFailedError:  # it ended before answering: its outcome from Temporal
             return await self.settle(run_id)
         except RPCError as err:  # it started, and ended at once (bad input): its outcome from Temporal

@@ -25,7 +25,7 @@ from temporalio.client import Client, WorkflowHistory
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Replayer
 
-from keel.client import KeelClient, NoWorker, workflow_time_travel, workflows
+from keel.client import KeelClient, NoWorker, RunIdInUse, workflow_time_travel, workflows
 from keel.client.api import create_api
 from keel.client.api.server import serving
 from keel.client.devserver import DevServer
@@ -595,3 +595,17 @@ async def test_a_run_time_travelled_twice_to_a_step_of_its_first_task_still_answ
         for execution in executions:
             history = await keel.temporal.get_workflow_handle(run_id, run_id=execution.run_id).fetch_history()
             await replays(history, execution.run_id)
+
+
+async def test_a_workflow_run_id_in_use_is_refused_without_the_agents_thread_hint(
+    client: Client, storage: Storage, task_queue: str
+) -> None:
+    """Found from outside: a stored workflow's start under an open run's id said "pass thread_id to continue that
+    run's conversation", which a workflow run does not have."""
+    await storage.save_definition("ask", ASK)
+    async with running_worker(client, app, storage, task_queue) as keel:
+        workflows = Workflows(storage, app, keel)
+        run_id = (await workflows.start_and_settle("ask", {"what": "v1"}, run_id=f"dup-{task_queue}")).run_id
+        with pytest.raises(RunIdInUse) as refused:
+            await workflows.start_and_settle("ask", {"what": "v2"}, run_id=run_id)
+    assert str(refused.value) == f"Run id {run_id!r} is already used by another run: start with a new id"
