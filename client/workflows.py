@@ -292,7 +292,10 @@ class Workflows:
 
     async def resume(self, run_id: str, step: str, resume_data: Any) -> None:
         """Resume a suspended step (the `resume_step` update): `ResumeRefused` says why a resume is refused,
-        `NoWorker` that no worker took it within `WORKER_ANSWER_SECONDS` (none serves the run's task queue)."""
+        `NoWorker` that no worker took it within `WORKER_ANSWER_SECONDS` (none serves the run's task queue), or at
+        once when none polls it: Temporal keeps an update no worker took, and applies it when one comes, after
+        its caller was told it failed."""
+        await self.keel.require_worker(await self.keel.run_task_queue(run_id))
         try:
             # Bounded as a whole (an `rpc_timeout` bounds each of the SDK's requests: about twice as long).
             async with asyncio.timeout(keel_client.WORKER_ANSWER_SECONDS) as waited:

@@ -609,3 +609,26 @@ async def test_a_workflow_run_id_in_use_is_refused_without_the_agents_thread_hin
         with pytest.raises(RunIdInUse) as refused:
             await workflows.start_and_settle("ask", {"what": "v2"}, run_id=run_id)
     assert str(refused.value) == f"Run id {run_id!r} is already used by another run: start with a new id"
+
+
+async def test_a_resume_with_no_worker_is_refused_at_once_and_never_applied_later(
+    client: Client, storage: Storage, task_queue: str, dev_server: DevServer, tmp_path: Path, data_dir: Path
+) -> None:
+    """Found from outside: with no worker, a resume waited 30 s and answered 503, yet Temporal kept the update
+    and the run took that resume data once a worker came back."""
+    await storage.save_definition("ask", ASK)
+    keel = KeelClient(client, task_queue=task_queue, app=app)
+    workflows = Workflows(storage, app, keel)
+    with worker_subprocess(dev_server, task_queue, tmp_path, data_dir, app="tests.http_api.apps:app") as worker:
+        run_id = (await workflows.start_and_settle("ask", {"what": "v1"})).run_id
+        worker.kill()
+        worker.wait()
+    began = time.monotonic()
+    with pytest.raises(NoWorker, match=f"No worker is polling task queue '{task_queue}'"):
+        await workflows.resume(run_id, "human", {"answer": "too early"})
+    assert time.monotonic() - began < 10
+    async with running_worker(client, app, storage, task_queue):
+        settled = await workflows.settle(run_id, timeout=30)
+        assert settled.state.status == "suspended"  # the refused resume was not applied
+        await workflows.resume(run_id, "human", {"answer": "now"})
+        assert await client.get_workflow_handle(run_id).result() == {"answer": "now"}
