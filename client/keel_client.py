@@ -774,8 +774,10 @@ class KeelClient:
         return " AND ".join(clauses)
 
     async def worker_error(self, run_id: str, err: RPCError, *, signal_hint: str | None = None) -> KeelClientError:
-        """A query's or update's failure; a timeout means no worker answered: say whether any polls at all."""
-        if err.status not in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED):
+        """A query's or update's failure; a timeout (or the server's "no poller seen") means no worker answered:
+        say whether any polls at all."""
+        no_poller = err.status == RPCStatusCode.FAILED_PRECONDITION and "no poller seen" in err.message
+        if err.status not in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED) and not no_poller:
             return self._rpc_error(run_id, err)
         return await self._no_answer(run_id, signal_hint=signal_hint)
 

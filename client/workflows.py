@@ -8,7 +8,7 @@ import inspect
 import typing
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pydantic import BaseModel, TypeAdapter
@@ -224,8 +224,12 @@ class Workflows:
         what Temporal knows: its status and error."""
         handle = self._handle(run_id)
         try:
-            state: WorkflowRunState = await handle.query("state", result_type=WorkflowRunState)
+            state: WorkflowRunState = await handle.query(
+                "state", result_type=WorkflowRunState, rpc_timeout=timedelta(seconds=keel_client.WORKER_ANSWER_SECONDS)
+            )
             return state
+        except RPCError as err:  # no worker answered: say so (it read "The Temporal server did not answer")
+            raise await self.keel.worker_error(run_id, err) from None
         except WorkflowQueryFailedError:
             described = await handle.describe()
             if described.status == WorkflowExecutionStatus.RUNNING:

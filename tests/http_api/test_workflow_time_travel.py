@@ -632,3 +632,19 @@ async def test_a_resume_with_no_worker_is_refused_at_once_and_never_applied_late
         assert settled.state.status == "suspended"  # the refused resume was not applied
         await workflows.resume(run_id, "human", {"answer": "now"})
         assert await client.get_workflow_handle(run_id).result() == {"answer": "now"}
+
+
+async def test_a_runs_state_no_worker_answers_says_no_worker_not_that_the_server_did_not(
+    client: Client, storage: Storage, task_queue: str, dev_server: DevServer, tmp_path: Path, data_dir: Path
+) -> None:
+    """Found from outside: `GET /api/workflows/:id/runs/:runId` with the run's worker gone answered 503 "The
+    Temporal server did not answer: Timeout expired": the server answered; no worker did."""
+    await storage.save_definition("ask", ASK)
+    keel = KeelClient(client, task_queue=task_queue, app=app)
+    workflows = Workflows(storage, app, keel)
+    with worker_subprocess(dev_server, task_queue, tmp_path, data_dir, app="tests.http_api.apps:app") as worker:
+        run_id = (await workflows.start_and_settle("ask", {"what": "v1"})).run_id
+        worker.kill()
+        worker.wait()
+    with pytest.raises(NoWorker, match=f"No worker is polling task queue '{task_queue}'"):
+        await workflows.state(run_id)
