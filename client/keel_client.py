@@ -776,8 +776,7 @@ class KeelClient:
     async def worker_error(self, run_id: str, err: RPCError, *, signal_hint: str | None = None) -> KeelClientError:
         """A query's or update's failure; a timeout (or the server's "no poller seen") means no worker answered:
         say whether any polls at all."""
-        no_poller = err.status == RPCStatusCode.FAILED_PRECONDITION and "no poller seen" in err.message
-        if err.status not in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED) and not no_poller:
+        if not no_worker_answered(err):
             return self._rpc_error(run_id, err)
         return await self._no_answer(run_id, signal_hint=signal_hint)
 
@@ -802,6 +801,14 @@ class KeelClient:
         if err.status == RPCStatusCode.FAILED_PRECONDITION and closed:
             return RunClosed(run_id)
         return KeelClientError(f"Temporal error for run {run_id!r}: {err.message}")
+
+
+def no_worker_answered(err: RPCError) -> bool:
+    """Whether a query's or update's failure means no worker answered it: a timeout, or the server's "no poller
+    seen" (none polled the run's task queue recently)."""
+    if err.status == RPCStatusCode.FAILED_PRECONDITION:
+        return "no poller seen" in err.message
+    return err.status in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED)
 
 
 def _run_failed(run_id: str, err: WorkflowFailureError) -> RunFailed:

@@ -229,7 +229,9 @@ class Workflows:
             )
             return state
         except RPCError as err:  # no worker answered: say so (it read "The Temporal server did not answer")
-            raise await self.keel.worker_error(run_id, err) from None
+            if not keel_client.no_worker_answered(err):
+                raise  # the server away, say: the caller's outage handling
+            raise await self.keel.no_answer(run_id) from None
         except WorkflowQueryFailedError:
             described = await handle.describe()
             if described.status == WorkflowExecutionStatus.RUNNING:
