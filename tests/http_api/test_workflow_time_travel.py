@@ -536,17 +536,27 @@ async def test_the_step_run_again_is_told_it_is_a_first_attempt(api: Api, data_d
     assert naps == ["start a attempt=1", "done a", "start a attempt=1", "done a"]
 
 
+async def asked_then_worker_killed(
+    keel: KeelClient, storage: Storage, dev_server: DevServer, tmp_path: Path, data_dir: Path
+) -> str:
+    """A run of `ask` suspended at `human` by a worker process, then that worker killed with SIGKILL: no worker
+    polls the run's queue (Temporal still remembers the dead one's last poll for minutes). The run's id."""
+    await storage.save_definition("ask", ASK)
+    app_ref = "tests.http_api.apps:app"
+    with worker_subprocess(dev_server, keel.task_queue, tmp_path, data_dir, app=app_ref) as worker:
+        run_id = (await Workflows(storage, app, keel).start_and_settle("ask", {"what": "v1"})).run_id
+        worker.kill()
+        worker.wait()
+    return run_id
+
+
 async def test_time_travel_with_no_worker_is_no_worker_at_once_and_a_503(
     client: Client, storage: Storage, task_queue: str, dev_server: DevServer, tmp_path: Path, data_dir: Path
 ) -> None:
     """Found from outside: with its worker gone, the HTTP time travel answered 500 ("no poller seen") after 29 s
     and `keel workflows reset` printed a traceback; the docs promise a 503 when no worker polls."""
-    await storage.save_definition("ask", ASK)
     keel = KeelClient(client, task_queue=task_queue, app=app)
-    with worker_subprocess(dev_server, task_queue, tmp_path, data_dir, app="tests.http_api.apps:app") as worker:
-        run_id = (await Workflows(storage, app, keel).start_and_settle("ask", {"what": "v1"})).run_id
-        worker.kill()  # kill -9: Temporal remembers its last poll for minutes
-        worker.wait()
+    run_id = await asked_then_worker_killed(keel, storage, dev_server, tmp_path, data_dir)
     began = time.monotonic()
     with pytest.raises(NoWorker, match=f"No worker is polling task queue '{task_queue}'"):
         await workflow_time_travel.time_travel(keel, storage, run_id, "human", resume_data={"answer": "x"})
@@ -616,13 +626,9 @@ async def test_a_resume_with_no_worker_is_refused_at_once_and_never_applied_late
 ) -> None:
     """Found from outside: with no worker, a resume waited 30 s and answered 503, yet Temporal kept the update
     and the run took that resume data once a worker came back."""
-    await storage.save_definition("ask", ASK)
     keel = KeelClient(client, task_queue=task_queue, app=app)
     workflows = Workflows(storage, app, keel)
-    with worker_subprocess(dev_server, task_queue, tmp_path, data_dir, app="tests.http_api.apps:app") as worker:
-        run_id = (await workflows.start_and_settle("ask", {"what": "v1"})).run_id
-        worker.kill()
-        worker.wait()
+    run_id = await asked_then_worker_killed(keel, storage, dev_server, tmp_path, data_dir)
     began = time.monotonic()
     with pytest.raises(NoWorker, match=f"No worker is polling task queue '{task_queue}'"):
         await workflows.resume(run_id, "human", {"answer": "too early"})
@@ -639,12 +645,8 @@ async def test_a_runs_state_no_worker_answers_says_no_worker_not_that_the_server
 ) -> None:
     """Found from outside: `GET /api/workflows/:id/runs/:runId` with the run's worker gone answered 503 "The
     Temporal server did not answer: Timeout expired": the server answered; no worker did."""
-    await storage.save_definition("ask", ASK)
     keel = KeelClient(client, task_queue=task_queue, app=app)
     workflows = Workflows(storage, app, keel)
-    with worker_subprocess(dev_server, task_queue, tmp_path, data_dir, app="tests.http_api.apps:app") as worker:
-        run_id = (await workflows.start_and_settle("ask", {"what": "v1"})).run_id
-        worker.kill()
-        worker.wait()
+    run_id = await asked_then_worker_killed(keel, storage, dev_server, tmp_path, data_dir)
     with pytest.raises(NoWorker, match=f"No worker is polling task queue '{task_queue}'"):
         await workflows.state(run_id)
