@@ -21,7 +21,7 @@ import json
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import SearchAttributePair
+from temporalio.common import RawValue, SearchAttributePair
 from temporalio.exceptions import ApplicationError
 
 from keel.protocol import names
@@ -164,13 +164,26 @@ class Resumable:
         return list(self._rejected)
 
     @workflow.signal(name=names.RESUME_SIGNAL)
-    def resume(self, resume: ResumeStep) -> None:
+    def resume(self, raw: RawValue) -> None:
+        # Decoded here, so a payload that is not `{step, resumeData}` (a `temporal workflow signal --input` of
+        # anything else) is recorded with the others instead of only logged and dropped by the SDK.
+        try:
+            resume = workflow.payload_converter().from_payload(raw.payload, ResumeStep)
+        except Exception as err:
+            self._reject(f"malformed resume payload: {err} (expected a JSON object {{step, resumeData}})")
+            return
+        if not isinstance(resume, ResumeStep):
+            self._reject("malformed resume payload: expected a JSON object {step, resumeData}")
+            return
         problem = self._resume_problem(resume)
         if problem is not None:
-            self._rejected = [*self._rejected[-(MAX_REJECTED_SIGNALS - 1) :], problem]
-            workflow.logger.warning("resume signal ignored: %s", problem)
+            self._reject(problem)
             return
         self._deliver(resume)
+
+    def _reject(self, problem: str) -> None:
+        self._rejected = [*self._rejected[-(MAX_REJECTED_SIGNALS - 1) :], problem]
+        workflow.logger.warning("resume signal ignored: %s", problem)
 
     @workflow.update(name=names.RESUME_STEP_UPDATE)
     def resume_step(self, resume: ResumeStep) -> dict[str, Any]:
