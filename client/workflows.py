@@ -25,7 +25,12 @@ from temporalio.client import (
     WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
 )
-from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
+from temporalio.common import (
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
@@ -147,9 +152,12 @@ class Workflows:
         """Start a run; its input is the inputData alone (as `temporal workflow start --input` gives it), the
         request context rides in its memo, the resource id in `KeelResourceId` (for listings). Its id."""
         options = await self._start_options(workflow_id, run_id, resource_id, request_context)
-        await self.keel.temporal.start_workflow(
-            workflow_id, input_data, request_eager_start=self.keel.eager_start, **options
-        )
+        try:
+            await self.keel.temporal.start_workflow(
+                workflow_id, input_data, request_eager_start=self.keel.eager_start, **options
+            )
+        except WorkflowAlreadyStartedError:  # a run id names one run, open or closed
+            raise RunIdInUse(str(options["id"]), hint=None) from None
         return str(options["id"])
 
     async def start_and_settle(
@@ -217,6 +225,9 @@ class Workflows:
             "task_queue": self.keel.task_queue,
             "memo": memo or None,
             "search_attributes": attributes,
+            # A run id names one run: a start under the id of one that has ended is refused too (by default
+            # Temporal would start a second execution, which would then answer for the run).
+            "id_reuse_policy": WorkflowIDReusePolicy.REJECT_DUPLICATE,
         }
 
     async def state(self, run_id: str) -> WorkflowRunState:

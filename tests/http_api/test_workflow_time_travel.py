@@ -621,6 +621,28 @@ async def test_a_workflow_run_id_in_use_is_refused_without_the_agents_thread_hin
     assert str(refused.value) == f"Run id {run_id!r} is already used by another run: start with a new id"
 
 
+async def test_a_closed_workflow_runs_id_is_refused_too_by_either_start(
+    client: Client, storage: Storage, task_queue: str
+) -> None:
+    """Found from outside: a start under the id of a run that had ended made a second execution of it, which then
+    answered for the run (its result, and a second row in its listing)."""
+    await storage.save_definition("ask", ASK)
+    async with running_worker(client, app, storage, task_queue) as keel:
+        workflows = Workflows(storage, app, keel)
+        run_id = (await workflows.start_and_settle("ask", {"what": "v1"}, run_id=f"closed-{task_queue}")).run_id
+        with pytest.raises(RunIdInUse):  # open: the async start refuses it as the waited one does
+            await workflows.start("ask", {"what": "v2"}, run_id=run_id)
+        await workflows.resume(run_id, "human", {"answer": "yes"})
+        assert (await workflows.settle(run_id, timeout=30)).state.status == "success"
+        with pytest.raises(RunIdInUse):
+            await workflows.start_and_settle("ask", {"what": "v3"}, run_id=run_id)
+        with pytest.raises(RunIdInUse):
+            await workflows.start("ask", {"what": "v4"}, run_id=run_id)
+        executions = [e async for e in keel.temporal.list_workflows(f"WorkflowId='{run_id}'")]
+        assert len(executions) == 1
+        assert (await workflows.settle(run_id)).state.steps["human"].output == {"answer": "yes"}
+
+
 async def test_a_resume_with_no_worker_is_refused_at_once_and_never_applied_later(
     client: Client, storage: Storage, task_queue: str, dev_server: DevServer, tmp_path: Path, data_dir: Path
 ) -> None:
