@@ -32,6 +32,7 @@ from keel.protocol.workflow_definition import (
     Existence,
     ForeachEntry,
     GraphEntry,
+    InitDataSource,
     LoopEntry,
     MappingEntry,
     Membership,
@@ -39,6 +40,7 @@ from keel.protocol.workflow_definition import (
     Not,
     PathOperand,
     Predicate,
+    RequestContextSource,
     SleepEntry,
     SleepUntilEntry,
     StepSource,
@@ -54,6 +56,10 @@ MAX_GRAPH_ENTRIES = 500
 MAX_NESTING = 10
 """Nested workflow references, at most this deep."""
 TEMPLATE_ROOTS = ("initData", "inputData", "stepResults", "state", "requestContext")
+MAPPING_PATH = re.compile(r"[^.\[\]$]+(?:\.[^.\[\]$]+)*")
+"""A mapping source's path, as Mastra's checks take it: plain dotted segments (`a.b.0`; "" or "." the whole
+value), no JSONPath `$`, no brackets, no empty segment."""
+HANDLEBARS_PLACEHOLDER = re.compile(r"\{\{\s*[\w$][\w.$-]*\s*\}\}")
 _ENTRY: TypeAdapter[Any] = TypeAdapter(GraphEntry)
 
 
@@ -370,14 +376,32 @@ def _cycle(
 def _mapping_errors(at: str, entry: MappingEntry, seen: Mapping[str, str]) -> Iterator[DefinitionError]:
     for key, source in entry.sources().items():
         where = f"{at}.mapConfig.{key}"
+        if isinstance(source, StepSource | InitDataSource | RequestContextSource):
+            field, path = (
+                ("requestContextPath", source.request_context_path)
+                if isinstance(source, RequestContextSource)
+                else ("path", source.path)
+            )
+            if path not in ("", ".") and not MAPPING_PATH.fullmatch(path):
+                problem = "a mapping path is plain dotted segments (a.b.0): no $, no brackets, no empty segment"
+                yield DefinitionError(f"{where}.{field}", problem, path)
         if isinstance(source, StepSource):
             for step_id in [source.step] if isinstance(source.step, str) else source.step:
                 if step_id not in seen:
                     yield DefinitionError(f"{where}.step", _unknown_step(seen), step_id)
         elif isinstance(source, TemplateSource):
+            if HANDLEBARS_PLACEHOLDER.search(source.template):
+                problem = "templates use ${...} placeholders, not {{...}} (which would be emitted as they are)"
+                yield DefinitionError(f"{where}.template", problem, source.template)
             for placeholder in TEMPLATE_PLACEHOLDER.findall(source.template):
-                parts = placeholder.strip().split(".")
-                if parts[0] not in TEMPLATE_ROOTS:
+                parts = placeholder.split(".")
+                if not placeholder or placeholder != placeholder.strip():
+                    problem = "a placeholder is ${root.path}: empty or whitespace-padded contents"
+                    yield DefinitionError(f"{where}.template", problem, placeholder)
+                elif parts[0] == "requestContext" and len(parts) < 2:
+                    problem = "a requestContext placeholder needs a key: ${requestContext.<key>}"
+                    yield DefinitionError(f"{where}.template", problem, placeholder)
+                elif parts[0] not in TEMPLATE_ROOTS:
                     roots = ", ".join(TEMPLATE_ROOTS)
                     yield DefinitionError(
                         f"{where}.template", f"unknown placeholder root (one of: {roots})", placeholder
