@@ -31,7 +31,7 @@ from temporalio.common import (
     WorkflowIDConflictPolicy,
     WorkflowIDReusePolicy,
 )
-from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
 from keel.app import App
@@ -62,6 +62,10 @@ class WorkflowNotFound(KeelClientError):
 
 class ResumeRefused(KeelClientError):
     """A resume the run refused: the step is not suspended, or the data does not match its resume schema."""
+
+
+class InvalidResumeData(ResumeRefused):
+    """A resume whose data does not match the suspended step's resume schema (HTTP 422, as a session's)."""
 
 
 @dataclass(frozen=True)
@@ -318,7 +322,10 @@ class Workflows:
             async with asyncio.timeout(keel_client.WORKER_ANSWER_SECONDS) as waited:
                 await self._handle(run_id).execute_update("resume_step", ResumeStep(step=step, resume_data=resume_data))
         except WorkflowUpdateFailedError as err:
-            raise ResumeRefused(str(err.cause or err)) from None
+            cause = err.cause
+            if isinstance(cause, ApplicationError) and cause.type == "InvalidResumeData":
+                raise InvalidResumeData(str(cause)) from None
+            raise ResumeRefused(str(cause or err)) from None
         except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):  # the update, cancelled by the timeout
             if not waited.expired():
                 raise

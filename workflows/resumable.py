@@ -175,9 +175,9 @@ class Resumable:
         if not isinstance(resume, ResumeStep):
             self._reject("malformed resume payload: expected a JSON object {step, resumeData}")
             return
-        problem = self._resume_problem(resume)
-        if problem is not None:
-            self._reject(problem)
+        found = self._resume_problem(resume)
+        if found is not None:
+            self._reject(found[1])
             return
         self._deliver(resume)
 
@@ -192,23 +192,26 @@ class Resumable:
 
     @resume_step.validator
     def _validate_resume(self, resume: ResumeStep) -> None:
-        problem = self._resume_problem(resume)
-        if problem is not None:
-            raise ApplicationError(problem, type="InvalidResume", non_retryable=True)
+        found = self._resume_problem(resume)
+        if found is not None:
+            kind, problem = found
+            raise ApplicationError(problem, type=kind, non_retryable=True)
 
     def _key(self, resume: ResumeStep) -> str | None:
         step = resume.step if isinstance(resume.step, str) else ".".join(resume.step)
         return next((k for k in self._suspended if k == step or k.startswith(f"{step}[")), None)
 
-    def _resume_problem(self, resume: ResumeStep) -> str | None:
+    def _resume_problem(self, resume: ResumeStep) -> tuple[str, str] | None:
+        """Why `resume` is refused, with its kind: `InvalidResume` (no such step suspended: the run's state) or
+        `InvalidResumeData` (the data does not match the step's resume schema: the caller's input)."""
         key = self._key(resume)
         if key is None:
             waiting = ", ".join(self._suspended) or "none"
-            return f"Step {resume.step!r} is not suspended (suspended steps: {waiting})"
+            return "InvalidResume", f"Step {resume.step!r} is not suspended (suspended steps: {waiting})"
         schema = self._suspended[key]
         problems = schema_problems(schema, resume.resume_data, on_re2=False) if schema else []  # a tool's (code)
         if problems:
-            return f"Invalid resumeData for step {key!r}: {problems[0]}"
+            return "InvalidResumeData", f"Invalid resumeData for step {key!r}: {problems[0]}"
         return None
 
     def _deliver(self, resume: ResumeStep) -> None:

@@ -28,7 +28,7 @@ from keel.client.errors import (
     ToolFailed,
 )
 from keel.client.outages import TemporalUnavailable, is_away
-from keel.client.workflows import ResumeRefused, WorkflowNotFound
+from keel.client.workflows import InvalidResumeData, ResumeRefused, WorkflowNotFound
 
 log = logging.getLogger("keel.api")
 
@@ -61,6 +61,7 @@ STATUS_OF: tuple[tuple[type[Exception], int], ...] = (
     (RunClosed, 409),
     (ToolCallRejected, 409),
     (MessageRefused, 409),
+    (InvalidResumeData, 422),  # as a session's (`api/controllers.py`)
     (ResumeRefused, 409),
     (ToolFailed, 400),
     (NoWorker, 503),

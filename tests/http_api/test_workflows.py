@@ -45,6 +45,9 @@ async def test_stored_workflows_are_saved_listed_run_resumed_and_deleted(api: Ap
         const run = await wf.createRun({{resourceId: "ann"}});
         const suspended = await run.startAsync({{inputData: {{what: "v1"}}, resourceId: "ann"}});
         const counts = await client.listWorkflowRunCounts();
+        let badData;
+        try {{ await run.resumeAsync({{step: "human", resumeData: {{answer: 1}}}}); }}
+        catch (e) {{ badData = {{status: e.status, body: e.body}}; }}
         const done = await run.resumeAsync({{step: "human", resumeData: {{answer: "yes"}}}});
         let again;
         try {{ await run.resumeAsync({{step: "human", resumeData: {{answer: "no"}}}}); }}
@@ -56,8 +59,8 @@ async def test_stored_workflows_are_saved_listed_run_resumed_and_deleted(api: Ap
         catch (e) {{ badInput = {{status: e.status, body: e.body}}; }}
         const deleted = await client.getDynamicWorkflow("approve").delete();
         const after = await client.listDynamicWorkflows();
-        return {{saved, stored, details, listed, runId: run.runId, suspended, counts, done, again, runs, byId,
-                 badInput, deleted, after}};
+        return {{saved, stored, details, listed, runId: run.runId, suspended, counts, badData, done, again, runs,
+                 byId, badInput, deleted, after}};
     """)
     assert out["saved"] == {"ok": True, "id": "approve"}
     assert out["stored"]["total"] == 1 and out["stored"]["workflows"][0]["source"] == "storage"
@@ -68,6 +71,10 @@ async def test_stored_workflows_are_saved_listed_run_resumed_and_deleted(api: Ap
     assert out["suspended"]["status"] == "suspended"
     assert out["suspended"]["suspendPayload"] == {"human": {"question": "Ship v1?"}}
     assert out["counts"]["approve"] == {"running": 0, "suspended": 1}
+    # Data that does not match the step's resume schema is the caller's mistake (422, as a session's), the run
+    # still suspended; a resume of a step no longer suspended is the run's state (409)
+    assert out["badData"]["status"] == 422, out["badData"]
+    assert "Invalid resumeData for step 'human'" in out["badData"]["body"]["error"]
     assert out["done"]["status"] == "success" and out["done"]["result"] == {"answer": "yes"}
     assert out["again"] == 409
     assert [r["runId"] for r in out["runs"]["runs"]] == [out["runId"]]
