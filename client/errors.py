@@ -15,6 +15,7 @@ Error tree::
      ├── TemporalUnavailable     (keel.client.outages: the server, or the way to it, away)
      ├── QueueInUse
      ├── ResetRefused            (keel.client.reset: no such step, a step in flight, a thread that went on)
+     ├── InvalidResumeData       (resume data that fails the suspended step's resume schema)
      ├── ToolCallRejected
      └── ToolFailed              (a tool run by `execute_tool` answered with an error)
 """
@@ -78,6 +79,11 @@ class RunIdInUse(KeelClientError):
         said = f" ({hint})" if hint else ""
         super().__init__(f"Run id {run_id!r} is already used by another run: start with a new id{said}")
         self.run_id = run_id
+
+
+class InvalidResumeData(KeelClientError):
+    """Resume data (a resume's, a time travel's) that does not match the suspended step's resume schema: the
+    caller's input (HTTP 422, as a session's); the run stays as it was."""
 
 
 class NoWorker(KeelClientError):

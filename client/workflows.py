@@ -37,7 +37,7 @@ from temporalio.service import RPCError
 from keel.app import App
 from keel.app.workflow_checks import Known, check_definition
 from keel.client import keel_client
-from keel.client.errors import InvalidRunInput, KeelClientError, RunIdInUse
+from keel.client.errors import InvalidResumeData, InvalidRunInput, KeelClientError, RunIdInUse
 from keel.client.keel_client import KeelClient
 from keel.client.visibility import quoted
 from keel.client.with_start import execute_update_with_start
@@ -62,10 +62,6 @@ class WorkflowNotFound(KeelClientError):
 
 class ResumeRefused(KeelClientError):
     """A resume the run refused: the step is not suspended, or the data does not match its resume schema."""
-
-
-class InvalidResumeData(ResumeRefused):
-    """A resume whose data does not match the suspended step's resume schema (HTTP 422, as a session's)."""
 
 
 @dataclass(frozen=True)

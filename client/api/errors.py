@@ -17,6 +17,7 @@ from keel.app import AppError, UnknownAgent, UnknownTool
 from keel.app.workflow_checks import InvalidDefinition
 from keel.client.errors import (
     CallIdInUse,
+    InvalidResumeData,
     InvalidRunInput,
     KeelClientError,
     MessageRefused,
@@ -28,7 +29,7 @@ from keel.client.errors import (
     ToolFailed,
 )
 from keel.client.outages import TemporalUnavailable, is_away
-from keel.client.workflows import InvalidResumeData, ResumeRefused, WorkflowNotFound
+from keel.client.workflows import ResumeRefused, WorkflowNotFound
 
 log = logging.getLogger("keel.api")
 

@@ -204,6 +204,7 @@ async def test_a_suspended_run_is_time_travelled_with_resume_data_and_bad_input_
             context: () => run.timeTravel({step: "human", context: {q: {status: "success", output: {}}}}),
             perStep: () => run.timeTravel({step: "human", perStep: true}),
             badInput: () => run.timeTravel({step: "human", inputData: {question: ""}}),
+            badResumeData: () => run.timeTravel({step: "human", resumeData: {answer: 7}}),
             otherWorkflow: () => client.getWorkflow("ask").createRun({runId: other.runId})
                 .then((r) => r.timeTravel({step: "human"})),
             unknownRun: () => client.getWorkflow("ask").createRun({runId: "run-none"})
@@ -238,6 +239,11 @@ async def test_a_suspended_run_is_time_travelled_with_resume_data_and_bad_input_
     for name in ("nested", "context", "perStep", "badInput", "codeWorkflow"):
         assert errors[name]["status"] == 400 and errors[name]["body"]["error"], name
     assert errors["badInput"]["body"]["error"].startswith("Invalid inputData: ")
+    # checked against the resume schema the step is suspended with, as a resume's is (it ran with "7")
+    assert errors["badResumeData"] == {
+        "status": 422,
+        "body": {"error": "Invalid resumeData for step 'human': $.answer: 7 is not of type 'string'"},
+    }
     assert errors["otherWorkflow"] == {
         "status": 404,
         "body": {"error": f"Workflow run {out['otherId']} not found for workflow ask"},
