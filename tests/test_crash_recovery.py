@@ -92,7 +92,7 @@ async def test_a_non_idempotent_tool_is_not_re_run_after_a_lost_attempt(
 
 
 async def test_a_step_lost_with_its_worker_keeps_its_plan_and_re_runs_only_unfinished_tools_as_retries(
-    client: Client, dev_server: DevServer, task_queue: str, tmp_path: Path, data_dir: Path
+    client: Client, dev_server: DevServer, task_queue: str, tmp_path: Path, data_dir: Path, storage: Storage
 ) -> None:
     # The first model step and the step of its three tools run as local activities in one workflow task: a
     # worker killed there loses the task, and the next worker executes both steps again from the start.
@@ -101,6 +101,15 @@ async def test_a_step_lost_with_its_worker_keeps_its_plan_and_re_runs_only_unfin
         run_id = await keel.start_run("napper", "nap")
         naps = await wait_for_file_lines(data_dir / "naps.log", 4)  # c1 started and done, c2 and c3 started
         assert "done c1" in naps
+        # c1's result stored (its tool-result chunk is written with it): a kill between the tool's return and
+        # that write would rightly run c1 again, and on a loaded machine the write can come a while after
+        async with asyncio.timeout(30):
+            while not any(
+                e.type == "tool-result" and e.payload.get("result") == "c1 slept"
+                for e in await storage.read_events(run_id)
+            ):
+                await asyncio.sleep(0.05)
+        assert len((data_dir / "naps.log").read_text().splitlines()) == 4, "c2 or c3 ended before the kill"
         kill9(worker)
     with worker_process(dev_server, task_queue, tmp_path, data_dir):
         async with asyncio.timeout(90):
