@@ -134,8 +134,10 @@ def make_lsp(project: Path, lsp_js: Path, **config: Any) -> WorkspaceLSP:
 
 @pytest.fixture(scope="module")
 async def lsp(project: Path, lsp_js: Path) -> AsyncIterator[WorkspaceLSP]:
-    """One manager (so one server per language) shared by the read-only tests."""
-    manager = make_lsp(project, lsp_js)
+    """One manager (so one server per language) shared by the read-only tests. Its requests wait up to 30 s, not
+    Mastra's 5 (which would be no answer): a loaded 2-core machine's first TypeScript hover, tsserver loading its
+    libraries, took longer (CI, stop 49)."""
+    manager = make_lsp(project, lsp_js, requestTimeout=30_000)
     yield manager
     await manager.destroy()
 
