@@ -398,7 +398,7 @@ def _mapping_errors(at: str, entry: MappingEntry, seen: Mapping[str, str]) -> It
                 if not placeholder or placeholder != placeholder.strip():
                     problem = "a placeholder is ${root.path}: empty or whitespace-padded contents"
                     yield DefinitionError(f"{where}.template", problem, placeholder)
-                elif parts[0] == "requestContext" and len(parts) < 2:
+                elif parts[0] == "requestContext" and (len(parts) < 2 or not parts[1]):
                     problem = "a requestContext placeholder needs a key: ${requestContext.<key>}"
                     yield DefinitionError(f"{where}.template", problem, placeholder)
                 elif parts[0] not in TEMPLATE_ROOTS:

@@ -64,7 +64,7 @@ from keel.protocol.workflow_definition import (
     schema_problems,
 )
 from keel.storage import StepAnswer
-from keel.workflows.contracts import TimeTravel, TimeTravelPoint, WorkflowRunState, time_travel_key
+from keel.workflows.contracts import TimeTravel, TimeTravelPoint, time_travel_key
 from keel.workflows.search_attributes import KEEL_KIND, KEEL_STATUS
 from keel.workflows.time_travel import entry_step_ids
 
@@ -169,8 +169,9 @@ async def time_travel(
 
     execution = keel.temporal.get_workflow_handle(run_id, run_id=desc.run_id)
     point = await _point(keel, execution, run_id, step, desc.task_queue or keel.task_queue)
-    if resume_data is not None:
-        await _check_resume_data(keel, execution, run_id, step, resume_data)
+    if resume_data is not None and point.resume_schema:  # as a resume's is (a tool's schema: code, Python's re)
+        if problems := schema_problems(point.resume_schema, resume_data, on_re2=False):
+            raise InvalidResumeData(f"Invalid resumeData for step {step!r}: {problems[0]}")
     history = await execution.fetch_history()
     reset_event = task_completed_after(history.events, point.history_length)
     if reset_event is None:
@@ -280,27 +281,6 @@ async def _point(keel: KeelClient, execution: Any, run_id: str, step: str, queue
     if raw is None:
         raise ResetRefused(f"Cannot time travel run {run_id!r} to step {step!r}: the run never reached it")
     return TimeTravelPoint.model_validate(raw)
-
-
-async def _check_resume_data(keel: KeelClient, execution: Any, run_id: str, step: str, resume_data: Any) -> None:
-    """`resume_data` against the resume schema `step` is suspended with, as a resume's (`InvalidResumeData`). A
-    step not suspended now has none to check against: its tool reads the data when it runs again."""
-    from keel.client.keel_client import WORKER_ANSWER_SECONDS
-
-    try:
-        state = await execution.query(
-            names.STATE_QUERY, result_type=WorkflowRunState, rpc_timeout=timedelta(seconds=WORKER_ANSWER_SECONDS)
-        )
-    except WorkflowQueryFailedError:  # an ended run that cannot answer it: nothing is suspended
-        return
-    except RPCError as err:
-        raise await keel.worker_error(run_id, err) from None
-    suspended = state.steps.get(step)
-    if suspended is None or suspended.status != "suspended" or not suspended.resume_schema:
-        return
-    problems = schema_problems(suspended.resume_schema, resume_data, on_re2=False)  # a tool's schema (code)
-    if problems:
-        raise InvalidResumeData(f"Invalid resumeData for step {step!r}: {problems[0]}")
 
 
 def _definition_loaded_before(events: Any, event_id: int) -> bool:

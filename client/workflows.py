@@ -61,7 +61,8 @@ class WorkflowNotFound(KeelClientError):
 
 
 class ResumeRefused(KeelClientError):
-    """A resume the run refused: the step is not suspended, or the data does not match its resume schema."""
+    """A resume the run refused: the step is not suspended (data that does not match its resume schema is
+    `InvalidResumeData`, from a worker of this version on)."""
 
 
 @dataclass(frozen=True)

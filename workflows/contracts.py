@@ -775,6 +775,9 @@ class TimeTravelPoint(Contract):
     tool_calls_total: int
     recorded: dict[str, list[Any]] = Field(default_factory=dict)
     """What `TimeTravel.recorded` must carry for this step."""
+    resume_schema: dict[str, Any] | None = None
+    """The resume schema the step last suspended with, if it did: a time travel's resumeData is checked against
+    it (None from a worker of the version before: not checked)."""
 
 
 class ResetOriginInput(Contract):

@@ -20,11 +20,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from pydantic import ValidationError
 from temporalio import workflow
-from temporalio.common import RawValue, SearchAttributePair
+from temporalio.common import SearchAttributePair
 from temporalio.exceptions import ApplicationError
 
 from keel.protocol import names
+from keel.protocol.validation import describe_validation_error
 from keel.protocol.workflow_definition import schema_problems
 from keel.workflows.contracts import ResumeStep, StepState, WorkflowRunState
 from keel.workflows.search_attributes import KEEL_KIND, KEEL_STATUS, KEEL_WORKFLOW_ID
@@ -58,6 +60,9 @@ class Resumable:
         self._state = WorkflowRunState(workflow_id=workflow.info().workflow_type)
         self._suspended: dict[str, dict[str, Any] | None] = {}
         """Suspended step key (a step id, `id[i]` in a foreach) → its resume schema."""
+        self._resume_schemas: dict[str, dict[str, Any]] = {}
+        """Step id → the resume schema it last suspended with, kept after its resume (a time travel's resumeData
+        is checked against it); by step id, so at most one per step of the definition."""
         self._resumes: dict[str, Any] = {}
         self._rejected: list[str] = []
         self._events: list[dict[str, Any]] = []
@@ -108,6 +113,8 @@ class Resumable:
     async def suspend(self, step: str, payload: Any = None, resume_schema: dict[str, Any] | None = None) -> Any:
         """Wait at `step` for its resume data (checked against `resume_schema`, a JSON Schema); returns it."""
         self._suspended[step] = resume_schema
+        if resume_schema:
+            self._resume_schemas[step.split("[")[0]] = resume_schema
         self._state.steps[step] = StepState(
             status="suspended", suspend_payload=bounded_value(payload), resume_schema=resume_schema
         )
@@ -164,16 +171,18 @@ class Resumable:
         return list(self._rejected)
 
     @workflow.signal(name=names.RESUME_SIGNAL)
-    def resume(self, raw: RawValue) -> None:
-        # Decoded here, so a payload that is not `{step, resumeData}` (a `temporal workflow signal --input` of
-        # anything else) is recorded with the others instead of only logged and dropped by the SDK.
-        try:
-            resume = workflow.payload_converter().from_payload(raw.payload, ResumeStep)
-        except Exception as err:
-            self._reject(f"malformed resume payload: {err} (expected a JSON object {{step, resumeData}})")
+    def resume(self, *args: Any) -> None:
+        # Taken as they come (any number, plain JSON) and checked here: a signal that is not one `{step,
+        # resumeData}` (a `temporal workflow signal` with no --input, two, or anything else) is recorded with the
+        # others instead of dropped by the SDK or, with no input at all, failing every workflow task.
+        if len(args) != 1:
+            self._reject(f"malformed resume signal: {len(args)} inputs, expected one JSON object {{step, resumeData}}")
             return
-        if not isinstance(resume, ResumeStep):
-            self._reject("malformed resume payload: expected a JSON object {step, resumeData}")
+        try:
+            resume = ResumeStep.model_validate(args[0])
+        except ValidationError as err:
+            problem = describe_validation_error(err)
+            self._reject(f"malformed resume payload: {problem} (expected a JSON object {{step, resumeData}})")
             return
         found = self._resume_problem(resume)
         if found is not None:

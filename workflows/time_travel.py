@@ -102,6 +102,8 @@ class _Done:
 class TimeTravelling:
     _tool_calls: int
     """The tool calls the run has made (`DefinitionRun`)."""
+    _resume_schemas: dict[str, dict[str, Any]]
+    """Step id → the resume schema it last suspended with (`Resumable`)."""
     _reset_origin_goes_on: bool
     """The run's load said so (`LoadDefinitionResult.reset_origin_goes_on`; `DefinitionRun`)."""
 
@@ -292,6 +294,7 @@ class TimeTravelling:
             tool_calls=self._calls_at_task.get(point.task, calls_total),
             tool_calls_total=calls_total,
             recorded=recorded,
+            resume_schema=self._resume_schemas.get(step),
         )
 
     @workflow.query(name=names.TIME_TRAVEL_WAITING_QUERY)

@@ -222,9 +222,16 @@ async def test_a_suspended_run_is_time_travelled_with_resume_data_and_bad_input_
             catch (e) { errors[name] = {status: e.status, body: e.body}; }
         }
         const resumed = await run.timeTravelAsync({step: "human", resumeData: {answer: "later"}});
+        // A run whose step suspended, was resumed, and ended: the schema it suspended with still holds
+        const ended = await client.getWorkflow("ask").createRun();
+        await ended.startAsync({inputData: {what: "v2"}});
+        await ended.resumeAsync({step: "human", resumeData: {answer: "yes"}});
+        let badOnEnded;
+        try { await ended.timeTravel({step: "human", resumeData: {answer: 8}}); }
+        catch (e) { badOnEnded = {status: e.status, body: e.body}; }
         const restarted = await run.restart({});
         const again = await run.restartAsync();
-        return {runId: run.runId, otherId: other.runId, suspended, errors, resumed, restarted, again};
+        return {runId: run.runId, otherId: other.runId, suspended, errors, resumed, badOnEnded, restarted, again};
     """, ask=ASK, ledger=LEDGER)  # fmt: skip
     assert out["suspended"]["status"] == "suspended"
     errors = out["errors"]
@@ -255,6 +262,10 @@ async def test_a_suspended_run_is_time_travelled_with_resume_data_and_bad_input_
     }
     # The suspended execution was reset (so terminated, and kept); the step ran again with the resume data.
     assert out["resumed"]["status"] == "success" and out["resumed"]["result"] == {"answer": "later"}
+    assert out["badOnEnded"] == {
+        "status": 422,
+        "body": {"error": "Invalid resumeData for step 'human': $.answer: 8 is not of type 'string'"},
+    }
     executions = [e async for e in api.keel.temporal.list_workflows(f"WorkflowId='{out['runId']}'")]
     assert sorted(e.status.name for e in executions if e.status) == ["COMPLETED", "TERMINATED"]
     assert out["restarted"] == {"message": "Workflow run has already ended: there was nothing to restart"}

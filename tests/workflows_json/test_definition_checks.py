@@ -185,6 +185,13 @@ MISTAKES: list[tuple[str, Any, str, str, Any]] = [
         "requestContext",
     ),
     (
+        "request context placeholder with an empty key",
+        _set(["graph", 12, "mapConfig"], {"t": {"template": "${requestContext.}"}}),
+        "graph[12].mapConfig.t.template",
+        "needs a key",
+        "requestContext.",
+    ),
+    (
         "predicate on an unknown step",
         _set(["graph", 10, "predicates", 0, "left", "path"], "stepResults.ghost.x"),
         "graph[10].predicates[0].left.path",
@@ -440,3 +447,12 @@ def test_a_pattern_matches_as_json_schema_says_and_one_re2_cannot_run_is_a_probl
     assert "Keel runs only patterns RE2 takes" in refused and "(?=b)" in refused
     assert schema_problems({"pattern": "^(?=.*\\d)"}, "abc1", on_re2=False) == []
     assert schema_problems({"pattern": "^\\d+$"}, "\u0663", on_re2=False) == []
+
+
+@pytest.mark.parametrize("path", [".", "text", "items.0.name", "a-b.c_d"])
+def test_a_mapping_path_of_plain_dotted_segments_or_the_whole_value_is_accepted(path: str) -> None:
+    d = every_entry_type()
+    d["graph"][0]["mapConfig"] = json.dumps({"text": {"initData": True, "path": path}})
+    d["graph"][12]["mapConfig"]["ctx"] = {"requestContextPath": path}
+    d["graph"][12]["mapConfig"]["note"] = {"template": "Hi ${requestContext.user} and ${stepResults.say}"}
+    check_definition(d, KNOWN)
