@@ -61,7 +61,7 @@ from keel.protocol.workflow_definition import (
     ParallelEntry,
     ToolEntry,
     WorkflowDefinition,
-    schema_problems,
+    resume_data_problem,
 )
 from keel.storage import StepAnswer
 from keel.workflows.contracts import TimeTravel, TimeTravelPoint, time_travel_key
@@ -169,9 +169,8 @@ async def time_travel(
 
     execution = keel.temporal.get_workflow_handle(run_id, run_id=desc.run_id)
     point = await _point(keel, execution, run_id, step, desc.task_queue or keel.task_queue)
-    if resume_data is not None and point.resume_schema:  # as a resume's is (a tool's schema: code, Python's re)
-        if problems := schema_problems(point.resume_schema, resume_data, on_re2=False):
-            raise InvalidResumeData(f"Invalid resumeData for step {step!r}: {problems[0]}")
+    if resume_data is not None and (problem := resume_data_problem(step, point.resume_schema, resume_data)):
+        raise InvalidResumeData(problem)  # as a resume's is
     history = await execution.fetch_history()
     reset_event = task_completed_after(history.events, point.history_length)
     if reset_event is None:

@@ -444,3 +444,10 @@ def schema_problems(schema: Any, value: Any, *, on_re2: bool = True) -> list[str
     if len(errors) > MAX_PROBLEMS:
         lines.append("and more")
     return lines
+
+
+def resume_data_problem(step: str, schema: Any, resume_data: Any) -> str | None:
+    """Why `resume_data` does not answer `step`, suspended with the resume schema `schema` (a tool's: its own
+    code, so Python's `re`); the same words for a resume and for a time travel. None when it does."""
+    problems = schema_problems(schema, resume_data, on_re2=False) if schema else []
+    return f"Invalid resumeData for step {step!r}: {problems[0]}" if problems else None

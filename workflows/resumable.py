@@ -27,7 +27,7 @@ from temporalio.exceptions import ApplicationError
 
 from keel.protocol import names
 from keel.protocol.validation import describe_validation_error
-from keel.protocol.workflow_definition import schema_problems
+from keel.protocol.workflow_definition import resume_data_problem
 from keel.workflows.contracts import ResumeStep, StepState, WorkflowRunState
 from keel.workflows.search_attributes import KEEL_KIND, KEEL_STATUS, KEEL_WORKFLOW_ID
 
@@ -217,11 +217,8 @@ class Resumable:
         if key is None:
             waiting = ", ".join(self._suspended) or "none"
             return "InvalidResume", f"Step {resume.step!r} is not suspended (suspended steps: {waiting})"
-        schema = self._suspended[key]
-        problems = schema_problems(schema, resume.resume_data, on_re2=False) if schema else []  # a tool's (code)
-        if problems:
-            return "InvalidResumeData", f"Invalid resumeData for step {key!r}: {problems[0]}"
-        return None
+        problem = resume_data_problem(key, self._suspended[key], resume.resume_data)
+        return ("InvalidResumeData", problem) if problem else None
 
     def _deliver(self, resume: ResumeStep) -> None:
         key = self._key(resume)
