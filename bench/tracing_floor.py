@@ -34,11 +34,8 @@ import asyncio
 import contextlib
 import json
 import os
-import platform
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -51,13 +48,9 @@ from temporalio import activity, workflow
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from bench.harness import free_port
 from bench.side_by_side import REPO, cpu_seconds, interleaved, timed_run, worker_process
-from bench.tracing_steps import span_sink
+from bench.tracing_steps import machine, traced_stack
 from keel.client import KeelClient
-from keel.client.connection import connect
-from keel.client.devserver import DevServer, DevServerConfig
-from keel.protocol import tracing
 
 HERE = Path(__file__).resolve().parent
 READY = "floor worker:"
@@ -212,79 +205,60 @@ def span_costs(spans: int = 10_000) -> dict[str, float]:
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
-    tmp = Path(tempfile.mkdtemp(prefix="keel-bench-tracing-floor-"))
-    cfg = DevServerConfig(host="127.0.0.1", port=free_port(), ui_port=free_port(), state_dir=tmp / "temporal")
-    server = DevServer(cfg)
-    out: dict[str, Any] = {
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
-        "server": "tuned",
-        "steps": [],
-    }
-    try:
-        await server.start(reuse=False)
-        for var in [k for k in os.environ if k.startswith("OTEL_")]:
-            del os.environ[var]
-        plain = await connect(cfg.address)
-        with span_sink() as sink:
-            os.environ.update(OTEL_TRACES_EXPORTER="otlp", OTEL_EXPORTER_OTLP_ENDPOINT=sink.endpoint)
-            traced = await connect(cfg.address)  # its starts are the roots of the traced sides' traces
-            otel = {"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": sink.endpoint}
-            async with contextlib.AsyncExitStack() as stack:
-                pids: list[int] = []
-                keel_off = await stack.enter_async_context(worker_process(cfg.address, tmp / "off", pids=pids))
-                keel_on = await stack.enter_async_context(worker_process(cfg.address, tmp / "on", otel, pids=pids))
-                floor_off = await stack.enter_async_context(floor_worker(cfg.address, None, pids))
-                floor_on = await stack.enter_async_context(floor_worker(cfg.address, sink.endpoint, pids))
-                workers = dict(zip(SIDES, pids, strict=True))
-                runners = {
-                    "keel-off": partial(timed_run, KeelClient(plain, task_queue=keel_off)),
-                    "keel-otlp": partial(timed_run, KeelClient(traced, task_queue=keel_on)),
-                    "floor-off": partial(floor_run, plain, floor_off),
-                    "floor-otlp": partial(floor_run, traced, floor_on),
-                }
-                log("warm-up")
-                for _ in range(3):
-                    for run in runners.values():
-                        await run(2)
-                for n in args.steps:
-                    reps = args.reps if n >= 50 else args.reps_small
-                    cpu0 = {who: cpu_seconds(pid) for who, pid in workers.items()}
-                    secs, _ = await interleaved({who: partial(run, n) for who, run in runners.items()}, reps)
-                    cpu = {who: (cpu_seconds(pid) - cpu0[who]) * 1000 / (reps * n) for who, pid in workers.items()}
-                    wall = {who: statistics.median(secs[who]) * 1000 / n for who in SIDES}
-                    added = cpu["floor-otlp"] - cpu["floor-off"]
-                    wall_added = wall["floor-otlp"] - wall["floor-off"]
-                    row = {
-                        "n": n,
-                        "reps": reps,
-                        "cpu_ms_per_step": cpu,
-                        "wall_ms_per_step": wall,
-                        "keel_cpu_otlp_over_off": cpu["keel-otlp"] / cpu["keel-off"],
-                        "keel_wall_otlp_over_off": wall["keel-otlp"] / wall["keel-off"],
-                        "keel_added_cpu_ms_per_step": cpu["keel-otlp"] - cpu["keel-off"],
-                        "floor_added_cpu_ms_per_step": added,
-                        "bound": (cpu["keel-off"] + added) / cpu["keel-off"],
-                        "floor_added_wall_ms_per_step": wall_added,
-                        "wall_bound": (wall["keel-off"] + wall_added) / wall["keel-off"],
-                    }
-                    out["steps"].append(row)
-                    log(
-                        f"N={n}: CPU ms/step "
-                        + ", ".join(f"{who} {cpu[who]:.2f}" for who in SIDES)
-                        + f"; Keel OTLP/off {row['keel_cpu_otlp_over_off']:.3f}, floor added {added:.2f} ms,"
-                        f" bound {row['bound']:.3f} (wall: Keel {row['keel_wall_otlp_over_off']:.3f},"
-                        f" bound {row['wall_bound']:.3f})"
-                    )
-            tracing.flush()
-            tracing.shutdown()
-            out["sink"] = {"requests": sink.requests, "spans": sink.spans, "bytes": sink.bytes}
-            # The floor's traced worker did export its spans (its runs' traces, by their StartWorkflow span)
-            floor_runs = [r for r in sink.run_of_trace.values() if r.startswith("tracing-floor-")]
-            out["floor_spans_per_run"] = statistics.median(sink.spans_of(r) for r in floor_runs) if floor_runs else 0
-            log(f"floor runs traced: {len(floor_runs)}, spans per run (median): {out['floor_spans_per_run']}")
-    finally:
-        server.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
+    out: dict[str, Any] = {"machine": machine(), "server": "tuned", "steps": []}
+    async with traced_stack("keel-bench-tracing-floor-") as ts, contextlib.AsyncExitStack() as stack:
+        pids: list[int] = []
+        keel_off = await stack.enter_async_context(worker_process(ts.address, ts.tmp / "off", pids=pids))
+        keel_on = await stack.enter_async_context(worker_process(ts.address, ts.tmp / "on", ts.otel, pids=pids))
+        floor_off = await stack.enter_async_context(floor_worker(ts.address, None, pids))
+        floor_on = await stack.enter_async_context(floor_worker(ts.address, ts.sink.endpoint, pids))
+        workers = dict(zip(SIDES, pids, strict=True))
+        runners = {
+            "keel-off": partial(timed_run, KeelClient(ts.plain, task_queue=keel_off)),
+            "keel-otlp": partial(timed_run, KeelClient(ts.traced, task_queue=keel_on)),
+            "floor-off": partial(floor_run, ts.plain, floor_off),
+            "floor-otlp": partial(floor_run, ts.traced, floor_on),
+        }
+        log("warm-up")
+        for _ in range(3):
+            for run in runners.values():
+                await run(2)
+        for n in args.steps:
+            reps = args.reps if n >= 50 else args.reps_small
+            cpu0 = {who: cpu_seconds(pid) for who, pid in workers.items()}
+            secs, _ = await interleaved({who: partial(run, n) for who, run in runners.items()}, reps)
+            cpu = {who: (cpu_seconds(pid) - cpu0[who]) * 1000 / (reps * n) for who, pid in workers.items()}
+            wall = {who: statistics.median(secs[who]) * 1000 / n for who in SIDES}
+            added = cpu["floor-otlp"] - cpu["floor-off"]
+            wall_added = wall["floor-otlp"] - wall["floor-off"]
+            row = {
+                "n": n,
+                "reps": reps,
+                "cpu_ms_per_step": cpu,
+                "wall_ms_per_step": wall,
+                "keel_cpu_otlp_over_off": cpu["keel-otlp"] / cpu["keel-off"],
+                "keel_wall_otlp_over_off": wall["keel-otlp"] / wall["keel-off"],
+                "keel_added_cpu_ms_per_step": cpu["keel-otlp"] - cpu["keel-off"],
+                "floor_added_cpu_ms_per_step": added,
+                "bound": (cpu["keel-off"] + added) / cpu["keel-off"],
+                "floor_added_wall_ms_per_step": wall_added,
+                "wall_bound": (wall["keel-off"] + wall_added) / wall["keel-off"],
+            }
+            out["steps"].append(row)
+            log(
+                f"N={n}: CPU ms/step "
+                + ", ".join(f"{who} {cpu[who]:.2f}" for who in SIDES)
+                + f"; Keel OTLP/off {row['keel_cpu_otlp_over_off']:.3f}, floor added {added:.2f} ms,"
+                f" bound {row['bound']:.3f} (wall: Keel {row['keel_wall_otlp_over_off']:.3f},"
+                f" bound {row['wall_bound']:.3f})"
+            )
+    # The workers have stopped and exported what they buffered
+    sink = ts.sink
+    out["sink"] = {"requests": sink.requests, "spans": sink.spans, "bytes": sink.bytes}
+    # The floor's traced worker did export its spans (its runs' traces, by their StartWorkflow span)
+    floor_runs = [r for r in sink.run_of_trace.values() if r.startswith("tracing-floor-")]
+    out["floor_spans_per_run"] = statistics.median(sink.spans_of(r) for r in floor_runs) if floor_runs else 0
+    log(f"floor runs traced: {len(floor_runs)}, spans per run (median): {out['floor_spans_per_run']}")
     return out
 
 

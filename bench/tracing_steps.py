@@ -28,11 +28,14 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+
+from temporalio.client import Client
 
 from bench.harness import free_port
 from bench.side_by_side import cpu_seconds, interleaved, timed_run, worker_process
@@ -117,73 +120,95 @@ def span_sink() -> Iterator[SpanSink]:
         thread.join()
 
 
-async def main(args: argparse.Namespace) -> dict[str, Any]:
-    tmp = Path(tempfile.mkdtemp(prefix="keel-bench-tracing-"))
+@dataclass
+class TracedStack:
+    tmp: Path
+    address: str
+    plain: Client
+    """A client of this process with tracing off (no `OTEL_*` variable: no interceptor)."""
+    traced: Client
+    """One with tracing on, to `sink`: its starts are the roots of the traced runs' traces."""
+    sink: SpanSink
+    otel: dict[str, str]
+    """The `OTEL_*` variables a traced worker takes."""
+
+
+@contextlib.asynccontextmanager
+async def traced_stack(prefix: str) -> AsyncIterator[TracedStack]:
+    """One tuned dev server (free ports, state in a temp dir), the OTLP/HTTP receiver and the two clients. Once the
+    caller's workers have stopped (a traced one exporting what it buffered), this process's tracing is flushed and
+    shut down on leaving; the sink keeps its counts. The server is stopped and the temp dir removed."""
+    tmp = Path(tempfile.mkdtemp(prefix=prefix))
     cfg = DevServerConfig(host="127.0.0.1", port=free_port(), ui_port=free_port(), state_dir=tmp / "temporal")
     server = DevServer(cfg)
-    out: dict[str, Any] = {
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
-        "server": "tuned",
-        "steps": [],
-    }
     try:
         await server.start(reuse=False)
         for var in [k for k in os.environ if k.startswith("OTEL_")]:
             del os.environ[var]
-        plain = await connect(cfg.address)  # tracing off: no interceptor
+        plain = await connect(cfg.address)
         with span_sink() as sink:
-            os.environ.update(OTEL_TRACES_EXPORTER="otlp", OTEL_EXPORTER_OTLP_ENDPOINT=sink.endpoint)
-            traced = await connect(cfg.address)  # tracing on in this process too: its starts are the roots
             otel = {"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": sink.endpoint}
-            async with contextlib.AsyncExitStack() as stack:
-                pids: list[int] = []
-                off_queue = await stack.enter_async_context(worker_process(cfg.address, tmp / "off", pids=pids))
-                on_queue = await stack.enter_async_context(worker_process(cfg.address, tmp / "on", otel, pids=pids))
-                workers = dict(zip(("off", "otlp"), pids, strict=True))
-                sides = {
-                    "off": KeelClient(plain, task_queue=off_queue),
-                    "otlp": KeelClient(traced, task_queue=on_queue),
-                }
-                log("warm-up")
-                for _ in range(3):
-                    for keel in sides.values():
-                        await timed_run(keel, 2)
-                traced_runs: dict[int, list[str]] = {}
-                for n in args.steps:
-                    runs = {who: partial(timed_run, keel, n) for who, keel in sides.items()}
-                    reps = args.reps if n >= 50 else args.reps_small
-                    cpu0 = {who: cpu_seconds(pid) for who, pid in workers.items()}
-                    secs, ids = await interleaved(runs, reps)
-                    # Each worker's CPU over the whole block (its export thread works while the other side runs)
-                    cpu = {who: (cpu_seconds(pid) - cpu0[who]) * 1000 / (reps * n) for who, pid in workers.items()}
-                    traced_runs[n] = ids["otlp"]
-                    off_ms, on_ms = (statistics.median(secs[who]) * 1000 / n for who in ("off", "otlp"))
-                    out["steps"].append(
-                        {
-                            "n": n,
-                            "off_ms_per_step": off_ms,
-                            "otlp_ms_per_step": on_ms,
-                            "otlp_over_off": on_ms / off_ms,
-                            "off_worker_cpu_ms_per_step": cpu["off"],
-                            "otlp_worker_cpu_ms_per_step": cpu["otlp"],
-                            "cpu_otlp_over_off": cpu["otlp"] / cpu["off"],
-                            "off_run_seconds": secs["off"],
-                            "otlp_run_seconds": secs["otlp"],
-                        }
-                    )
-                    log(
-                        f"N={n}: off {off_ms:.1f} ms/step, otlp {on_ms:.1f} ms/step ({on_ms / off_ms:.3f}); worker "
-                        f"CPU off {cpu['off']:.2f}, otlp {cpu['otlp']:.2f} ms/step ({cpu['otlp'] / cpu['off']:.3f})"
-                    )
-            # The workers have stopped, the traced one after exporting what it buffered: count each run's spans.
+            os.environ.update(otel)
+            traced = await connect(cfg.address)
+            yield TracedStack(tmp, cfg.address, plain, traced, sink, otel)
             tracing.flush()
-            for row in out["steps"]:
-                row["spans_per_run"] = statistics.median(sink.spans_of(r) for r in traced_runs[row["n"]])
             tracing.shutdown()
-            out["sink"] = {"requests": sink.requests, "spans": sink.spans, "bytes": sink.bytes}
     finally:
         server.stop()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def machine() -> dict[str, Any]:
+    return {"cpus": os.cpu_count(), "python": platform.python_version()}
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {"machine": machine(), "server": "tuned", "steps": []}
+    traced_runs: dict[int, list[str]] = {}
+    async with traced_stack("keel-bench-tracing-") as ts, contextlib.AsyncExitStack() as stack:
+        pids: list[int] = []
+        off_queue = await stack.enter_async_context(worker_process(ts.address, ts.tmp / "off", pids=pids))
+        on_queue = await stack.enter_async_context(worker_process(ts.address, ts.tmp / "on", ts.otel, pids=pids))
+        workers = dict(zip(("off", "otlp"), pids, strict=True))
+        sides = {
+            "off": KeelClient(ts.plain, task_queue=off_queue),
+            "otlp": KeelClient(ts.traced, task_queue=on_queue),
+        }
+        log("warm-up")
+        for _ in range(3):
+            for keel in sides.values():
+                await timed_run(keel, 2)
+        for n in args.steps:
+            runs = {who: partial(timed_run, keel, n) for who, keel in sides.items()}
+            reps = args.reps if n >= 50 else args.reps_small
+            cpu0 = {who: cpu_seconds(pid) for who, pid in workers.items()}
+            secs, ids = await interleaved(runs, reps)
+            # Each worker's CPU over the whole block (its export thread works while the other side runs)
+            cpu = {who: (cpu_seconds(pid) - cpu0[who]) * 1000 / (reps * n) for who, pid in workers.items()}
+            traced_runs[n] = ids["otlp"]
+            off_ms, on_ms = (statistics.median(secs[who]) * 1000 / n for who in ("off", "otlp"))
+            out["steps"].append(
+                {
+                    "n": n,
+                    "off_ms_per_step": off_ms,
+                    "otlp_ms_per_step": on_ms,
+                    "otlp_over_off": on_ms / off_ms,
+                    "off_worker_cpu_ms_per_step": cpu["off"],
+                    "otlp_worker_cpu_ms_per_step": cpu["otlp"],
+                    "cpu_otlp_over_off": cpu["otlp"] / cpu["off"],
+                    "off_run_seconds": secs["off"],
+                    "otlp_run_seconds": secs["otlp"],
+                }
+            )
+            log(
+                f"N={n}: off {off_ms:.1f} ms/step, otlp {on_ms:.1f} ms/step ({on_ms / off_ms:.3f}); worker "
+                f"CPU off {cpu['off']:.2f}, otlp {cpu['otlp']:.2f} ms/step ({cpu['otlp'] / cpu['off']:.3f})"
+            )
+    # The workers have stopped, the traced one after exporting what it buffered: count each run's spans.
+    sink = ts.sink
+    for row in out["steps"]:
+        row["spans_per_run"] = statistics.median(sink.spans_of(r) for r in traced_runs[row["n"]])
+    out["sink"] = {"requests": sink.requests, "spans": sink.spans, "bytes": sink.bytes}
     rows = out["steps"]
     if len(rows) >= 2:
         lo, hi = rows[0], rows[-1]
