@@ -715,6 +715,8 @@ SCENARIOS: dict[str, Scenario] = {
     "canceled_in_local_step": Scenario(_canceled_in_local_step, None),
     # ... and says so in `KeelStatus` (`CANCELED_STATUS_PATCH`).
     "canceled_in_local_step_gen2": Scenario(_canceled_in_local_step, DEFAULT_SHAPE),
+    # ... the step seeing the cancel first and stopping (`STOPPED_FOR_CANCEL`); the run waits for the cancel.
+    "canceled_in_local_step_stopped": Scenario(_canceled_in_local_step, DEFAULT_SHAPE),
     "definition_every_entry_type": Scenario(_definition_everything, DEFAULT_SHAPE),
     "definition_suspended_and_resumed": Scenario(_definition_resumed, DEFAULT_SHAPE),
     "definition_started_by_keel": Scenario(_definition_by_keel, DEFAULT_SHAPE),

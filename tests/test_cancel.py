@@ -4,6 +4,8 @@ step in one activity, the model is never asked again."""
 from __future__ import annotations
 
 import asyncio
+import uuid
+from datetime import timedelta
 
 import pytest
 from pydantic import BaseModel
@@ -11,7 +13,9 @@ from temporalio.client import Client, WorkflowExecutionStatus
 
 from keel.app import Agent, App, ToolContext, tool
 from keel.model_providers import ModelRequest, ModelResponse, ModelToolCall, ScriptedModel
+from keel.protocol import names
 from keel.storage import Storage
+from keel.workflows.contracts import AgentRunInput
 from keel.workflows.search_attributes import KEEL_STATUS
 from tests.conftest import running_worker
 
@@ -81,3 +85,74 @@ async def test_a_run_canceled_while_a_short_tool_runs_in_a_local_step_never_asks
     assert len(asked) == 1, "the model was asked again after the cancel"
     messages, _ = await storage.list_messages(run_id)
     assert not any(m.role == "assistant" and "went on" in str(m.content) for m in messages)
+
+
+LONG_TASK = timedelta(seconds=60)
+"""The runs below are started with this workflow task timeout: a local step's workflow task then heartbeats only
+after 48 s, so a cancel that ends the run sooner reached the step without waiting for a heartbeat."""
+
+
+async def start_with_long_task(client: Client, task_queue: str, agent_id: str) -> str:
+    run_id = f"run-{uuid.uuid4()}"
+    await client.start_workflow(
+        names.AGENT_RUN,
+        AgentRunInput(agent_id=agent_id, messages="go"),
+        id=run_id,
+        task_queue=task_queue,
+        task_timeout=LONG_TASK,
+    )
+    return run_id
+
+
+async def ended(client: Client, run_id: str, within: float) -> WorkflowExecutionStatus | None:
+    handle = client.get_workflow_handle(run_id)
+    async with asyncio.timeout(within):
+        while (described := await handle.describe()).status == WorkflowExecutionStatus.RUNNING:
+            await asyncio.sleep(0.1)
+    return described.status
+
+
+async def test_a_run_canceled_while_its_model_answers_stops_the_model_call_and_ends_canceled(
+    client: Client, storage: Storage, task_queue: str
+) -> None:
+    """A local model step holds its workflow task open, so the cancel reached the run only with the task's next
+    heartbeat (8 s with Temporal's default task timeout), and the model call went on until then: a user's abort
+    took that long. The step now asks Temporal while it runs whether its run was asked to cancel, and stops."""
+    started, interrupted = asyncio.Event(), asyncio.Event()
+
+    async def slow(request: ModelRequest) -> ModelResponse:
+        started.set()
+        try:
+            await asyncio.sleep(600)
+        except asyncio.CancelledError:
+            interrupted.set()
+            raise
+        return ModelResponse(text="too late")
+
+    app = App.of(Agent(id="slow", model=ScriptedModel(slow)))
+    async with running_worker(client, app, storage, task_queue) as keel:
+        run_id = await start_with_long_task(client, task_queue, "slow")
+        await asyncio.wait_for(started.wait(), 20)
+        await keel.cancel(run_id)
+        assert await ended(client, run_id, within=20) == WorkflowExecutionStatus.CANCELED
+    assert interrupted.is_set()
+    described = await client.get_workflow_handle(run_id).describe()
+    assert described.typed_search_attributes.get(KEEL_STATUS) == "canceled"
+    messages, _ = await storage.list_messages(run_id)
+    assert [m.role for m in messages] == ["user"]
+
+
+async def test_a_run_canceled_while_its_tool_runs_in_a_local_step_stops_the_tool_and_ends_canceled(
+    client: Client, storage: Storage, task_queue: str
+) -> None:
+    """As above, for a tool run with the next model step in one local activity: the tool is cancelled (its
+    cleanup runs), the model is not asked again, and the run ends without waiting for a heartbeat."""
+    asked: list[int] = []
+    started = asyncio.Event()
+    app = app_napping(True, asked, started)
+    async with running_worker(client, app, storage, task_queue) as keel:
+        run_id = await start_with_long_task(client, task_queue, "napper")
+        await asyncio.wait_for(started.wait(), 20)
+        await keel.cancel(run_id)
+        assert await ended(client, run_id, within=20) == WorkflowExecutionStatus.CANCELED
+    assert len(asked) == 1

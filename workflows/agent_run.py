@@ -41,7 +41,7 @@ from keel.protocol.controller_events import shown_args
 from keel.protocol.identifiers import attribute_problem, run_ids_problem, workflow_id_problem
 from keel.protocol.workflow_definition import schema_problems
 from keel.workflows import run_telemetry
-from keel.workflows.cancellation import end_if_canceled, mark_canceled
+from keel.workflows.cancellation import cancel_arrives, end_if_canceled, mark_canceled, stopped_for_cancel
 from keel.workflows.contracts import (
     ALL_SHAPES,
     LEGACY_LOCAL_STEPS_PER_TASK,
@@ -437,6 +437,8 @@ class AgentRun:
             except (ActivityError, ApplicationError) as err:
                 if isinstance(activity_cause(err), CancelledError):  # a step canceled with the run
                     end_if_canceled()
+                if stopped_for_cancel(activity_cause(err)):  # a local step saw the cancel before the run could
+                    await cancel_arrives()
                 raise
         except asyncio.CancelledError:
             run_telemetry.ended("canceled")
