@@ -6,15 +6,20 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Coroutine
-from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
 
 from temporalio import activity
 from temporalio.client import WorkflowExecutionStatus
-from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from temporalio.service import RPCError, RPCStatusCode
 
+from keel.activities.cancel_requests import (
+    CANCEL_CHECK_AFTER_SECONDS,
+    cancel_requested,
+    stopped,
+    until_cancel_requested,
+)
 from keel.activities.events import StepWriter
 from keel.activities.failures import translated
 from keel.activities.heartbeat import heartbeating
@@ -27,7 +32,6 @@ from keel.activities.workflow_steps import WorkflowSteps
 from keel.app import App
 from keel.protocol import FinishChunk, FinishPayload, StepResult, names, tracing
 from keel.storage import Storage, StoredMessage
-from keel.workflows.cancellation import STOPPED_FOR_CANCEL
 from keel.workflows.contracts import (
     ExecuteToolInput,
     ExecuteToolResult,
@@ -45,76 +49,15 @@ from keel.workflows.contracts import (
     ToolsThenModelResult,
 )
 
-T = TypeVar("T")
-
 INLINE_TOOL_RESULT_BYTES = 256
 """A fused step's tool results up to this size (as JSON) come back to the workflow inline, so the Temporal UI
 shows them in the step's result; larger ones by reference to their tool message (bench/history.py measured the
 history per step against this threshold)."""
 
 
-CANCEL_CHECK_AFTER_SECONDS = 0.25
-"""A local step that has run this long starts asking Temporal whether its run was asked to cancel (then every
-`CANCEL_POLL_SECONDS`), and stops if so (`until_cancel_requested`). A local step holds its workflow task open, so
-a cancel reaches the run only when the step ends or the task's heartbeat comes (8 s in with Temporal's default
-task timeout): before, a user's abort waited that long, while the model call or the tools went on. Quicker steps
-ask nothing (no RPC). A fused step whose tools took this long also asks once before its model step."""
-CANCEL_POLL_SECONDS = 1.0
-"""How often a long local step asks (one `DescribeWorkflowExecution` each, as often as a regular activity with a
-2 s heartbeat timeout would heartbeat)."""
 CANCEL_WAIT_SECONDS = 60.0
 """How long a fused step run as a regular activity, asked to cancel, waits for the cancel (its heartbeat brings it)
 before it goes on as if it had not been."""
-
-
-async def _cancel_requested() -> bool:
-    """Whether this activity's run was asked to cancel (Temporal's `cancel_requested`, seen before the run does)."""
-    info = activity.info()
-    if info.workflow_id is None:  # a standalone activity: no run
-        return False
-    try:
-        handle = activity.client().get_workflow_handle(info.workflow_id, run_id=info.workflow_run_id)
-        described = await handle.describe(rpc_timeout=timedelta(seconds=5))
-    except (RPCError, RuntimeError):  # unknown: go on as before
-        return False
-    return described.raw_description.workflow_extended_info.cancel_requested
-
-
-def _stopped() -> ApplicationError:
-    # Benign: the worker logs it at DEBUG (a user's abort is not a warning) and counts no failure in its metrics.
-    return ApplicationError(
-        "the step stopped: its run was asked to cancel",
-        type=STOPPED_FOR_CANCEL,
-        non_retryable=True,
-        category=ApplicationErrorCategory.BENIGN,
-    )
-
-
-async def _cancel_seen() -> None:
-    """Returns once this activity's run was asked to cancel (asking from `CANCEL_CHECK_AFTER_SECONDS` in)."""
-    await asyncio.sleep(CANCEL_CHECK_AFTER_SECONDS)
-    while not await _cancel_requested():
-        await asyncio.sleep(CANCEL_POLL_SECONDS)
-
-
-async def until_cancel_requested(step: Coroutine[Any, Any, T]) -> T:
-    """`step`'s result; for a local activity, unless its run is asked to cancel first: then `step` is cancelled
-    (its tools' cleanup runs) and the activity fails with `STOPPED_FOR_CANCEL`, which the run answers by waiting
-    for the cancel. A regular activity hears of a cancel through its heartbeats, and runs `step` as it is."""
-    if not activity.info().is_local:
-        return await step
-    work = asyncio.ensure_future(step)
-    watch = asyncio.ensure_future(_cancel_seen())
-    try:
-        await asyncio.wait((work, watch), return_when=asyncio.FIRST_COMPLETED)
-    finally:  # this activity canceled (or the run asked to cancel): the step ends before the activity does
-        watch.cancel()
-        if not work.done():
-            work.cancel()
-            await asyncio.wait((work,))
-    if work.cancelled() and watch.done() and not watch.cancelled():
-        raise _stopped()
-    return work.result()
 
 
 class AgentActivities:
@@ -193,11 +136,11 @@ class AgentActivities:
                 ),
                 return_exceptions=True,
             )
-            if time.monotonic() - began >= CANCEL_CHECK_AFTER_SECONDS and await _cancel_requested():
+            if time.monotonic() - began >= CANCEL_CHECK_AFTER_SECONDS and await cancel_requested():
                 # Asked to stop while the tools ran (and the watch of a local step did not see it yet): the model
                 # is not asked. The run waits for its cancel; a regular activity gets it with its heartbeat.
                 if activity.info().is_local:
-                    raise _stopped()
+                    raise stopped()
                 await asyncio.sleep(CANCEL_WAIT_SECONDS)
             results: list[ToolCallResult] = []
             for call, outcome in zip(input.tools, outcomes, strict=True):

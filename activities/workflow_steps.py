@@ -13,6 +13,7 @@ from pydantic_core import to_jsonable_python
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from keel.activities.cancel_requests import until_cancel_requested
 from keel.activities.failures import translated
 from keel.activities.heartbeat import heartbeating
 from keel.activities.reset_origin import reset_origin
@@ -124,7 +125,7 @@ class WorkflowSteps:
         """Run the app tool `tool_id` with the step's input; a tool that suspends answers with its payload."""
         with translated():
             async with heartbeating():
-                return await self._tool_step(input)
+                return await until_cancel_requested(self._tool_step(input))
 
     async def _tool_step(self, input: WorkflowToolInput) -> WorkflowToolResult:
         tool = self._app.workflow_tools().get(input.tool_id)

@@ -280,6 +280,18 @@ async def _definition_local_tool_retried(keel: KeelClient, name: str) -> str:
     return name
 
 
+async def _definition_canceled_in_local_step(keel: KeelClient, name: str) -> str:
+    """Canceled while its local tool step (`record`, 3 s) runs: the step sees the cancel first and stops
+    (`STOPPED_FOR_CANCEL`), and the run waits for the cancel."""
+    os.environ["KEEL_TEST_TOOL_SECONDS"] = "3"
+    steps = [{"type": "tool", "id": "slow", "toolId": "record"}]
+    await _STORAGE[0].save_definition("canceled-soon", definition_apps.definition("canceled-soon", steps))
+    handle = await keel.temporal.start_workflow("canceled-soon", {"n": 1}, id=name, task_queue=keel.task_queue)
+    await asyncio.sleep(1.0)
+    await handle.cancel()
+    return name
+
+
 async def _session_sent_again(keel: KeelClient, name: str) -> str:
     """A session sent one message id twice (two updates, as across a continue-as-new): the second answered with
     the first's answer (patch `keel-session-send-once` at generation 1; the session's own rule from generation 2)."""
@@ -743,6 +755,7 @@ SCENARIOS: dict[str, Scenario] = {
     "session_entity": Scenario(_session_entity, DEFAULT_SHAPE, ends=False),
     "definition_local_tool_retried": Scenario(_definition_local_tool_retried, DEFAULT_SHAPE),
     "definition_output_on_re2": Scenario(_definition_output_on_re2, DEFAULT_SHAPE),
+    "definition_canceled_in_local_step": Scenario(_definition_canceled_in_local_step, DEFAULT_SHAPE),
     "session_sent_again": Scenario(_session_sent_again, None, ends=False),
     "session_sent_again_gen2": Scenario(_session_sent_again, DEFAULT_SHAPE, ends=False),
     "session_delivered_gen3": Scenario(_session_delivered, DEFAULT_SHAPE, ends=False),

@@ -53,7 +53,7 @@ from keel.protocol.workflow_definition import (
     WorkflowDefinition,
     schema_problems,
 )
-from keel.workflows.cancellation import end_if_canceled, mark_canceled
+from keel.workflows.cancellation import cancel_arrives, end_if_canceled, mark_canceled, stopped_for_cancel
 from keel.workflows.contracts import (
     AgentRunInput,
     AgentRunResult,
@@ -180,6 +180,8 @@ class DefinitionRun(TimeTravelling, Resumable):
         except (StepFailed, ActivityError, ChildWorkflowError, ApplicationError) as err:
             if isinstance(_cause(err), CancelledError):  # a step canceled with the run: the run is canceled
                 end_if_canceled()
+            if stopped_for_cancel(_cause(err)):  # a local step saw the cancel before the run could
+                await cancel_arrives()
             message = str(_cause(err)) if isinstance(err, FailureError) else str(err)
             self._state.status, self._state.error = "failed", message
             self.workflow_finished("failed")

@@ -7,6 +7,7 @@ import asyncio
 import gc
 import json
 import uuid
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -647,6 +648,38 @@ async def test_a_run_canceled_while_its_tool_step_runs_ends_canceled(
     assert described.status == WorkflowExecutionStatus.CANCELED, ended.value.cause
     assert described.typed_search_attributes.get(KEEL_STATUS) == "canceled"  # it said running
     assert len(log.read_text().splitlines()) == 1  # started once
+
+
+async def test_a_run_canceled_while_its_local_tool_step_runs_stops_the_tool_without_waiting_for_a_heartbeat(
+    client: Client, storage: Storage, task_queue: str, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A local tool step holds the run's workflow task open: the cancel reached the run only with the task's next
+    heartbeat (48 s in with this run's task timeout of 60 s, 8 s with Temporal's default). The step now asks
+    Temporal while it runs whether its run was asked to cancel, and stops."""
+    monkeypatch.setenv("KEEL_TEST_TOOL_SECONDS", "600")
+    await save(
+        storage, definition("canceled-soon", [mapping("item", {"n": {"value": 1}}), tool_step("slow", "record")])
+    )
+    async with running_worker(client, app, storage, task_queue):
+        handle = await client.start_workflow(
+            "canceled-soon",
+            {},
+            id=f"canceled-soon-{uuid.uuid4()}",
+            task_queue=task_queue,
+            task_timeout=timedelta(seconds=60),
+        )
+        log = data_dir / "started.log"
+        async with asyncio.timeout(20):
+            while not log.exists():
+                await asyncio.sleep(0.05)
+        await handle.cancel()
+        with pytest.raises(WorkflowFailureError):
+            await asyncio.wait_for(handle.result(), 20)
+        state: WorkflowRunState = await handle.query("state", result_type=WorkflowRunState)
+    assert state.status == "canceled"
+    described = await handle.describe()
+    assert described.status == WorkflowExecutionStatus.CANCELED
+    assert described.typed_search_attributes.get(KEEL_STATUS) == "canceled"
 
 
 async def test_a_run_canceled_while_a_nested_workflow_runs_ends_canceled_with_it(

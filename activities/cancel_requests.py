@@ -1,0 +1,83 @@
+"""Whether an activity's run was asked to cancel, asked of Temporal while a local step runs.
+
+A local activity holds its run's workflow task open, so a cancel (a session's abort, `keel cancel`, `temporal
+workflow cancel`) reaches the run only when the step ends or the task heartbeats: the step asks instead, and stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
+from temporalio.service import RPCError
+
+from keel.workflows.cancellation import STOPPED_FOR_CANCEL
+
+T = TypeVar("T")
+
+CANCEL_CHECK_AFTER_SECONDS = 0.25
+"""A local step that has run this long starts asking Temporal whether its run was asked to cancel (then every
+`CANCEL_POLL_SECONDS`), and stops if so (`until_cancel_requested`). A local step holds its workflow task open, so
+a cancel reaches the run only when the step ends or the task's heartbeat comes (8 s in with Temporal's default
+task timeout): before, a user's abort waited that long, while the model call or the tools went on. Quicker steps
+ask nothing (no RPC). A fused agent step whose tools took this long also asks once before its model step."""
+CANCEL_POLL_SECONDS = 1.0
+"""How often a long local step asks (one `DescribeWorkflowExecution` each, as often as a regular activity with a
+2 s heartbeat timeout would heartbeat)."""
+
+
+async def cancel_requested() -> bool:
+    """Whether this activity's run was asked to cancel (Temporal's `cancel_requested`, seen before the run does)."""
+    info = activity.info()
+    if info.workflow_id is None:  # a standalone activity: no run
+        return False
+    try:
+        handle = activity.client().get_workflow_handle(info.workflow_id, run_id=info.workflow_run_id)
+        described = await handle.describe(rpc_timeout=timedelta(seconds=5))
+    except (RPCError, RuntimeError):  # unknown: go on as before
+        return False
+    return described.raw_description.workflow_extended_info.cancel_requested
+
+
+def stopped() -> ApplicationError:
+    # Benign: the worker logs it at DEBUG (a user's abort is not a warning) and counts no failure in its metrics.
+    return ApplicationError(
+        "the step stopped: its run was asked to cancel",
+        type=STOPPED_FOR_CANCEL,
+        non_retryable=True,
+        category=ApplicationErrorCategory.BENIGN,
+    )
+
+
+async def _cancel_seen() -> None:
+    """Returns once this activity's run was asked to cancel (asking from `CANCEL_CHECK_AFTER_SECONDS` in)."""
+    await asyncio.sleep(CANCEL_CHECK_AFTER_SECONDS)
+    while not await cancel_requested():
+        await asyncio.sleep(CANCEL_POLL_SECONDS)
+
+
+async def until_cancel_requested(step: Coroutine[Any, Any, T]) -> T:
+    """`step`'s result; for a local activity, unless its run is asked to cancel first: then `step` is cancelled
+    (its tools' cleanup runs) and the activity fails with `STOPPED_FOR_CANCEL`, which the run answers by waiting
+    for the cancel. A regular activity hears of a cancel through its heartbeats, and runs `step` as it is."""
+    if not activity.info().is_local:
+        return await step
+    work = asyncio.ensure_future(step)
+    watch = asyncio.ensure_future(_cancel_seen())
+    try:
+        await asyncio.wait((work, watch), return_when=asyncio.FIRST_COMPLETED)
+    finally:  # this activity canceled (or the run asked to cancel): the step ends before the activity does
+        watch.cancel()
+        if not work.done():
+            work.cancel()
+            await asyncio.wait((work,))
+    if work.cancelled() and watch.done() and not watch.cancelled():
+        raise stopped()
+    return work.result()
+
+
+__all__ = ["CANCEL_CHECK_AFTER_SECONDS", "CANCEL_POLL_SECONDS", "cancel_requested", "stopped", "until_cancel_requested"]
