@@ -164,6 +164,12 @@ async def time_travel(
     if stored is None:
         raise ResetRefused(f"Run {run_id!r} ran version {version} of workflow {kind!r}, which storage no longer has")
     entry = _entry_of(WorkflowDefinition.model_validate(stored.definition), step)
+    if resume_data is not None and isinstance(entry, ForeachEntry):
+        raise ResetRefused(
+            f"Cannot time travel run {run_id!r} to step {step!r} with resumeData: it is a foreach step, which runs "
+            "once per item, and resumeData goes to one call. Time travel without it, then resume the item that "
+            f"suspends (step '{step}[i]')"
+        )
     if input_data is not None:
         _check_input(entry, step, input_data, tools)
 

@@ -512,6 +512,31 @@ async def test_a_step_in_parallel_runs_again_and_its_sibling_returns_what_it_did
     assert ledger(data_dir) == ["tool 1", "tool 1", "tool 1", "tool 9", "tool 22", "tool 9"]
 
 
+async def test_a_foreach_step_is_not_time_travelled_with_resume_data_it_would_drop(api: Api) -> None:
+    """Found from outside: resumeData goes to the call whose key is the step's id, and a foreach step's calls
+    are keyed `id[i]`, so the reset went ahead and no item was given the data."""
+    each = {
+        "id": "each",
+        "inputSchema": {"type": "object"},
+        "outputSchema": {"type": "object"},
+        "graph": [_number("m1", 1), {"type": "foreach", "id": "each", "step": _tally("t")}],
+    }
+    out = await api.js("""
+        await client.upsertDynamicWorkflow(vars.each);
+        const run = await client.getWorkflow("each").createRun();
+        const ended = await run.startAsync({inputData: {}});
+        try { return {ended, answered: await run.timeTravel({step: "t", resumeData: {ok: true}})}; }
+        catch (e) { return {ended, runId: run.runId, status: e.status, body: e.body}; }
+    """, each=each)  # fmt: skip
+    assert out["ended"]["status"] == "failed"  # its input is not a list
+    assert out["status"] == 400, out
+    assert out["body"] == {
+        "error": f"Cannot time travel run '{out['runId']}' to step 't' with resumeData: it is a foreach step, which "
+        "runs once per item, and resumeData goes to one call. Time travel without it, then resume the item that "
+        "suspends (step 't[i]')"
+    }
+
+
 async def test_a_failed_run_is_run_again_from_its_failed_step_with_a_corrected_input(api: Api, data_dir: Path) -> None:
     out = await api.js("""
         await client.upsertDynamicWorkflow(vars.ledger);
