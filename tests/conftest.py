@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -36,6 +37,26 @@ from tests.s3 import S3Server, seaweedfs_server
 # Every workflow the tests run (in-process and in worker subprocesses) runs in Temporal's sandbox, Keel's own
 # too, which fails a workflow task on non-deterministic calls; production workers run Keel's unsandboxed.
 os.environ.setdefault(SANDBOX_ENV, "1")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The test apps make `keel-tests-<what>-<pid>` folders in the temp folder at import, in this process and in
+    the worker processes the tests start: those of processes that have ended (this one's too) go. A folder of a
+    process still running (another test session's) stays."""
+    for folder in Path(tempfile.gettempdir()).glob("keel-tests-*-*"):
+        pid = folder.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and (int(pid) == os.getpid() or not _running(int(pid))):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
 
 
 @pytest.fixture(scope="session")
