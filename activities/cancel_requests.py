@@ -53,31 +53,45 @@ def stopped() -> ApplicationError:
     )
 
 
-async def _cancel_seen() -> None:
-    """Returns once this activity's run was asked to cancel (asking from `CANCEL_CHECK_AFTER_SECONDS` in)."""
-    await asyncio.sleep(CANCEL_CHECK_AFTER_SECONDS)
-    while not await cancel_requested():
-        await asyncio.sleep(CANCEL_POLL_SECONDS)
-
-
 async def until_cancel_requested(step: Coroutine[Any, Any, T]) -> T:
     """`step`'s result; for a local activity, unless its run is asked to cancel first: then `step` is cancelled
     (its tools' cleanup runs) and the activity fails with `STOPPED_FOR_CANCEL`, which the run answers by waiting
-    for the cancel. A regular activity hears of a cancel through its heartbeats, and runs `step` as it is."""
+    for the cancel. A regular activity hears of a cancel through its heartbeats, and runs `step` as it is.
+
+    `step` runs in the caller's task, and a step that ends within `CANCEL_CHECK_AFTER_SECONDS` costs one timer:
+    the watch starts only then."""
     if not activity.info().is_local:
         return await step
-    work = asyncio.ensure_future(step)
-    watch = asyncio.ensure_future(_cancel_seen())
+    task = asyncio.current_task()
+    assert task is not None
+    watch: asyncio.Task[None] | None = None
+    stopping = False
+
+    async def watching() -> None:
+        nonlocal stopping
+        while not await cancel_requested():
+            await asyncio.sleep(CANCEL_POLL_SECONDS)
+        stopping = True
+        task.cancel()
+
+    def start() -> None:
+        nonlocal watch
+        watch = asyncio.ensure_future(watching())
+
+    timer = asyncio.get_running_loop().call_later(CANCEL_CHECK_AFTER_SECONDS, start)
     try:
-        await asyncio.wait((work, watch), return_when=asyncio.FIRST_COMPLETED)
-    finally:  # this activity canceled (or the run asked to cancel): the step ends before the activity does
-        watch.cancel()
-        if not work.done():
-            work.cancel()
-            await asyncio.wait((work,))
-    if work.cancelled() and watch.done() and not watch.cancelled():
-        raise stopped()
-    return work.result()
+        result = await step
+    except asyncio.CancelledError:
+        if stopping and task.uncancel() == 0:  # only the watch canceled it (not the activity's own cancel)
+            raise stopped() from None
+        raise
+    finally:  # no await from here on: the watch cannot cancel the task after this
+        timer.cancel()
+        if watch is not None:
+            watch.cancel()
+    if stopping:  # the step took the watch's cancel and ended anyway: its result stands
+        task.uncancel()
+    return result
 
 
 __all__ = ["CANCEL_CHECK_AFTER_SECONDS", "CANCEL_POLL_SECONDS", "cancel_requested", "stopped", "until_cancel_requested"]
