@@ -11,7 +11,7 @@ import asyncio
 from typing import NoReturn
 
 from temporalio import workflow
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from keel.workflows.search_attributes import KEEL_STATUS
 
@@ -36,7 +36,7 @@ def end_if_canceled() -> None:
         raise asyncio.CancelledError()
 
 
-STOPPED_FOR_CANCEL = "StoppedForCancel"
+STOPPED_FOR_CANCEL = "KeelStoppedForCancel"
 """The failure type of a local step that stopped because its run was asked to cancel. A local step holds the
 run's workflow task open, so the cancel reaches the run only once the step ends (or the task's heartbeat comes,
 8 s in with Temporal's default task timeout): the step asks Temporal while it runs, and stops. The run then waits
@@ -45,15 +45,22 @@ existed never meet it, so no patch guards it."""
 
 
 def stopped_for_cancel(cause: BaseException) -> bool:
-    """Whether a step's failure (its cause) is `STOPPED_FOR_CANCEL`."""
-    return isinstance(cause, ApplicationError) and cause.type == STOPPED_FOR_CANCEL
+    """Whether a step's failure (its cause) is `STOPPED_FOR_CANCEL` (Keel's: benign and non-retryable too, so a
+    tool's own error of that name is not taken for it)."""
+    return (
+        isinstance(cause, ApplicationError)
+        and cause.type == STOPPED_FOR_CANCEL
+        and cause.non_retryable
+        and cause.category == ApplicationErrorCategory.BENIGN
+    )
 
 
 async def cancel_arrives() -> NoReturn:
-    """Wait for the cancel a step saw requested (`STOPPED_FOR_CANCEL`): it comes with the next workflow task, as
-    `asyncio.CancelledError`. No command: the task that recorded the step completes with nothing else."""
-    await workflow.wait_condition(lambda: False)
-    raise AssertionError("unreachable: a wait on False ends only by the run's cancel")
+    """Wait for the cancel a step saw requested (`STOPPED_FOR_CANCEL`), then raise `asyncio.CancelledError`: it
+    comes with the next workflow task (or came already). No command: the task that recorded the step completes
+    with nothing else."""
+    await workflow.wait_condition(lambda: workflow.cancellation_reason() is not None)
+    raise asyncio.CancelledError()
 
 
 CANCELED_STATUS_PATCH = "canceled-status"

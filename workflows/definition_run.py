@@ -91,6 +91,11 @@ NESTING_MEMO = "keelNesting"
 MAX_NESTING = 32
 """The deepest workflow steps nest. Stored definitions are checked for cycles, but two saved at once can each
 pass and make one: its runs then started nested runs without end (121 in 6 s)."""
+FOREACH_CANCEL_PATCH = "keel-foreach-ends-on-cancel"
+"""A foreach item canceled with its run (an activity item's cancellation is its error) ends the foreach; before,
+the lane took it for the item's failure and started the next item, as an activity no one canceled, and the
+run stayed open until every item had run. Asked only then; it may go once no run canceled in a foreach before
+this release is open."""
 TEMPORAL_RETRY_RULE_PATCH = "keel-local-tool-step-temporal-retry-rule"
 """A tool step's failed local attempt is retried as an activity when Temporal would retry it (the activity's
 error is retryable: the tool's error before its last try, a timeout), as an agent run's local steps are. Runs
@@ -261,6 +266,8 @@ class DefinitionRun(TimeTravelling, Resumable):
                 try:
                     results[index] = await self._step(entry.step, items[index], data, key=key)
                 except Exception as err:  # every item still runs; the first failure (by index) fails the step
+                    if _canceled_item(err):  # the run's cancel, not the item's failure: no item starts after it
+                        raise asyncio.CancelledError() from None
                     results[index] = _Failed(err)
 
         await asyncio.gather(*(lane() for _ in range(width)))
@@ -530,6 +537,12 @@ def _local_retry_rule(err: FailureError) -> bool:
         return retryable(err)
     cause = _cause(err)  # the rule before: the innermost error's flag
     return not (isinstance(cause, ApplicationError) and cause.non_retryable)
+
+
+def _canceled_item(err: BaseException) -> bool:
+    """Whether a foreach item's error is its cancellation by the run's cancel (`FOREACH_CANCEL_PATCH`)."""
+    canceled = isinstance(_cause(err), CancelledError) and workflow.cancellation_reason() is not None
+    return canceled and workflow.patched(FOREACH_CANCEL_PATCH)
 
 
 def _cause(err: BaseException) -> BaseException:

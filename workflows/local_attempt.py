@@ -18,7 +18,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, FailureError
 from temporalio.exceptions import TimeoutError as TemporalTimeout
 
-from keel.workflows.cancellation import end_if_canceled
+from keel.workflows.cancellation import cancel_arrives, end_if_canceled, stopped_for_cancel
 
 ONE_ATTEMPT = RetryPolicy(maximum_attempts=1)
 R = TypeVar("R")
@@ -50,6 +50,8 @@ async def once_locally(
         cause = activity_cause(err)
         if isinstance(cause, CancelledError):  # canceled with its run, not failed
             end_if_canceled()
+        if stopped_for_cancel(cause):  # the step saw its run's cancel first: here, so no caller takes it for a failure
+            await cancel_arrives()
         if not (rule or retryable)(err):
             raise
         if say_so:

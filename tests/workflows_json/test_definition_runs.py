@@ -682,6 +682,48 @@ async def test_a_run_canceled_while_its_local_tool_step_runs_stops_the_tool_with
     assert described.typed_search_attributes.get(KEEL_STATUS) == "canceled"
 
 
+@pytest.mark.parametrize(
+    ("tool_id", "width"), [("record", 1), ("send", 2)], ids=["local-items-one-lane", "activity-items-two-lanes"]
+)
+async def test_a_foreach_canceled_while_its_items_run_starts_no_item_after_the_cancel(
+    client: Client,
+    storage: Storage,
+    task_queue: str,
+    data_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    tool_id: str,
+    width: int,
+) -> None:
+    """From review: a local item that stopped for the cancel was taken by its lane for the item's failure, and the
+    lane started the next items (as activities once the task's local budget was spent); an activity item's
+    cancellation was taken the same way. The run stayed open until every item had run."""
+    monkeypatch.setenv("KEEL_TEST_TOOL_SECONDS", "600")
+    each = definition(
+        f"each-{tool_id}",
+        [
+            mapping("howmany", {"count": {"value": 8}}),
+            tool_step("list", "range"),
+            {"type": "foreach", "id": "each", "step": tool_step("it", tool_id), "opts": {"concurrency": width}},
+        ],
+    )
+    await save(storage, each)
+    log = data_dir / ("sent.log" if tool_id == "send" else "started.log")
+    async with running_worker(client, app, storage, task_queue):
+        handle = await client.start_workflow(
+            each["id"], {}, id=f"each-{uuid.uuid4()}", task_queue=task_queue, task_timeout=timedelta(seconds=60)
+        )
+        async with asyncio.timeout(20):
+            while not log.exists() or len(log.read_text().splitlines()) < width:
+                await asyncio.sleep(0.05)
+        await asyncio.sleep(0.5)
+        await handle.cancel()
+        with pytest.raises(WorkflowFailureError):
+            await asyncio.wait_for(handle.result(), 20)
+        await asyncio.sleep(1.0)  # an item started after the cancel would have written its line by now
+    assert (await handle.describe()).status == WorkflowExecutionStatus.CANCELED
+    assert len(log.read_text().splitlines()) == width, log.read_text()
+
+
 async def test_a_run_canceled_while_a_nested_workflow_runs_ends_canceled_with_it(
     client: Client, storage: Storage, task_queue: str
 ) -> None:
