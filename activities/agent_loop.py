@@ -55,11 +55,6 @@ shows them in the step's result; larger ones by reference to their tool message 
 history per step against this threshold)."""
 
 
-CANCEL_WAIT_SECONDS = 60.0
-"""How long a fused step run as a regular activity, asked to cancel, waits for the cancel (its heartbeat brings it)
-before it goes on as if it had not been."""
-
-
 class AgentActivities:
     """Activities bound to one app and one storage; the worker registers `all()`."""
 
@@ -137,11 +132,8 @@ class AgentActivities:
                 return_exceptions=True,
             )
             if time.monotonic() - began >= CANCEL_CHECK_AFTER_SECONDS and await cancel_requested():
-                # Asked to stop while the tools ran (and the watch of a local step did not see it yet): the model
-                # is not asked. The run waits for its cancel; a regular activity gets it with its heartbeat.
-                if activity.info().is_local:
-                    raise stopped()
-                await asyncio.sleep(CANCEL_WAIT_SECONDS)
+                # Asked to stop while the tools ran (and the watch did not see it yet): the model is not asked.
+                raise stopped()
             results: list[ToolCallResult] = []
             for call, outcome in zip(input.tools, outcomes, strict=True):
                 if isinstance(outcome, BaseException):

@@ -20,7 +20,7 @@ from keel.workflows.cancellation import STOPPED_FOR_CANCEL
 T = TypeVar("T")
 
 CANCEL_CHECK_AFTER_SECONDS = 0.25
-"""A local step that has run this long starts asking Temporal whether its run was asked to cancel (then every
+"""A step that has run this long starts asking Temporal whether its run was asked to cancel (then every
 `CANCEL_POLL_SECONDS`), and stops if so (`until_cancel_requested`). A local step holds its workflow task open, so
 a cancel reaches the run only when the step ends or the task's heartbeat comes (8 s in with Temporal's default
 task timeout): before, a user's abort waited that long, while the model call or the tools went on. Quicker steps
@@ -54,14 +54,14 @@ def stopped() -> ApplicationError:
 
 
 async def until_cancel_requested(step: Coroutine[Any, Any, T]) -> T:
-    """`step`'s result; for a local activity, unless its run is asked to cancel first: then `step` is cancelled
-    (its tools' cleanup runs) and the activity fails with `STOPPED_FOR_CANCEL`, which the run answers by waiting
-    for the cancel. A regular activity hears of a cancel through its heartbeats, and runs `step` as it is.
+    """`step`'s result, unless its run is asked to cancel first: then `step` is cancelled (its tools' cleanup runs)
+    and the activity fails with `STOPPED_FOR_CANCEL`. A local step's run answers that by waiting for the cancel. A
+    regular activity's run has ended already (its cancel reached it at once); the activity would hear of it only
+    with its next heartbeat, seconds later, and a model that answered meanwhile had its answer stored in the
+    thread of a run the user had aborted.
 
     `step` runs in the caller's task, and a step that ends within `CANCEL_CHECK_AFTER_SECONDS` costs one timer:
     the watch starts only then."""
-    if not activity.info().is_local:
-        return await step
     task = asyncio.current_task()
     assert task is not None
     watch: asyncio.Task[None] | None = None

@@ -156,3 +156,45 @@ async def test_a_run_canceled_while_its_tool_runs_in_a_local_step_stops_the_tool
         await keel.cancel(run_id)
         assert await ended(client, run_id, within=20) == WorkflowExecutionStatus.CANCELED
     assert len(asked) == 1
+
+
+async def test_a_run_canceled_while_its_model_answers_after_an_approval_stores_no_answer(
+    client: Client, storage: Storage, task_queue: str
+) -> None:
+    """The step after an approval runs as a regular activity: a cancel ends the run at once, and the activity hears
+    of it only with its next heartbeat (5 s in). A model that answered before that had its answer stored in the
+    thread of a run the user had aborted."""
+    asked: list[int] = []
+    answering, interrupted = asyncio.Event(), asyncio.Event()
+
+    @tool("guarded", require_approval=True)
+    async def guarded(args: Nap, ctx: ToolContext) -> str:
+        """Needs approval."""
+        return "done"
+
+    async def answer(request: ModelRequest) -> ModelResponse:
+        asked.append(len(request.messages))
+        if len(asked) == 1:
+            return ModelResponse(tool_calls=[ModelToolCall(id="g1", name="guarded", args={"seconds": 0})])
+        answering.set()
+        try:
+            await asyncio.sleep(2)
+        except asyncio.CancelledError:
+            interrupted.set()
+            raise
+        return ModelResponse(text="answered after the abort")
+
+    app = App.of(Agent(id="guarded", model=ScriptedModel(answer), tools=(guarded,)))
+    async with running_worker(client, app, storage, task_queue) as keel:
+        run_id = await keel.start_run("guarded", "go")
+        async with asyncio.timeout(20):
+            while not (pending := await keel.pending_tool_calls(run_id)):
+                await asyncio.sleep(0.05)
+        await keel.approve(run_id, pending[0].tool_call_id)
+        await asyncio.wait_for(answering.wait(), 20)
+        await keel.cancel(run_id)
+        assert await ended(client, run_id, within=20) == WorkflowExecutionStatus.CANCELED
+        await asyncio.sleep(3)  # past the model's answer: had it gone on, it would be stored by now
+    assert interrupted.is_set()
+    messages, _ = await storage.list_messages(run_id)
+    assert not any("answered after the abort" in str(m.content) for m in messages)
