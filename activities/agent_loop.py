@@ -78,7 +78,7 @@ class AgentActivities:
         final persist) store it; so a storage outage cannot turn a finished side effect into a lost one."""
         with translated():
             async with heartbeating():
-                return await self._tools.call_bounded(input)
+                return await until_cancel_requested(self._tools.call_bounded(input))
 
     @activity.defn(name=names.EXECUTE_TOOL)
     async def execute_tool(self, input: ExecuteToolInput) -> ExecuteToolResult:
