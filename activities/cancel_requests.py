@@ -15,7 +15,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from temporalio.service import RPCError
 
-from keel.workflows.cancellation import STOPPED_FOR_CANCEL
+from keel.protocol import names
 
 T = TypeVar("T")
 
@@ -47,7 +47,7 @@ def stopped() -> ApplicationError:
     # Benign: the worker logs it at DEBUG (a user's abort is not a warning) and counts no failure in its metrics.
     return ApplicationError(
         "the step stopped: its run was asked to cancel",
-        type=STOPPED_FOR_CANCEL,
+        type=names.STOPPED_FOR_CANCEL,
         non_retryable=True,
         category=ApplicationErrorCategory.BENIGN,
     )

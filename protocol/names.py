@@ -43,6 +43,8 @@ RESET_ORIGIN: Final = "keel.reset_origin"
 """Local activity of a run just reset: was it Keel's time travel (then its `time_travel` signal is coming)?"""
 TIME_TRAVEL_REASON: Final = "keel time travel"
 """How the reason of a reset made by Keel's time travel begins (the Temporal UI shows it with the reset)."""
+STOPPED_FOR_CANCEL: Final = "KeelStoppedForCancel"
+"""The failure type of a step that stopped because its run was asked to cancel (`keel.workflows.cancellation`)."""
 
 # One tool called from outside any run
 TOOL_CALL_WORKFLOW: Final = "ToolCall"

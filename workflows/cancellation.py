@@ -13,6 +13,7 @@ from typing import NoReturn
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
+from keel.protocol import names
 from keel.workflows.search_attributes import KEEL_STATUS
 
 CANCEL_ENDS_RUN_PATCH = "cancel-ends-run"
@@ -36,7 +37,7 @@ def end_if_canceled() -> None:
         raise asyncio.CancelledError()
 
 
-STOPPED_FOR_CANCEL = "KeelStoppedForCancel"
+STOPPED_FOR_CANCEL = names.STOPPED_FOR_CANCEL
 """The failure type of a local step that stopped because its run was asked to cancel. A local step holds the
 run's workflow task open, so the cancel reaches the run only once the step ends (or the task's heartbeat comes,
 8 s in with Temporal's default task timeout): the step asks Temporal while it runs, and stops. The run then waits
