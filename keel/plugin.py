@@ -57,6 +57,15 @@ SANDBOX_PASSTHROUGH: dict[str, str] = {
 }
 """Modules shared with the sandbox instead of re-imported for each workflow run, each with why that is safe."""
 
+TASK_DURATION_WARN_ENV = "TEMPORAL_WORKFLOW_TASK_DURATION_WARN_SECONDS"
+TASK_DURATION_WARN_SECONDS = 10
+"""The SDK's worker warns (`[TMPRL1104]`) of a workflow task that took longer than the seconds its environment
+variable `TEMPORAL_WORKFLOW_TASK_DURATION_WARN_SECONDS` says (5 unless set). A Keel run's local step holds its
+workflow task open for as long as the model call or the tools take, and the task heartbeats 8 s in (80 % of
+Temporal's default task timeout of 10 s): every model answer longer than 5 s warned, which says nothing is wrong.
+A Keel worker sets it to the task timeout unless the process did: a task that runs past it is one Temporal timed
+out. The SDK reads it once per process, when the first task ends."""
+
 SANDBOX_ENV = "KEEL_WORKFLOW_SANDBOX"
 """`1` runs Keel's own workflows in the sandbox too (the test suite sets it): the sandbox then checks them for
 non-deterministic calls, at the measured cost in `AgentRun`'s comment."""
@@ -139,6 +148,7 @@ class KeelPlugin(SimplePlugin):
 
     def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
         config = super().configure_worker(config)
+        os.environ.setdefault(TASK_DURATION_WARN_ENV, str(TASK_DURATION_WARN_SECONDS))
         # A client's interceptors apply to its workers too: one only when the client has none.
         if tracing.find_interceptor(config["client"].config(active_config=True)["interceptors"]) is None:
             config["interceptors"] = tracing.with_interceptor(config.get("interceptors", ()))

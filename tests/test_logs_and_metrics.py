@@ -510,3 +510,29 @@ async def test_a_nul_in_a_looked_up_run_id_is_a_400(storage: Storage, client: Cl
         answer = await http.get("/api/logs/a%00b", params={"transportId": "keel"})
         assert answer.status_code == 400 and answer.json()["error"] == "Invalid path parameters", answer.text
         assert (await http.get("/api/logs/ab", params={"transportId": "keel"})).status_code == 200
+
+
+async def test_a_long_local_step_does_not_warn_that_its_workflow_task_took_long(
+    client: Client,
+    dev_server: DevServer,
+    task_queue: str,
+    tmp_path: Path,
+    data_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A local step holds its run's workflow task open for as long as the model call or the tools take, and the
+    task heartbeats 8 s in: the SDK warned `[TMPRL1104] ... Workflow task duration exceeded 5 seconds` for every
+    step longer than that (one a model answer of a few seconds reaches), a warning on the worker's console that
+    says nothing is wrong. Keel's workers warn past a task's own timeout (10 s) instead."""
+    from keel.plugin import TASK_DURATION_WARN_ENV
+    from tests.apps import app as test_app
+    from tests.conftest import worker_subprocess
+
+    monkeypatch.delenv(TASK_DURATION_WARN_ENV, raising=False)  # an in-process worker of this session set it
+    keel = KeelClient(client, task_queue=task_queue, app=test_app)
+    with worker_subprocess(dev_server, task_queue, tmp_path, data_dir, env={"KEEL_TEST_TOOL_SECONDS": "9"}):
+        result = await keel.result(await keel.start_run("napper", "nap"))
+    assert result.text == "woke after 3 naps"
+    log = (tmp_path / "worker.log").read_text(errors="replace")
+    assert "keel worker: task queue" in log  # the log is the worker's
+    assert "TMPRL1104" not in log, log[-2000:]
