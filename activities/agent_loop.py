@@ -17,7 +17,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from keel.activities.cancel_requests import (
     CANCEL_CHECK_AFTER_SECONDS,
     cancel_requested,
-    stopped,
+    stop_for_cancel,
     until_cancel_requested,
 )
 from keel.activities.events import StepWriter
@@ -55,6 +55,13 @@ shows them in the step's result; larger ones by reference to their tool message 
 history per step against this threshold)."""
 
 
+async def _asked_to_cancel() -> bool:
+    try:
+        return await cancel_requested()
+    except RPCError:  # unknown: go on as before
+        return False
+
+
 class AgentActivities:
     """Activities bound to one app and one storage; the worker registers `all()`."""
 
@@ -70,7 +77,7 @@ class AgentActivities:
     async def model_step(self, input: ModelStepInput) -> ModelStepResult:
         with translated():
             async with heartbeating():  # as a regular activity: a lost worker is noticed in seconds
-                return await until_cancel_requested(self._model.run(input))
+                return await until_cancel_requested(self._model.run(input), regular_too=True)
 
     @activity.defn(name=names.TOOL_CALL)
     async def tool_call(self, input: ToolCallInput) -> ToolCallResult:
@@ -78,7 +85,7 @@ class AgentActivities:
         final persist) store it; so a storage outage cannot turn a finished side effect into a lost one."""
         with translated():
             async with heartbeating():
-                return await until_cancel_requested(self._tools.call_bounded(input))
+                return await self._tools.call_bounded(input)
 
     @activity.defn(name=names.EXECUTE_TOOL)
     async def execute_tool(self, input: ExecuteToolInput) -> ExecuteToolResult:
@@ -102,7 +109,7 @@ class AgentActivities:
         rate-limited model) reuses the stored results and runs only the tools that had not finished.
         """
         with translated():
-            return await until_cancel_requested(self._tools_then_model(input))
+            return await until_cancel_requested(self._tools_then_model(input), regular_too=True)
 
     async def _tools_then_model(self, input: ToolsThenModelInput) -> ToolsThenModelResult:
         async with heartbeating():
@@ -131,9 +138,9 @@ class AgentActivities:
                 ),
                 return_exceptions=True,
             )
-            if time.monotonic() - began >= CANCEL_CHECK_AFTER_SECONDS and await cancel_requested():
+            if time.monotonic() - began >= CANCEL_CHECK_AFTER_SECONDS and await _asked_to_cancel():
                 # Asked to stop while the tools ran (and the watch did not see it yet): the model is not asked.
-                raise stopped()
+                await stop_for_cancel()
             results: list[ToolCallResult] = []
             for call, outcome in zip(input.tools, outcomes, strict=True):
                 if isinstance(outcome, BaseException):

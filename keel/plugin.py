@@ -118,6 +118,8 @@ class KeelPlugin(SimplePlugin):
         options: AgentActivityOptions = DEFAULT_OPTIONS,
         sandbox_keel_workflows: bool | None = None,
     ) -> None:
+        # Before any worker of the process completes a task: the SDK reads it then, once.
+        os.environ.setdefault(TASK_DURATION_WARN_ENV, str(TASK_DURATION_WARN_SECONDS))
         self.app = app
         self.options = options
         self.sandbox_keel_workflows = _sandbox_keel_workflows(sandbox_keel_workflows)
@@ -148,7 +150,6 @@ class KeelPlugin(SimplePlugin):
 
     def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
         config = super().configure_worker(config)
-        os.environ.setdefault(TASK_DURATION_WARN_ENV, str(TASK_DURATION_WARN_SECONDS))
         # A client's interceptors apply to its workers too: one only when the client has none.
         if tracing.find_interceptor(config["client"].config(active_config=True)["interceptors"]) is None:
             config["interceptors"] = tracing.with_interceptor(config.get("interceptors", ()))

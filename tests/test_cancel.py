@@ -163,7 +163,7 @@ async def test_a_run_canceled_while_its_model_answers_after_an_approval_stores_n
 ) -> None:
     """The step after an approval runs as a regular activity: a cancel ends the run at once, and the activity hears
     of it only with its next heartbeat (5 s in). A model that answered before that had its answer stored in the
-    thread of a run the user had aborted."""
+    thread of a run the user had aborted (here a 4 s answer)."""
     asked: list[int] = []
     answering, interrupted = asyncio.Event(), asyncio.Event()
 
@@ -178,7 +178,7 @@ async def test_a_run_canceled_while_its_model_answers_after_an_approval_stores_n
             return ModelResponse(tool_calls=[ModelToolCall(id="g1", name="guarded", args={"seconds": 0})])
         answering.set()
         try:
-            await asyncio.sleep(2)
+            await asyncio.sleep(4)  # under the activity's first heartbeat (5 s in), past the watch's first ask
         except asyncio.CancelledError:
             interrupted.set()
             raise
@@ -194,7 +194,7 @@ async def test_a_run_canceled_while_its_model_answers_after_an_approval_stores_n
         await asyncio.wait_for(answering.wait(), 20)
         await keel.cancel(run_id)
         assert await ended(client, run_id, within=20) == WorkflowExecutionStatus.CANCELED
-        await asyncio.sleep(3)  # past the model's answer: had it gone on, it would be stored by now
+        await asyncio.sleep(5)  # past the model's answer: had it gone on, it would be stored by now
     assert interrupted.is_set()
     messages, _ = await storage.list_messages(run_id)
     assert not any("answered after the abort" in str(m.content) for m in messages)

@@ -531,8 +531,20 @@ async def test_a_long_local_step_does_not_warn_that_its_workflow_task_took_long(
     monkeypatch.delenv(TASK_DURATION_WARN_ENV, raising=False)  # an in-process worker of this session set it
     keel = KeelClient(client, task_queue=task_queue, app=test_app)
     with worker_subprocess(dev_server, task_queue, tmp_path, data_dir, env={"KEEL_TEST_TOOL_SECONDS": "9"}):
-        result = await keel.result(await keel.start_run("napper", "nap"))
+        run_id = await keel.start_run("napper", "nap")
+        result = await keel.result(run_id)
     assert result.text == "woke after 3 naps"
+    history = await client.get_workflow_handle(run_id).fetch_history()
+    events = history.events
+    started = {
+        e.event_id: e.event_time.ToDatetime() for e in events if e.HasField("workflow_task_started_event_attributes")
+    }
+    longest = max(
+        e.event_time.ToDatetime() - started[e.workflow_task_completed_event_attributes.started_event_id]
+        for e in history.events
+        if e.HasField("workflow_task_completed_event_attributes")
+    )
+    assert longest >= timedelta(seconds=5)  # the step held its task open past the SDK's default threshold
     log = (tmp_path / "worker.log").read_text(errors="replace")
     assert "keel worker: task queue" in log  # the log is the worker's
     assert "TMPRL1104" not in log, log[-2000:]
