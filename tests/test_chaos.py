@@ -74,3 +74,30 @@ async def test_the_check_catches_a_non_idempotent_tool_made_to_run_again(tmp_pat
     summary = printed[printed.rfind("chaos seed=") :]
     assert code == 1 and not report["ok"], summary
     assert report["duplicated"] and all("charge" in d and "ran 2 times" in d for d in report["duplicated"]), summary
+
+
+def test_the_model_proxy_starts_again_after_a_kill_left_its_call_counts_empty(tmp_path: Path) -> None:
+    # A `model-kill` landing while the handler wrote its counts left `calls.json` empty; LiteLLM then failed to load
+    # the handler at every start, and the `chat` runs waited to the end for a model that never came back.
+    from bench.chaos.driver import ModelProxy
+
+    proxy = ModelProxy(tmp_path)
+    (tmp_path / "litellm").mkdir()
+    (tmp_path / "litellm" / "calls.json").write_text("")
+    proxy.start()
+    try:
+        import httpx
+
+        answer = None
+        for attempt in range(6):  # about two calls in five fail, by a roll on the call's count
+            said = [{"role": "user", "content": f"chat t{attempt}"}]
+            body = {"model": "chaos-model", "stream": True, "messages": said}
+            reply = httpx.post(f"{proxy.url}/chat/completions", json=body, timeout=30)
+            chunks = [line[6:] for line in reply.text.splitlines() if line.startswith("data: {")]
+            if reply.status_code == 200 and chunks and "error" not in reply.text:
+                answer = "".join(json.loads(c)["choices"][0]["delta"].get("content") or "" for c in chunks)
+                break
+        assert answer is not None and answer.startswith("echo t")
+        assert json.loads((tmp_path / "litellm" / "calls.json").read_text())  # counted again, written whole
+    finally:
+        proxy.stop()

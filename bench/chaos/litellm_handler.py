@@ -9,7 +9,9 @@ config's folder) and starts the proxy there (`bench/chaos/driver.py`, `ModelProx
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 import zlib
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -21,9 +23,27 @@ from litellm.types.utils import GenericStreamingChunk
 
 CALLS_FILE = Path("calls.json")
 """How often the proxy has seen each message, kept in its folder (its working directory) across its own deaths:
-a proxy started again after `model-kill` goes on with the next roll instead of failing the same calls again."""
-CALLS: dict[str, int] = json.loads(CALLS_FILE.read_text()) if CALLS_FILE.exists() else {}
+a proxy started again after `model-kill` goes on with the next roll instead of failing the same calls again.
+Written whole or not at all (`_save`): a proxy killed mid-write once left it empty, and every later start of the
+proxy failed to load this module, so the `chat` runs waited for a model that never came back."""
 CHUNK = 4
+
+
+def _load() -> dict[str, int]:
+    with contextlib.suppress(FileNotFoundError, ValueError):
+        calls = json.loads(CALLS_FILE.read_text())
+        if isinstance(calls, dict):
+            return {str(k): int(v) for k, v in calls.items()}
+    return {}
+
+
+def _save(calls: dict[str, int]) -> None:
+    part = CALLS_FILE.with_name(f"{CALLS_FILE.name}.{os.getpid()}.part")
+    part.write_text(json.dumps(calls))
+    os.replace(part, CALLS_FILE)
+
+
+CALLS = _load()
 
 
 def _chunk(text: str, finished: bool = False) -> GenericStreamingChunk:
@@ -48,7 +68,7 @@ class ChaosModel(CustomLLM):
         model = str(kwargs.get("model", ""))
         said = _last_user_text(kwargs.get("messages") or [])
         CALLS[said] = CALLS.get(said, 0) + 1
-        CALLS_FILE.write_text(json.dumps(CALLS))
+        _save(CALLS)
         roll = zlib.crc32(f"{said}/{CALLS[said]}".encode()) % 10
         if roll in (0, 1):
             raise RateLimitError(message="slow down", llm_provider="keel-chaos", model=model)
