@@ -3,7 +3,7 @@ with Keel's generate on the same server.
 
     .venv/bin/python -m bench.floor                  # 1 and 20 in flight, eager start on and off (~3 min)
     .venv/bin/python -m bench.floor --quick          # fewer runs
-    .venv/bin/python -m bench.floor --http           # also Keel's generate over HTTP (`keel serve --worker`)
+    .venv/bin/python -m bench.floor --quick --bounds # also Keel with its storage calls answered from memory
 
 One tuned dev server, one process holding the client and the workers (the shape of `keel dev`: eager start
 can hand a run's first workflow task straight to the worker). What runs, each started the way Keel's client
@@ -19,6 +19,10 @@ starts a run (the same search attributes, memo and summary):
   of `noop`, the tool (which returns at once, like the floor's activities), a second model step that answers;
   SQLite storage. Everything a run of Keel's keeps is written: its messages, its event log, each step's answer.
 
+With `--bounds`, also Keel's generate on a second worker whose steps' storage calls are answered from memory
+(`bench/memory_storage.py`): what Keel's generate would cost if its durable record were free, an upper bound on
+what any cheaper storage could give. `(b+patch)/(b)` is what pinning a run's shape costs by itself.
+
 Each at 1 in flight (ms per run, median) and 20 in flight (runs/s over a batch), repetitions interleaved, with
 eager start requested and not. The dev server's CPU per run comes from its process's CPU time over each batch.
 """
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import statistics
@@ -37,7 +42,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel
 from temporalio import activity, workflow
@@ -45,12 +50,14 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from bench.harness import fresh_stack
+from bench.memory_storage import RunCallsInMemory
 from keel.app import Agent, App, ToolContext, tool
 from keel.client import KeelClient
 from keel.client.devserver import DevServer
 from keel.model_providers import ModelRequest, ModelResponse, ModelToolCall, ScriptedModel, tool_results_since_last_user
 from keel.plugin import keel_workflows_runner
 from keel.protocol import names
+from keel.storage import Storage
 from keel.worker import build_worker
 from keel.workflows.search_attributes import KEEL_STATUS
 
@@ -75,6 +82,8 @@ app = App.of(Agent(id="floor", model=ScriptedModel(floor_script, name="floor"), 
 
 FLOOR_QUEUE = "floor"
 KEEL_QUEUE = "keel-floor"
+IN_MEMORY = "keel, storage in memory"
+"""`--bounds`: Keel's generate with its steps' storage calls answered from memory (`bench/memory_storage.py`)."""
 
 
 @activity.defn(name="floor.noop")
@@ -127,7 +136,7 @@ def server_cpu_seconds(server: DevServer) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def kinds(client: Client, keel: KeelClient) -> list[Kind]:
+def kinds(client: Client, keel: KeelClient, in_memory: KeelClient | None = None) -> list[Kind]:
     attributes = keel_attributes()
 
     def floor(workflow_cls: Any) -> Callable[[bool], Awaitable[None]]:
@@ -146,13 +155,17 @@ def kinds(client: Client, keel: KeelClient) -> list[Kind]:
 
         return run
 
-    async def generate(eager: bool) -> None:
-        keel.eager_start = eager
-        result = await keel.result(await keel.start_run("floor", "go"))
-        if result.text != "done":
-            raise RuntimeError(f"unexpected answer {result.text!r}")
+    def generate(keel: KeelClient) -> Callable[[bool], Awaitable[None]]:
+        async def run(eager: bool) -> None:
+            keel.eager_start = eager
+            result = await keel.result(await keel.start_run("floor", "go"))
+            if result.text != "done":
+                raise RuntimeError(f"unexpected answer {result.text!r}")
 
-    return [*(Kind(k, floor(w)) for k, w in FLOORS.items()), Kind("keel", generate)]
+        return run
+
+    extra = [] if in_memory is None else [Kind(IN_MEMORY, generate(in_memory))]
+    return [*(Kind(k, floor(w)) for k, w in FLOORS.items()), Kind("keel", generate(keel)), *extra]
 
 
 def keel_attributes() -> Any:
@@ -195,9 +208,17 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
             activities=[noop],
             workflow_runner=keel_workflows_runner(),
         )
-        async with floor_worker, build_worker(stack.client, app, stack.storage, task_queue=KEEL_QUEUE):
+        in_memory = cast(Storage, RunCallsInMemory(stack.storage))
+        async with (
+            floor_worker,
+            build_worker(stack.client, app, stack.storage, task_queue=KEEL_QUEUE),
+            build_worker(stack.client, app, in_memory, task_queue=f"{KEEL_QUEUE}-memory")
+            if args.bounds
+            else contextlib.nullcontext(),
+        ):
             keel = KeelClient(stack.client, task_queue=KEEL_QUEUE, app=app)
-            todo = kinds(stack.client, keel)
+            bound = KeelClient(stack.client, task_queue=f"{KEEL_QUEUE}-memory", app=app) if args.bounds else None
+            todo = kinds(stack.client, keel, bound)
             for kind in todo:  # warm-up
                 for eager in (False, True):
                     for _ in range(5):
@@ -239,6 +260,12 @@ def render(results: dict[str, Any]) -> str:
             f"Keel/(b){eager or ' (no eager)'}: runs/s {med['per_s'][keel] / med['per_s'][floor]:.2f}, "
             f"latency {med['latency_ms'][floor] / med['latency_ms'][keel]:.2f} (floor ms / Keel ms)"
         )
+    for name in ("b+patch", IN_MEMORY):
+        if f"{name} eager" in med["per_s"]:
+            lines.append(
+                f"({name})/(b) eager: runs/s {med['per_s'][name + ' eager'] / med['per_s']['b eager']:.2f}, "
+                f"latency {med['latency_ms']['b eager'] / med['latency_ms'][name + ' eager']:.2f}"
+            )
     for name in ("keel", "b"):
         lines.append(
             f"eager start, {name}: runs/s x{med['per_s'][name + ' eager'] / med['per_s'][name]:.2f}, "
@@ -251,6 +278,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--reps", type=int, default=None)
+    parser.add_argument(
+        "--bounds", action="store_true", help="also Keel's generate with its storage calls answered from memory"
+    )
     parser.add_argument("--out", type=Path, default=Path("bench/floor-results.json"))
     args = parser.parse_args(argv)
     args.reps = args.reps or (2 if args.quick else 4)
