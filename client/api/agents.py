@@ -23,7 +23,7 @@ from keel.client.api.context import Ctx, QueryContext
 from keel.client.api.errors import ApiError, bad_request, not_found
 from keel.client.api.shapes import agent_details, full_output, suspended_output, tool_details
 from keel.client.api.streams import agent_chunks, log_end, sse, thread_chunks
-from keel.client.errors import RunFailed
+from keel.client.errors import RunFailed, RunNotFound
 from keel.client.run_events import read
 from keel.client.visibility import quoted
 from keel.protocol import (
@@ -34,6 +34,7 @@ from keel.protocol import (
     StartPayload,
     TextPart,
     ToolCallApprovalChunk,
+    ToolCallPart,
     ToolCallPayload,
     names,
     parse_chunk,
@@ -555,8 +556,54 @@ async def suspended_runs(
 
 
 async def _suspended_run_of_thread(ctx: Ctx, agent_id: str, thread_id: str, tool_call_id: str) -> str:
-    """The open run of the thread whose pending calls include `tool_call_id` (its `pending_tool_calls` query
-    decides; visibility may lag a run that has just suspended, so the search is tried for a few seconds)."""
+    """The agent's open run of the thread whose pending calls include `tool_call_id` (its `pending_tool_calls`
+    query decides).
+
+    The runs to ask come from the thread's newest messages: a model step stores its answer, the call's assistant
+    message, before its run waits on the call, so storage names the run the moment a client can know the call's
+    id, and a call that no message holds gets its 404 at once. Visibility, whose index may lag a run that has
+    just suspended, is searched (for a few seconds) only when the thread is longer than the messages read."""
+    runs = await _runs_calling(ctx.storage, thread_id, tool_call_id)
+    if runs is None:
+        return await _visible_suspended_run(ctx, agent_id, thread_id, tool_call_id)
+    for run_id in runs:
+        try:
+            info = await ctx.keel.describe(run_id)
+        except RunNotFound:  # its messages outlived it (a deleted history)
+            continue
+        if info.agent_id != agent_id or info.closed_at is not None:
+            continue
+        if any(p.tool_call_id == tool_call_id for p in await ctx.keel.pending_tool_calls(run_id)):
+            return run_id
+    raise not_found(f"No run of thread {thread_id} waits for tool call {tool_call_id}")
+
+
+CALLS_SCANNED = 200
+"""The newest messages of a thread a decision by thread reads for its call (a run waits on a call of its latest
+model step, so a waiting call is among them unless the thread went on by this many messages meanwhile)."""
+
+
+async def _runs_calling(storage: Storage, thread_id: str, tool_call_id: str) -> list[str] | None:
+    """The runs whose stored assistant messages call `tool_call_id` on the thread, newest first (ids are reused:
+    scripted models call `call_1` each step), among its `CALLS_SCANNED` newest messages; None if it has more
+    messages and none of those calls it."""
+    _, total = await storage.list_messages(thread_id, limit=1)
+    offset = max(0, total - CALLS_SCANNED)
+    newest, _ = await storage.list_messages(thread_id, offset=offset, limit=CALLS_SCANNED)
+    runs: list[str] = []
+    for message in reversed(newest):
+        if message.run_id is None or message.role != "assistant" or isinstance(message.content, str):
+            continue
+        if message.run_id not in runs and any(
+            isinstance(part, ToolCallPart) and part.tool_call_id == tool_call_id for part in message.content
+        ):
+            runs.append(message.run_id)
+    return None if not runs and offset > 0 else runs
+
+
+async def _visible_suspended_run(ctx: Ctx, agent_id: str, thread_id: str, tool_call_id: str) -> str:
+    """`_suspended_run_of_thread` for a call older than the messages it reads: the thread's open runs of the
+    agent, from visibility, tried for a few seconds (its index may lag)."""
     query = (
         f"KeelKind='agent' AND KeelAgentId='{quoted(agent_id)}' AND KeelThreadId='{quoted(thread_id)}' "
         "AND ExecutionStatus='Running'"

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
+from keel.storage.threads import StoredMessage
 from tests.http_api.conftest import Api
 
 
@@ -140,3 +142,38 @@ async def test_signals_reach_the_run_as_a_user_message_or_as_a_tagged_reminder(
         **thread,
     )
     assert refused["status"] == 400
+
+
+async def test_send_tool_approval_decides_the_run_waiting_on_the_call_and_refuses_a_call_no_run_waits_on(
+    api: Api, thread: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The decision goes to the agent's run of the thread that waits on the call. That run is named by the
+    thread's stored messages, so a call no run waits on is refused at once (it once waited 5 s for visibility
+    first); a call older than the messages read is looked for in visibility."""
+    send = "return await client.getAgent('listener').sendMessage({...vars, message: 'hold'});"
+    decide = """try { return await client.getAgent(vars.agent ?? 'listener').sendToolApproval(
+                    {resourceId: vars.resourceId, threadId: vars.threadId, toolCallId: vars.call, approved: true}); }
+                catch (e) { return {status: e.status, body: e.body}; }"""
+    first = (await api.js(send, **thread))["runId"]
+    await _suspended(api, first)
+    assert (await api.js(decide, **thread, call="hold-1"))["runId"] == first
+    assert (await api.keel.result(first)).text == "heard: hold"
+    second = (await api.js(send, **thread))["runId"]
+    await _suspended(api, second)
+    [waiting] = await api.keel.pending_tool_calls(second)  # the model's `hold-1` again, made unique in the thread
+    for call, agent, where in [
+        ("hold-1", None, thread),  # decided: its run has ended
+        ("hold-9", None, thread),  # no run ever made it
+        (waiting.tool_call_id, "asker", thread),  # another agent's
+        (waiting.tool_call_id, None, {**thread, "threadId": "t-none"}),  # another thread's
+    ]:
+        refused = await api.js(decide, **where, call=call, agent=agent)
+        assert refused["status"] == 404 and "waits for tool call" in refused["body"]["error"], refused
+    monkeypatch.setattr("keel.client.api.agents.CALLS_SCANNED", 1)  # the call is older than the newest message
+    await api.storage.save_messages(
+        [StoredMessage(id=f"m-{uuid.uuid4()}", thread_id=thread["threadId"], resource_id="ann", role="user",
+                       content="later", created_at=datetime.now(UTC))]
+    )  # fmt: skip
+    decided = await api.js(decide, **thread, call=waiting.tool_call_id)
+    assert decided.get("runId") == second, decided
+    assert (await api.keel.result(second)).text.startswith("heard: hold | hold")
