@@ -5,7 +5,8 @@
 nothing else: no claim, no event log, no step answer, nothing a crash could find again. A Keel generate run on it
 costs what Keel's generate would cost if its durable record were free, so `Keel (storage in memory)/(b)` bounds
 from above what any cheaper storage could give: taking it off the run's critical path, batching, another
-database. Only for the bench's one agent: every other call goes to `storage`.
+database. Only for the bench's one agent, and only as long as nothing fails: a retried write (`replace`, `once`)
+appends its messages again. Every other call goes to `storage`.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ CHUNK = 4
 
 
 def _load() -> dict[str, int]:
-    with contextlib.suppress(FileNotFoundError, ValueError):
+    with contextlib.suppress(FileNotFoundError, ValueError, TypeError):
         calls = json.loads(CALLS_FILE.read_text())
         if isinstance(calls, dict):
             return {str(k): int(v) for k, v in calls.items()}

@@ -36,6 +36,7 @@ from keel.protocol import (
     ToolCallApprovalChunk,
     ToolCallPart,
     ToolCallPayload,
+    ToolResultPart,
     names,
     parse_chunk,
 )
@@ -560,21 +561,28 @@ async def _suspended_run_of_thread(ctx: Ctx, agent_id: str, thread_id: str, tool
     query decides).
 
     The runs to ask come from the thread's newest messages: a model step stores its answer, the call's assistant
-    message, before its run waits on the call, so storage names the run the moment a client can know the call's
-    id, and a call that no message holds gets its 404 at once. Visibility, whose index may lag a run that has
-    just suspended, is searched (for a few seconds) only when the thread is longer than the messages read."""
+    message, before its run waits on the call, so storage names the run as soon as a client can know the call's
+    id, and a call that no message holds (or that has its result stored) gets its 404 at once. A run named there
+    may not list the call yet (its step has stored the answer but not yet returned to the run: a client approving
+    from the stream can be that quick), so it is asked again for a few seconds. Visibility, whose index may lag a
+    run that has just suspended, is searched (for a few seconds too) only for a call older than the messages
+    read."""
     runs = await _runs_calling(ctx.storage, thread_id, tool_call_id)
     if runs is None:
         return await _visible_suspended_run(ctx, agent_id, thread_id, tool_call_id)
+    waiting = []
     for run_id in runs:
         try:
             info = await ctx.keel.describe(run_id)
         except RunNotFound:  # its messages outlived it (a deleted history)
             continue
-        if info.agent_id != agent_id or info.closed_at is not None:
-            continue
-        if any(p.tool_call_id == tool_call_id for p in await ctx.keel.pending_tool_calls(run_id)):
-            return run_id
+        if info.agent_id == agent_id and info.closed_at is None:
+            waiting.append(run_id)
+    for _ in range(SUSPENDED_LOOKUP_TRIES if waiting else 0):
+        for run_id in waiting:
+            if any(p.tool_call_id == tool_call_id for p in await ctx.keel.pending_tool_calls(run_id)):
+                return run_id
+        await asyncio.sleep(0.25)
     raise not_found(f"No run of thread {thread_id} waits for tool call {tool_call_id}")
 
 
@@ -584,21 +592,30 @@ model step, so a waiting call is among them unless the thread went on by this ma
 
 
 async def _runs_calling(storage: Storage, thread_id: str, tool_call_id: str) -> list[str] | None:
-    """The runs whose stored assistant messages call `tool_call_id` on the thread, newest first (ids are reused:
-    scripted models call `call_1` each step), among its `CALLS_SCANNED` newest messages; None if it has more
-    messages and none of those calls it."""
+    """The runs that may wait on `tool_call_id`, newest first: those whose stored assistant messages on the thread
+    call it, with no result of theirs stored for it, among its `CALLS_SCANNED` newest messages. None if the
+    thread has older messages and none of the newest holds the call.
+
+    Keel makes a call id unique in its thread (`hold-1`, then `hold-1-2`); one repeats only when runs step on
+    one thread at once. A call of a long thread's older run hidden by such a repeat among the newest messages is
+    not found (a 404)."""
     _, total = await storage.list_messages(thread_id, limit=1)
     offset = max(0, total - CALLS_SCANNED)
-    newest, _ = await storage.list_messages(thread_id, offset=offset, limit=CALLS_SCANNED)
+    newest, _ = await storage.list_messages(thread_id, offset=offset)  # to the end, whatever came meanwhile
     runs: list[str] = []
-    for message in reversed(newest):
-        if message.run_id is None or message.role != "assistant" or isinstance(message.content, str):
+    answered: set[str] = set()  # runs that stored a result for the call: decided and run, or declined
+    seen = False
+    for message in reversed(newest):  # a result is stored after its call
+        if message.run_id is None or isinstance(message.content, str):
             continue
-        if message.run_id not in runs and any(
-            isinstance(part, ToolCallPart) and part.tool_call_id == tool_call_id for part in message.content
-        ):
-            runs.append(message.run_id)
-    return None if not runs and offset > 0 else runs
+        for part in message.content:
+            if isinstance(part, ToolResultPart) and part.tool_call_id == tool_call_id:
+                answered.add(message.run_id)
+            elif isinstance(part, ToolCallPart) and part.tool_call_id == tool_call_id:
+                seen = True
+                if message.run_id not in answered and message.run_id not in runs:
+                    runs.append(message.run_id)
+    return None if not seen and offset > 0 else runs
 
 
 async def _visible_suspended_run(ctx: Ctx, agent_id: str, thread_id: str, tool_call_id: str) -> str:

@@ -30,6 +30,7 @@ from keel.client.errors import (
 )
 from keel.client.outages import TemporalUnavailable, is_away
 from keel.client.workflows import ResumeRefused, WorkflowNotFound
+from keel.storage.errors import StorageUnavailable
 
 log = logging.getLogger("keel.api")
 
@@ -114,6 +115,12 @@ def install(api: FastAPI) -> None:
 
     @api.exception_handler(TemporalUnavailable)
     async def _away(request: Request, err: TemporalUnavailable) -> JSONResponse:
+        log.warning("%s %s: %s", request.method, request.url.path, err)
+        return JSONResponse(body(str(err)), status_code=503)
+
+    @api.exception_handler(StorageUnavailable)
+    async def _storage_away(request: Request, err: StorageUnavailable) -> JSONResponse:
+        # the database is down or locked past its timeout: as with Temporal away, worth asking again later
         log.warning("%s %s: %s", request.method, request.url.path, err)
         return JSONResponse(body(str(err)), status_code=503)
 

@@ -5,6 +5,7 @@ listed, on the storage layer."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import uuid
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 from temporalio.service import RPCError, RPCStatusCode
 
 from keel.client import Poller
+from keel.storage import SQLiteStorage
 from tests.http_api.conftest import Api
 
 
@@ -103,6 +105,21 @@ async def test_a_temporal_server_that_does_not_answer_is_a_503_that_says_so(
     answer = await execute_with_temporal_failing(api, monkeypatch, away)
     assert answer.status_code == 503, answer.text
     assert answer.json() == {"error": "The Temporal server did not answer: tcp connect error"}
+
+
+async def test_a_database_another_process_holds_locked_is_a_503_that_says_so(api: Api) -> None:
+    """Not a 500 'Internal error': a database locked past the busy timeout (or down) is worth retrying later,
+    as a Temporal server that does not answer is. Found by review: the approval route now reads the thread."""
+    assert isinstance(api.storage, SQLiteStorage)
+    holder = sqlite3.connect(api.storage.path, isolation_level=None)  # another process's writer, in effect
+    try:
+        holder.execute("BEGIN EXCLUSIVE")
+        async with httpx.AsyncClient(base_url=api.url, timeout=30) as http:
+            answer = await http.post("/api/memory/threads", json={"resourceId": "ann", "threadId": "t-locked"})
+        assert answer.status_code == 503, answer.text
+        assert "database is locked" in answer.json()["error"]
+    finally:
+        holder.close()
 
 
 async def test_a_temporal_answer_that_something_already_exists_is_a_409_not_a_retried_5xx(
