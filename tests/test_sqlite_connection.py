@@ -73,3 +73,27 @@ async def test_the_wal_is_checkpointed_though_writes_run_inline(
     # checkpoints may never see the WAL start over (on a busy machine): it is then truncated past its limit.
     bound = connection.WAL_LIMIT_BYTES + 2 * 2**20
     assert (wal < bound) == checkpoints, f"WAL {wal / 2**20:.1f} MiB"
+
+
+async def test_a_wal_past_its_limit_is_truncated_though_inline_writes_never_pause(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past `WAL_LIMIT_BYTES` the store's thread truncates the WAL, and this process's inline writes wait for it.
+    Before, they went on back to back and held the file nearly every time the truncation asked for it: with a
+    1 MiB limit the WAL reached 11 MiB in 4 runs of 5 here (3.1-5.4 MiB now), and a loaded CI machine's passed
+    40 MiB with the real limit."""
+    monkeypatch.setattr(connection, "WAL_LIMIT_BYTES", 2**20)
+    store = SQLiteStorage(tmp_path / "keel.db")
+    await store.init()
+    payload = {"text": "x" * 3000}
+    largest = 0
+    try:
+        for i in range(4000):
+            await store.append_events(f"run-{i % 7}", [EventRecord(type="text-delta", payload=payload)])
+            if i % 10 == 0:
+                largest = max(largest, (tmp_path / "keel.db-wal").stat().st_size)
+    finally:
+        await store.close()
+    # what comes between two truncations (a passive checkpoint's copy, then `CHECKPOINT_WRITES` transactions of
+    # ~20 KiB) keeps it over the limit by 2-4 MiB
+    assert largest < connection.WAL_LIMIT_BYTES + 8 * 2**20, f"WAL reached {largest / 2**20:.1f} MiB"

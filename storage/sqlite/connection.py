@@ -15,6 +15,7 @@ a read lock, and an inline write that cannot have the lock at once has done noth
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import sqlite3
 import threading
@@ -146,7 +147,12 @@ class SQLiteConnection:
             wait_ms = CHECKPOINT_BUSY_MS if frames * self._page_bytes > WAL_LIMIT_BYTES else 0
             conn.execute(f"PRAGMA busy_timeout = {wait_ms}")
             try:
-                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+                # Past the limit, this process's inline writes go to this thread meanwhile (queued behind the
+                # truncation): back to back on the loop, they held the file at nearly every instant it was asked
+                # for, and a loaded machine's WAL grew past 40 MiB. Below it, they go on (a truncation every
+                # `CHECKPOINT_WRITES` that held them would cost each write ~0.08 ms).
+                with self._lock if wait_ms else contextlib.nullcontext():
+                    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
             finally:
                 conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         except sqlite3.Error:  # busy or I/O: the next one catches up
