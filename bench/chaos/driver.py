@@ -142,6 +142,7 @@ class Report:
     streams_retimed: int = 0
     """Streams whole and in order whose workflow events' times differ from the run's (see `_untimed`)."""
     longest_run_seconds: float = 0.0
+    longest_run: str = ""
     skipped_faults: dict[str, str] = field(default_factory=dict)
     """Fault kinds this machine cannot inject, and why."""
     seed: int = 0
@@ -718,7 +719,9 @@ def check(runs: list[RunRecord], ledger: list[dict[str, Any]], report: Report, w
         elif kind != "charge" and sum(1 for x in lines if x["attempt"] == 1) > 1:
             report.duplicated.append(f"{kind} {key} ran again told attempt 1 ({len(lines)} runs)")
     for run in runs:
-        report.longest_run_seconds = max(report.longest_run_seconds, (run.ended or time.monotonic()) - run.started)
+        took = (run.ended or time.monotonic()) - run.started
+        if took > report.longest_run_seconds:
+            report.longest_run_seconds, report.longest_run = took, f"{run.run_id} ({run.kind})"
         if run.error is not None or run.answer is None:
             report.stuck.append(f"{run.run_id} ({run.kind}): {run.error or 'no answer'}")
             continue
@@ -867,7 +870,7 @@ def summary(report: Report) -> str:
         ("streams whole, with step times revised", f"{report.streams_retimed}/{report.streams}"),
         ("stuck", str(len(report.stuck))),
         ("open in visibility at the end", str(report.open_in_visibility)),
-        ("longest run (s)", f"{report.longest_run_seconds:.1f}"),
+        ("longest run (s)", f"{report.longest_run_seconds:.1f} {report.longest_run}"),
     ]
     width = max(len(r[0]) for r in rows)
     lines = [f"chaos seed={report.seed} minutes={report.minutes:g} plant={report.plant or '-'}"]
