@@ -76,7 +76,7 @@ async def test_the_wal_is_checkpointed_though_writes_run_inline(
     assert (wal < bound) == checkpoints, f"WAL {wal / 2**20:.1f} MiB"
 
 
-async def test_a_wal_past_its_limit_is_truncated_though_inline_writes_never_pause(
+async def test_a_wal_past_its_limit_is_truncated_though_inline_writes_come_back_to_back(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Past `WAL_LIMIT_BYTES` the store's thread truncates the WAL, and this process's inline writes wait for it.

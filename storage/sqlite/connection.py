@@ -75,7 +75,8 @@ class SQLiteConnection:
         self.path = Path(path)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="keel-sqlite")
         # Both opened on the executor's thread. `_conn` is only ever used there; `_inline_conn` (busy timeout 0)
-        # by whichever thread holds `_lock`, which nothing ever waits for.
+        # by whichever thread holds `_lock`, which the loop never waits for (only the executor's thread does:
+        # a truncation past the WAL's limit holds it to keep inline writes out).
         self._conn: sqlite3.Connection | None = None
         self._inline_conn: sqlite3.Connection | None = None
         self._lock = threading.Lock()
