@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from keel.protocol import EventRecord
-from keel.storage import SQLiteStorage
+from keel.storage import SchemaError, SQLiteStorage, StorageUnavailable
 from keel.storage.sqlite import connection
 
 
@@ -98,3 +98,26 @@ async def test_a_wal_past_its_limit_is_truncated_though_inline_writes_come_back_
     # what comes between two truncations (a passive checkpoint's copy, then `CHECKPOINT_WRITES` transactions of
     # ~20 KiB) keeps it over the limit by 2-4 MiB
     assert largest < connection.WAL_LIMIT_BYTES + 8 * 2**20, f"WAL reached {largest / 2**20:.1f} MiB"
+
+
+async def test_a_missing_table_is_a_schema_error_and_a_locked_file_an_outage(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As PostgreSQL's backend: only what a later call may not meet is `StorageUnavailable` (activities retry it,
+    the HTTP API answers 503); a missing table is a `SchemaError`. Before, every `OperationalError` was an outage,
+    so a schema fault was retried and answered 503 without end."""
+    monkeypatch.setattr(connection, "BUSY_TIMEOUT_MS", 100)
+    store = SQLiteStorage(tmp_path / "keel.db")
+    await store.init()
+    other = sqlite3.connect(tmp_path / "keel.db", isolation_level=None)
+    try:
+        other.execute("BEGIN EXCLUSIVE")
+        with pytest.raises(StorageUnavailable, match="database is locked"):
+            await store.append_events("run-1", [EventRecord(type="start")])
+        other.execute("ROLLBACK")
+        other.execute("DROP TABLE run_events")
+        with pytest.raises(SchemaError, match="no such table"):
+            await store.append_events("run-1", [EventRecord(type="start")])
+    finally:
+        other.close()
+        await store.close()

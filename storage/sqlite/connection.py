@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from keel.storage import migrations
-from keel.storage.errors import DatabaseNotFound, StorageError, StorageUnavailable
+from keel.storage.errors import DatabaseNotFound, SchemaError, StorageError, StorageUnavailable
 
 T = TypeVar("T")
 
@@ -42,6 +42,23 @@ WAL_LIMIT_BYTES = 16 * 2**20
 """A WAL this large after a passive checkpoint (others always held the file when it was to be truncated) is
 truncated after waiting up to `CHECKPOINT_BUSY_MS` for them."""
 CHECKPOINT_BUSY_MS = 100
+
+
+TRANSIENT_CODES = frozenset(
+    {
+        sqlite3.SQLITE_BUSY,
+        sqlite3.SQLITE_LOCKED,
+        sqlite3.SQLITE_NOMEM,
+        sqlite3.SQLITE_READONLY,  # a WAL being recovered, or a file whose permissions change back
+        sqlite3.SQLITE_IOERR,
+        sqlite3.SQLITE_FULL,
+        sqlite3.SQLITE_CANTOPEN,
+        sqlite3.SQLITE_PROTOCOL,
+    }
+)
+"""Primary result codes of an `OperationalError` that the same call may not meet later: `StorageUnavailable`
+(retried by activities, a 503 over HTTP), as PostgreSQL's connection failures are. A missing table is a
+`SchemaError`; any other code (a missing column, a syntax error) is raised as it is."""
 
 
 class _Busy(Exception):
@@ -100,8 +117,14 @@ class SQLiteConnection:
             loop = asyncio.get_running_loop()
             return await loop.run_in_executor(self._executor, functools.partial(self._call, fn, create))
         except sqlite3.OperationalError as err:
-            # Locked past the busy timeout, disk I/O, a file that went away: the same call may work later.
-            raise StorageUnavailable(f"SQLite database {self.path}: {err}") from err
+            if err.sqlite_errorcode & 0xFF in TRANSIENT_CODES:
+                # Locked past the busy timeout, disk I/O, a file that went away: the same call may work later.
+                raise StorageUnavailable(f"SQLite database {self.path}: {err}") from err
+            if str(err).startswith("no such table"):
+                raise SchemaError(
+                    f"SQLite database {self.path} has no Keel schema ({err}): start a worker, or run `keel migrate`"
+                ) from err
+            raise  # a statement's own fault (a missing column, a syntax error): a defect, not an outage
 
     def _call(self, fn: Callable[[sqlite3.Connection], T], create: bool) -> T:
         if self._closed:  # queued before `close()` ran: no connection is opened again
