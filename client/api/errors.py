@@ -120,8 +120,8 @@ def install(api: FastAPI) -> None:
 
     @api.exception_handler(StorageUnavailable)
     async def _storage_away(request: Request, err: StorageUnavailable) -> JSONResponse:
-        # the database is down or locked past its timeout: as with Temporal away, worth asking again later (with
-        # the traceback: the SQLite backend counts any OperationalError as unavailable, a schema fault too)
+        # the database is down, full or locked past its timeout: as with Temporal away, worth asking again later
+        # (logged with its traceback: which call met the outage)
         log.warning("%s %s: %s", request.method, request.url.path, err, exc_info=err)
         return JSONResponse(body(str(err)), status_code=503)
 
